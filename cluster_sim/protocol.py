@@ -1,0 +1,111 @@
+"""The scheduler protocol: what a scheduler sees at a scheduling point and what it may decide.
+
+Every scheduler, heuristic or learned, speaks only this protocol, so they are compared on equal terms.
+The simulator validates each decision and raises :class:`InvalidDecision` naming the job and GPUs of a
+bad one instead of silently repairing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from cluster_sim.workload import Workload
+from topology.view import ClusterView
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start (or resume) waiting job ``job`` on exactly ``gpus`` (free GPU ids)."""
+
+    job: int
+    gpus: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop running job ``job``; it keeps its progress and returns to the queue."""
+
+    job: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Move running job ``job`` to ``gpus`` (any count); it pays the restart cost again."""
+
+    job: int
+    gpus: np.ndarray
+
+
+Decision = Start | Preempt | Resize
+
+
+class InvalidDecision(ValueError):
+    """A scheduler returned a decision the cluster cannot carry out."""
+
+
+@runtime_checkable
+class SchedulerView(Protocol):
+    """Read-only state at a scheduling point. The simulator itself implements it (no copies).
+
+    Arrays are read-only numpy views. ``jobs.duration`` and :meth:`remaining_time` are oracle facts:
+    schedulers that claim not to know job durations (FIFO, Tiresias, Gandiva, DRF, the MARL agents) must
+    not read them.
+    """
+
+    now: float
+    topo: ClusterView
+    jobs: Workload
+    gpu_job: np.ndarray  # (G,) int32: job holding each GPU, -1 when free
+    server_free: np.ndarray  # (S,) int32: free GPUs per server
+    num_free: int
+
+    @property
+    def queue(self) -> Sequence[int]:
+        """Waiting jobs (new and preempted), in order of (re)entry to the queue."""
+        ...
+
+    @property
+    def running(self) -> Sequence[int]:
+        """Running jobs, in order of start."""
+        ...
+
+    def placement(self, job: int) -> np.ndarray:
+        """GPUs held by a running job."""
+        ...
+
+    def attained_service(self, job: int) -> float:
+        """GPU-seconds the job has held GPUs so far (Tiresias' 2D-LAS metric)."""
+        ...
+
+    def executed_time(self, job: int) -> float:
+        """Wall seconds the job has held GPUs so far."""
+        ...
+
+    def remaining_time(self, job: int) -> float:
+        """Oracle: seconds the job still needs under its ideal placement."""
+        ...
+
+    def estimated_speed(self, job: int, gpus: np.ndarray) -> float:
+        """Performance-model speed of ``job`` on ``gpus`` relative to its ideal placement (no interference)."""
+        ...
+
+    def wake_at(self, time: float) -> None:
+        """Ask for an extra scheduling point at ``time`` (e.g. a Tiresias queue demotion)."""
+        ...
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Decides at each scheduling point (arrival, completion, requested wake-up)."""
+
+    name: str
+
+    def reset(self, view: SchedulerView) -> None:
+        """Called once before the first event; clears any state from a previous run."""
+        ...
+
+    def schedule(self, view: SchedulerView) -> list[Decision]: ...

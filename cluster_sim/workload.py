@@ -1,0 +1,55 @@
+"""A workload: the static facts of every job of a run, as columns of numpy arrays.
+
+Jobs are numbered 0..N-1 in arrival order; that index is the job id everywhere in the simulator. The
+``duration`` column is the run time under the job's ideal placement (the reference placement of the
+performance model), which is what traces record; the simulator turns it into work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    arrival: np.ndarray  # float64 (N,), seconds from the start, non-decreasing
+    num_gpus: np.ndarray  # int32 (N,), GPUs requested (>= 1)
+    duration: np.ndarray  # float64 (N,), seconds under the ideal placement (> 0)
+    model: np.ndarray  # int16 (N,), index into ``models``
+    batch_size: np.ndarray  # int32 (N,), global batch size
+    tenant: np.ndarray  # int16 (N,), index into ``tenants`` (virtual cluster / user group)
+    models: tuple[str, ...]  # model-zoo names
+    tenants: tuple[str, ...] = ("default",)
+    source: str = "synthetic"
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival)
+        for name in ("num_gpus", "duration", "model", "batch_size", "tenant"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Workload column {name!r} has {len(getattr(self, name))} rows, expected {n}")
+        if n and np.any(np.diff(self.arrival) < 0):
+            raise ValueError("Workload arrivals must be sorted; sort the jobs by arrival before building it")
+        if n and (self.num_gpus.min() < 1 or not np.all(self.duration > 0)):
+            raise ValueError("Workload needs num_gpus >= 1 and duration > 0 for every job")
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+    def subset(self, idx: np.ndarray) -> Workload:
+        """The jobs at ``idx`` (sorted), renumbered from 0; arrivals keep their times."""
+        idx = np.sort(np.asarray(idx))
+        return Workload(
+            arrival=self.arrival[idx],
+            num_gpus=self.num_gpus[idx],
+            duration=self.duration[idx],
+            model=self.model[idx],
+            batch_size=self.batch_size[idx],
+            tenant=self.tenant[idx],
+            models=self.models,
+            tenants=self.tenants,
+            source=self.source,
+            meta=dict(self.meta),
+        )

@@ -1,0 +1,81 @@
+"""What every interference model speaks: job descriptors, sharing levels and the query protocol.
+
+A job is described by numeric facts (size, compute per sample, batch size, solo speed, precision), never
+only by a name, so that a learned model can generalise to job types that no table measured. The simulator
+asks an interference model for the throughput factor (1.0 = as fast as alone) of a job given the jobs it
+shares resources with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+class Sharing(IntEnum):
+    """How closely two jobs share hardware. Lower values interfere more."""
+
+    GPU = 0  # the same GPU (space sharing, as in Gavel's pairwise measurements)
+    SERVER = 1  # different GPUs of one server: PCIe, host memory bandwidth, CPU
+    UPLINK = 2  # different servers whose traffic crosses the same oversubscribed uplink
+
+
+@dataclass(frozen=True)
+class JobDescriptor:
+    """Numeric facts about a training job that determine how it contends for resources.
+
+    ``name`` is only used to look up measured tables; models must not depend on it.
+    ``solo_sps`` is the job's isolated throughput in samples per second on one GPU of ``gpu_type``.
+    """
+
+    params_m: float  # parameters, millions
+    gflops: float  # forward+backward GFLOPs per sample
+    batch: int  # per-GPU batch size
+    solo_sps: float  # isolated samples/s on one GPU of gpu_type
+    amp: bool = False  # mixed precision
+    gpu_type: str = "V100"
+    name: str = ""
+
+    def features(self) -> np.ndarray:
+        """Log-scaled numeric features, the representation learned models consume."""
+        return np.array(
+            [
+                np.log1p(self.params_m),
+                np.log1p(self.gflops),
+                np.log1p(self.batch),
+                np.log1p(self.solo_sps),
+                float(self.amp),
+                np.log1p(self.gflops * self.solo_sps),  # achieved GFLOP/s: how hard it drives the GPU
+            ],
+            dtype=np.float32,
+        )
+
+
+@dataclass(frozen=True)
+class CoLocation:
+    """One query: the throughput factor of ``job`` given its neighbours and how each is shared."""
+
+    job: JobDescriptor
+    neighbours: tuple[tuple[JobDescriptor, Sharing], ...]
+
+
+@runtime_checkable
+class InterferenceModel(Protocol):
+    """Maps co-location queries to throughput factors in (0, 1]; 1.0 means no slowdown."""
+
+    name: str
+
+    def throughput_factors(self, queries: Sequence[CoLocation]) -> np.ndarray: ...
+
+
+class NoInterference:
+    """Jobs never slow each other down: the ``--interference none`` mode."""
+
+    name = "none"
+
+    def throughput_factors(self, queries: Sequence[CoLocation]) -> np.ndarray:
+        return np.ones(len(queries), dtype=np.float64)
