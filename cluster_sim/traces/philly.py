@@ -1,0 +1,105 @@
+"""Loader for the Microsoft Philly job list as processed by Pollux (``pollux-osdi21/traces/philly.csv``).
+
+Columns ``timestamp,duration,num_gpus,gpu_time,cluster``; the file is not sorted by submit time. The
+trace has no model types, so models come from Pollux's GPU-time rule with a seeded coin
+(:func:`cluster_sim.synthetic.assign_models_by_gpu_time`). The coins are drawn over the whole sorted file
+before any filter or window, so a job keeps its model whichever subset of the trace is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cluster_sim.model_zoo import MODEL_NAMES
+from cluster_sim.synthetic import assign_models_by_gpu_time, default_batch_sizes, make_rng
+from cluster_sim.traces.table import (
+    TraceFormatError,
+    float_column,
+    int_column,
+    open_trace,
+    read_csv_columns,
+    require,
+    tenant_codes,
+)
+from cluster_sim.traces.window import check_window_options, window
+from cluster_sim.workload import Workload
+
+PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
+POLLUX_MIN_DURATION_S = 60.0
+POLLUX_MAX_GPU_TIME_S = 1000 * 3600.0
+
+
+def _timestamps(values: np.ndarray, lines: np.ndarray, path: Path) -> np.ndarray:
+    """``YYYY-MM-DD HH:MM:SS`` strings as int64 seconds since the epoch (timezone as written)."""
+    try:
+        return values.astype("datetime64[s]").astype(np.int64)
+    except ValueError:
+        for v, line in zip(values, lines, strict=True):
+            try:
+                np.datetime64(str(v), "s")
+            except ValueError:
+                raise TraceFormatError(
+                    path, int(line), f"column timestamp={str(v)!r} is not a date-time like 2017-10-09 07:01:55"
+                ) from None
+        raise
+
+
+def load_philly(
+    path: str | Path,
+    *,
+    time_range: tuple[float, float] | None = None,
+    max_jobs: int | None = None,
+    arrival_scale: float = 1.0,
+    seed: int = 0,
+    pollux_filter: bool = False,
+) -> Workload:
+    """Philly jobs sorted by submit time (stable: ties keep file order).
+
+    Arrival = seconds since the earliest timestamp in the file; tenant = the ``cluster`` column (the
+    virtual cluster); batch = model default x GPUs. ``pollux_filter`` keeps only jobs with
+    ``duration >= 60`` and ``gpu_time < 1000`` GPU-hours, as Pollux's simulator does; the trace start
+    stays the earliest timestamp of the whole file, so a window means the same with or without it. See
+    :func:`cluster_sim.traces.window.window` for ``time_range``, ``max_jobs``, ``arrival_scale``.
+    """
+    check_window_options(time_range, max_jobs, arrival_scale)
+    p = open_trace(path, "philly")
+    cols, lines = read_csv_columns(p, PHILLY_COLUMNS)
+    ts = _timestamps(cols["timestamp"], lines, p)
+    duration = float_column(cols["duration"], "duration", lines, p)
+    num_gpus = int_column(cols["num_gpus"], "num_gpus", lines, p)
+    gpu_time = float_column(cols["gpu_time"], "gpu_time", lines, p)
+    require(duration > 0, "must be > 0 seconds", cols["duration"], "duration", lines, p)
+    require(num_gpus >= 1, "must be >= 1", cols["num_gpus"], "num_gpus", lines, p)
+    require(gpu_time >= 0, "must be >= 0", cols["gpu_time"], "gpu_time", lines, p)
+    n_rows = len(ts)
+
+    order = np.argsort(ts, kind="stable")
+    start = int(ts[order[0]]) if n_rows else 0
+    model = assign_models_by_gpu_time(gpu_time[order], make_rng(seed))
+    keep = np.ones(n_rows, dtype=bool)
+    if pollux_filter:
+        keep = (duration[order] >= POLLUX_MIN_DURATION_S) & (gpu_time[order] < POLLUX_MAX_GPU_TIME_S)
+    idx = order[keep]
+    tenant, tenants = tenant_codes(cols["cluster"])
+    g = num_gpus[idx].astype(np.int32)
+    w = Workload(
+        arrival=(ts[idx] - start).astype(np.float64),
+        num_gpus=g,
+        duration=duration[idx],
+        model=model[keep],
+        batch_size=default_batch_sizes(model[keep], g),
+        tenant=tenant[idx],
+        models=MODEL_NAMES,
+        tenants=tenants,
+        source="philly",
+        meta={
+            "path": str(p),
+            "rows": n_rows,
+            "trace_start": str(np.datetime64(start, "s")),
+            "pollux_filter": pollux_filter,
+            "seed": seed,
+        },
+    )
+    return window(w, time_range=time_range, max_jobs=max_jobs, arrival_scale=arrival_scale)

@@ -1,0 +1,419 @@
+"""Workload generation and trace loading, checked against the real public traces in ../shared/traces."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster_sim import synthetic
+from cluster_sim.model_zoo import MODEL_NAMES, ZOO
+from cluster_sim.synthetic import derive_philly_tables, synthetic_workload
+from cluster_sim.traces import TraceFormatError, load_gavel, load_openb, load_philly, load_pollux
+from cluster_sim.workload import Workload
+from cluster_sim.workload_spec import WorkloadSpecError, parse_workload_spec
+
+COLUMNS = ("arrival", "num_gpus", "duration", "model", "batch_size", "tenant")
+
+
+def same(a: Workload, b: Workload) -> bool:
+    return all(np.array_equal(getattr(a, c), getattr(b, c)) for c in COLUMNS) and a.tenants == b.tenants
+
+
+def read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r]
+    return rows[0], rows[1:]
+
+
+@pytest.fixture(scope="module")
+def philly_path(traces_dir: Path) -> Path:
+    return traces_dir / "pollux-osdi21" / "traces" / "philly.csv"
+
+
+@pytest.fixture(scope="module")
+def philly_file(philly_path: Path) -> dict[str, np.ndarray]:
+    """The Philly columns read independently of the loader, in file order."""
+    header, rows = read_rows(philly_path)
+    cols = dict(zip(header, (np.array(c) for c in zip(*rows, strict=True)), strict=True))
+    return {
+        "ts": cols["timestamp"].astype("datetime64[s]").astype(np.int64),
+        "duration": cols["duration"].astype(float),
+        "num_gpus": cols["num_gpus"].astype(int),
+        "gpu_time": cols["gpu_time"].astype(float),
+        "cluster": cols["cluster"],
+    }
+
+
+@pytest.fixture(scope="module")
+def philly(philly_path: Path) -> Workload:
+    return load_philly(philly_path)
+
+
+# ---------------------------------------------------------------- synthetic
+
+
+def test_synthetic_matches_philly_statistics(philly_file: dict[str, np.ndarray]) -> None:
+    keep = (philly_file["duration"] >= 60) & (philly_file["gpu_time"] < 1000 * 3600)
+    d, g = philly_file["duration"][keep], philly_file["num_gpus"][keep]
+    w = synthetic_workload(20000, load=0.7, cluster_gpus=256, seed=3)
+    assert len(w) == 20000 and w.arrival[0] == 0 and np.all(np.diff(w.arrival) >= 0)
+    assert abs(np.median(w.duration) / np.median(d) - 1) < 0.2
+    assert abs(np.mean(w.num_gpus == 1) - np.mean(g == 1)) < 0.02
+    assert set(np.unique(w.num_gpus)) <= set(np.unique(g))
+    realised = np.sum(w.num_gpus * w.duration) / (256 * w.arrival[-1])
+    assert realised == pytest.approx(0.7, rel=0.05)
+
+
+def test_synthetic_load_holds_for_small_workloads() -> None:
+    loads = []
+    for seed in range(20):
+        w = synthetic_workload(300, load=1.2, cluster_gpus=64, seed=seed)
+        loads.append(np.sum(w.num_gpus * w.duration) / (64 * w.arrival[-1]))
+    assert np.median(loads) == pytest.approx(1.2, rel=0.1)
+
+
+def test_synthetic_tables_are_what_philly_csv_gives(philly_path: Path) -> None:
+    t = derive_philly_tables(philly_path)
+    assert t["gpu_counts"] == synthetic.PHILLY_GPU_COUNTS
+    assert t["duration_quantiles"] == synthetic.PHILLY_DURATION_QUANTILES
+    assert t["gpu_time_quantiles"] == synthetic.PHILLY_GPU_TIME_QUANTILES
+
+
+def test_synthetic_determinism_models_batches_tenants() -> None:
+    a = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=7)
+    b = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=7)
+    c = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=8)
+    assert same(a, b)
+    assert not np.array_equal(a.model, c.model)
+    assert a.models == MODEL_NAMES
+    gpu_h = a.num_gpus * a.duration / 3600
+    names = np.array(MODEL_NAMES)[a.model]
+    assert set(names[gpu_h < 1]) == {"resnet18-cifar10", "ncf"}
+    assert set(names[(gpu_h >= 1) & (gpu_h < 10)]) == {"deepspeech2", "bert-squad"}
+    assert set(names[(gpu_h >= 10) & (gpu_h < 100)]) <= {"yolov3"}
+    assert set(names[gpu_h >= 100]) <= {"resnet50-imagenet"}
+    default = np.array([ZOO[n].default_batch for n in names])
+    assert np.array_equal(a.batch_size, default * a.num_gpus)
+    assert set(np.unique(a.tenant)) == {0, 1, 2, 3} and len(a.tenants) == 4
+
+
+def test_synthetic_fits_cluster_and_model_list() -> None:
+    w = synthetic_workload(3000, load=0.5, cluster_gpus=8, seed=1, models=["transformer", "a3c"])
+    assert w.num_gpus.max() <= 8
+    assert set(np.array(MODEL_NAMES)[w.model]) == {"transformer", "a3c"}
+    assert len(synthetic_workload(0, load=0.5, cluster_gpus=8, seed=1)) == 0
+    with pytest.raises(ValueError, match="load"):
+        synthetic_workload(10, load=0, cluster_gpus=8, seed=1)
+    with pytest.raises(KeyError, match="unknown model 'gpt'"):
+        synthetic_workload(10, load=0.5, cluster_gpus=8, seed=1, models=["gpt"])
+
+
+# ---------------------------------------------------------------- philly
+
+
+def test_philly_loads_every_job_sorted(philly_file: dict[str, np.ndarray], philly: Workload) -> None:
+    n = len(philly_file["ts"])
+    assert len(philly) == n == 64483
+    order = np.argsort(philly_file["ts"], kind="stable")
+    assert np.array_equal(philly.arrival, philly_file["ts"][order] - philly_file["ts"].min())
+    assert np.array_equal(philly.duration, philly_file["duration"][order])
+    assert np.array_equal(philly.num_gpus, philly_file["num_gpus"][order])
+    assert philly.tenants == tuple(sorted(set(philly_file["cluster"])))
+    assert np.array_equal(np.array(philly.tenants)[philly.tenant], philly_file["cluster"][order])
+    vals, counts = np.unique(philly_file["num_gpus"], return_counts=True)
+    assert dict(zip(*np.unique(philly.num_gpus, return_counts=True), strict=True)) == dict(
+        zip(vals, counts, strict=True)
+    )
+
+
+def test_philly_models_follow_gpu_time_rule(philly: Workload, philly_path: Path) -> None:
+    gpu_h = philly.num_gpus * philly.duration / 3600
+    names = np.array(MODEL_NAMES)[philly.model]
+    assert set(names[gpu_h < 1]) == {"resnet18-cifar10", "ncf"}
+    assert set(names[(gpu_h >= 1) & (gpu_h < 10)]) == {"deepspeech2", "bert-squad"}
+    assert set(names[(gpu_h >= 10) & (gpu_h < 100)]) == {"yolov3"}
+    assert set(names[gpu_h >= 100]) == {"resnet50-imagenet"}
+    again = load_philly(philly_path, seed=0)
+    other = load_philly(philly_path, seed=1)
+    assert same(philly, again)
+    assert not np.array_equal(philly.model, other.model)
+    assert np.array_equal(philly.duration, other.duration)
+
+
+def test_philly_pollux_filter(philly_path: Path, philly_file: dict[str, np.ndarray], philly: Workload) -> None:
+    f = load_philly(philly_path, pollux_filter=True)
+    keep = (philly_file["duration"] >= 60) & (philly_file["gpu_time"] < 1000 * 3600)
+    assert len(f) == keep.sum()
+    assert f.duration.min() >= 60 and (f.num_gpus * f.duration).max() < 1000 * 3600
+    # The filter removes jobs but does not move the trace start or change surviving jobs' models.
+    kept = (philly.duration >= 60) & (philly.num_gpus * philly.duration < 1000 * 3600)
+    assert np.array_equal(f.arrival, philly.arrival[kept]) and np.array_equal(f.model, philly.model[kept])
+
+
+def test_windowing_max_jobs_and_arrival_scale(philly_path: Path, philly: Workload) -> None:
+    day = 86400.0
+    w = load_philly(philly_path, time_range=(40 * day, 42 * day))
+    inside = (philly.arrival >= 40 * day) & (philly.arrival < 42 * day)
+    assert len(w) == inside.sum() > 0
+    assert w.arrival.min() >= 0 and w.arrival.max() < 2 * day
+    assert np.array_equal(w.arrival, philly.arrival[inside] - 40 * day)
+    assert np.array_equal(w.model, philly.model[inside])
+
+    m = load_philly(philly_path, time_range=(40 * day, 42 * day), max_jobs=100)
+    assert len(m) == 100 and same(m, w.subset(np.arange(100)))
+
+    s = load_philly(philly_path, max_jobs=5000, arrival_scale=0.5)
+    full = philly.subset(np.arange(5000))
+    assert s.arrival[-1] - s.arrival[0] == 0.5 * (full.arrival[-1] - full.arrival[0])
+    assert np.array_equal(np.diff(s.arrival), 0.5 * np.diff(full.arrival))
+    assert np.array_equal(s.duration, full.duration)
+    with pytest.raises(ValueError, match="arrival_scale"):
+        load_philly(philly_path, arrival_scale=0)
+    with pytest.raises(ValueError, match="time_range"):
+        load_philly(philly_path, time_range=(5.0, 1.0))
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+PHILLY_HEAD = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+PHILLY_OK = "2017-10-09 07:01:55,66.0,1,66.0,aa\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "reason"),
+    [
+        (PHILLY_OK + "2017-10-09 07:02:00,5.0,abc,5.0,bb\n", 3, "num_gpus='abc' is not an integer"),
+        (PHILLY_OK * 3 + "2017-10-09 07:02:00,,1,5.0,bb\n", 5, "duration='' is not a number"),
+        (PHILLY_OK + "yesterday,5.0,1,5.0,bb\n", 3, "timestamp='yesterday' is not a date-time"),
+        (PHILLY_OK + "2017-10-09 07:02:00,5.0,1,5.0\n", 3, "expected 5 comma-separated fields"),
+        (PHILLY_OK + "2017-10-09 07:02:00,5.0,0,0.0,bb\n", 3, "num_gpus='0' must be >= 1"),
+        (PHILLY_OK + "2017-10-09 07:02:00,0.0,1,0.0,bb\n", 3, "duration='0.0' must be > 0"),
+    ],
+)
+def test_philly_malformed_rows(tmp_path: Path, body: str, line: int, reason: str) -> None:
+    p = write(tmp_path, "philly.csv", PHILLY_HEAD + body)
+    with pytest.raises(TraceFormatError) as e:
+        load_philly(p)
+    assert str(p) in str(e.value) and f"line {line}: " in str(e.value) and reason in str(e.value)
+    assert e.value.line == line
+
+
+def test_philly_missing_column_lists_expected(tmp_path: Path) -> None:
+    p = write(tmp_path, "philly.csv", "timestamp,duration,gpus,gpu_time,cluster\n" + PHILLY_OK)
+    with pytest.raises(TraceFormatError, match=r"line 1: header lacks column\(s\) num_gpus; expected columns: "):
+        load_philly(p)
+    with pytest.raises(FileNotFoundError, match="philly trace not found"):
+        load_philly(tmp_path / "nope.csv")
+
+
+def test_philly_unsorted_ties_keep_file_order(tmp_path: Path) -> None:
+    rows = [
+        "2017-10-09 08:00:00,30.0,2,60.0,b\n",
+        "2017-10-09 07:00:00,10.0,1,10.0,a\n",
+        "2017-10-09 08:00:00,20.0,4,80.0,a\n",
+        "\n",
+    ]
+    w = load_philly(write(tmp_path, "p.csv", PHILLY_HEAD + "".join(rows)))
+    assert w.arrival.tolist() == [0.0, 3600.0, 3600.0]
+    assert w.duration.tolist() == [10.0, 30.0, 20.0]
+    assert w.tenants == ("a", "b") and w.tenant.tolist() == [0, 1, 0]
+
+
+# ---------------------------------------------------------------- gavel
+
+
+def gavel_dir(traces_dir: Path) -> Path:
+    return traces_dir / "gavel" / "traces" / "msr" / "seed=0"
+
+
+def test_gavel_single_file(traces_dir: Path) -> None:
+    path = gavel_dir(traces_dir) / "ee9e8c.trace"
+    lines = [ln.split("\t") for ln in path.read_text().splitlines() if ln.strip()]
+    w = load_gavel(path)
+    assert len(w) == len(lines) and w.tenants == ("ee9e8c",) and np.all(np.diff(w.arrival) >= 0)
+    thr = json.loads((traces_dir / "gavel" / "simulation_throughputs.json").read_text())["v100"]
+    order = np.argsort([float(r[5]) for r in lines], kind="stable")
+    checked = 0
+    for i, r in enumerate(lines[j] for j in order):
+        job_type, steps, sf = r[0], float(r[4]), int(r[6])
+        key = str((job_type, sf))
+        if key in thr and thr[key]["null"] > 0:
+            assert w.duration[i] == pytest.approx(steps / thr[key]["null"], rel=1e-12)
+            checked += 1
+        assert w.num_gpus[i] == sf
+        assert job_type.startswith(ZOO[MODEL_NAMES[w.model[i]]].gavel_name)
+        if "(batch size " in job_type:
+            assert w.batch_size[i] == int(job_type.split("(batch size ")[1].rstrip(")")) * sf
+    assert checked > len(lines) // 2
+
+
+def test_gavel_directory(traces_dir: Path) -> None:
+    folder = gavel_dir(traces_dir)
+    files = sorted(folder.glob("*.trace"))
+    n = sum(sum(1 for ln in f.read_text().splitlines() if ln.strip()) for f in files)
+    w = load_gavel(folder)
+    assert len(w) == n == 15264
+    assert w.tenants == tuple(f.stem for f in files) and len(w.tenants) == 15
+    assert np.all(np.diff(w.arrival) >= 0) and np.all(w.duration > 0)
+    assert w.meta["extrapolated_jobs"] > 0
+    single = load_gavel(folder / "6214e9.trace")
+    mine = w.subset(np.flatnonzero(w.tenant == w.tenants.index("6214e9")))
+    assert np.array_equal(mine.arrival, single.arrival) and np.array_equal(mine.duration, single.duration)
+
+
+def test_gavel_throughputs_location_and_errors(traces_dir: Path, tmp_path: Path) -> None:
+    src = gavel_dir(traces_dir) / "23dbec.trace"
+    lines = src.read_text().splitlines()
+    copy = write(tmp_path, "x.trace", "\n".join(lines) + "\n")
+    with pytest.raises(FileNotFoundError, match="pass throughputs_path="):
+        load_gavel(copy)
+    tp = traces_dir / "gavel" / "simulation_throughputs.json"
+    a, b = load_gavel(copy, throughputs_path=tp), load_gavel(src)
+    assert all(np.array_equal(getattr(a, c), getattr(b, c)) for c in COLUMNS) and a.tenants == ("x",)
+
+    bad = list(lines)
+    bad[2] = "\t".join(bad[2].split("\t")[:5])
+    with pytest.raises(TraceFormatError, match=r"x\.trace: line 3: expected 7 tab-separated fields"):
+        load_gavel(write(tmp_path, "x.trace", "\n".join(bad)), throughputs_path=tp)
+    bad = list(lines)
+    bad[1] = "\t".join([*bad[1].split("\t")[:6], "two"])
+    with pytest.raises(TraceFormatError, match="line 2: column scale_factor='two' is not an integer"):
+        load_gavel(write(tmp_path, "x.trace", "\n".join(bad)), throughputs_path=tp)
+    bad = list(lines)
+    bad[3] = "\t".join(["GPT-9 (batch size 8)", *bad[3].split("\t")[1:]])
+    with pytest.raises(TraceFormatError, match=r"line 4: job_type 'GPT-9 \(batch size 8\)' matches no model-zoo"):
+        load_gavel(write(tmp_path, "x.trace", "\n".join(bad)), throughputs_path=tp)
+
+
+# ---------------------------------------------------------------- openb
+
+
+def test_openb_default(traces_dir: Path) -> None:
+    path = traces_dir / "alibaba-gpu-v2023-openb" / "openb_pod_list_default.csv"
+    header, rows = read_rows(path)
+    c = {h: i for i, h in enumerate(header)}
+    expect = [
+        r
+        for r in rows
+        if int(r[c["num_gpu"]]) >= 1
+        and r[c["scheduled_time"]] != ""
+        and float(r[c["deletion_time"]]) > float(r[c["scheduled_time"]])
+    ]
+    expect.sort(key=lambda r: float(r[c["creation_time"]]))
+    w = load_openb(path)
+    assert len(w) == len(expect) > 6000
+    assert np.array_equal(w.arrival, [float(r[c["creation_time"]]) for r in expect])
+    dur = [float(r[c["deletion_time"]]) - float(r[c["scheduled_time"]]) for r in expect]
+    assert np.array_equal(w.duration, dur)
+    assert np.array_equal(w.num_gpus, [int(r[c["num_gpu"]]) for r in expect])
+    assert np.array_equal(np.array(w.tenants)[w.tenant], [r[c["qos"]] for r in expect])
+    pending = sum(1 for r in rows if int(r[c["num_gpu"]]) >= 1 and r[c["scheduled_time"]] == "")
+    assert w.meta["pending_skipped"] == pending > 0
+    assert len(load_openb(path, include_pending=True)) > len(w)
+
+
+def test_openb_errors(traces_dir: Path, tmp_path: Path) -> None:
+    variant = traces_dir / "alibaba-gpu-v2023-openb" / "variants" / "openb_pod_list_multigpu20.csv"
+    with pytest.raises(TraceFormatError, match="no time columns"):
+        load_openb(variant)
+    head = (
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+        "creation_time,deletion_time,scheduled_time\n"
+    )
+    ok = "p0,1000,1024,1,1000,,LS,Running,0,100,0\n"
+    p = write(tmp_path, "pods.csv", head + ok + ok + "p2,1000,1024,x,1000,,LS,Running,5,100,5\n")
+    with pytest.raises(TraceFormatError, match=r"pods\.csv: line 4: column num_gpu='x' is not an integer"):
+        load_openb(p)
+    p = write(tmp_path, "pods.csv", head + ok + "p1,1000,1024,1,1000,,LS,Running,soon,100,5\n")
+    with pytest.raises(TraceFormatError, match="line 3: column creation_time='soon' is not a number"):
+        load_openb(p)
+
+
+# ---------------------------------------------------------------- pollux
+
+
+def test_pollux_workload(traces_dir: Path) -> None:
+    path = traces_dir / "pollux-osdi21" / "workloads" / "workload-1.csv"
+    _, rows = read_rows(path)
+    w = load_pollux(path, seed=0)
+    assert len(w) == len(rows) == 160 and np.all(np.diff(w.arrival) >= 0)
+    rows.sort(key=lambda r: float(r[1]))
+    app_model = {"cifar10": "resnet18-cifar10", "imagenet": "resnet50-imagenet", "bert": "bert-squad"}
+    assert [MODEL_NAMES[m] for m in w.model] == [app_model.get(r[2], r[2]) for r in rows]
+    assert w.num_gpus.tolist() == [int(r[3]) for r in rows]
+    assert w.batch_size.tolist() == [int(r[4]) for r in rows]
+    gpu_h = w.num_gpus * w.duration / 3600
+    bucket = {"resnet18-cifar10": (0, 1), "ncf": (0, 1), "deepspeech2": (1, 10), "bert-squad": (1, 10)}
+    bucket |= {"yolov3": (10, 100), "resnet50-imagenet": (100, 1000)}
+    for m, h in zip(w.model, gpu_h, strict=True):
+        lo, hi = bucket[MODEL_NAMES[m]]
+        assert lo * 0.999 <= h < hi
+    assert same(w, load_pollux(path, seed=0))
+    assert not np.array_equal(w.duration, load_pollux(path, seed=1).duration)
+
+
+def test_pollux_errors(tmp_path: Path) -> None:
+    head = "name,time,application,num_replicas,batch_size\n"
+    p = write(tmp_path, "w.csv", head + "a,1,cifar10,1,128\nb,2,gpt,1,8\n")
+    with pytest.raises(TraceFormatError, match=r"w\.csv: line 3: column application='gpt' is not a Pollux application"):
+        load_pollux(p)
+    p = write(tmp_path, "w.csv", "name,time,application,batch_size\na,1,cifar10,128\n")
+    with pytest.raises(TraceFormatError, match="expected columns: name,time,application,num_replicas,batch_size"):
+        load_pollux(p)
+    p = write(tmp_path, "w.csv", head + "a,1,cifar10,1.5,128\n")
+    with pytest.raises(TraceFormatError, match=r"line 2: column num_replicas='1\.5' is not an integer"):
+        load_pollux(p)
+
+
+# ---------------------------------------------------------------- spec strings
+
+
+def test_spec_strings(philly_path: Path, traces_dir: Path) -> None:
+    w = parse_workload_spec("synthetic:500", cluster_gpus=64, seed=2)
+    assert len(w) == 500 and w.meta["load"] == 0.8
+    assert same(w, synthetic_workload(500, load=0.8, cluster_gpus=64, seed=2))
+    w = parse_workload_spec("synthetic:500,load=0.5,max_jobs=100", cluster_gpus=64, seed=2)
+    assert len(w) == 100 and w.meta["load"] == 0.5
+    w = parse_workload_spec(f"philly:{philly_path},max_jobs=5000,arrival_scale=0.5", cluster_gpus=64, seed=4)
+    assert same(w, load_philly(philly_path, max_jobs=5000, arrival_scale=0.5, seed=4))
+    w = parse_workload_spec(f"philly:{philly_path},start=86400,end=172800", cluster_gpus=64, seed=4)
+    assert same(w, load_philly(philly_path, time_range=(86400, 172800), seed=4))
+    gavel = gavel_dir(traces_dir) / "23dbec.trace"
+    assert len(parse_workload_spec(f"gavel:{gavel}", cluster_gpus=64, seed=0)) == len(load_gavel(gavel))
+    pollux = traces_dir / "pollux-osdi21" / "workloads" / "workload-2.csv"
+    assert same(parse_workload_spec(f"pollux:{pollux}", cluster_gpus=64, seed=1), load_pollux(pollux, seed=1))
+    openb = traces_dir / "alibaba-gpu-v2023-openb" / "openb_pod_list_default.csv"
+    assert len(parse_workload_spec(f"openb:{openb},max_jobs=10", cluster_gpus=64, seed=0)) == 10
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("helios:x.csv", "unknown kind 'helios'; use one of: synthetic:N_JOBS"),
+        ("synthetic", "unknown kind 'synthetic'"),
+        ("synthetic:100,speed=2", "unknown option 'speed=2' for synthetic; allowed: max_jobs=..., start=..."),
+        ("philly:x.csv,load=0.5", "allowed: max_jobs=..., start=..., end=..., arrival_scale=..., pollux_filter="),
+        ("synthetic:many", "option N_JOBS='many' is not an integer"),
+        ("synthetic:10,load=high", "option load='high' is not a number"),
+        ("synthetic:10,max_jobs=2,max_jobs=3", "option max_jobs given twice"),
+        ("synthetic:10,arrival_scale=-1", "arrival_scale=-1.0 must be a positive number"),
+        ("pollux:", "missing argument; expected pollux:PATH"),
+    ],
+)
+def test_spec_errors(spec: str, message: str) -> None:
+    with pytest.raises(WorkloadSpecError) as e:
+        parse_workload_spec(spec, cluster_gpus=64, seed=0)
+    assert message in str(e.value)
+
+
+def test_spec_missing_file_names_it(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"nope\.csv"):
+        parse_workload_spec(f"philly:{tmp_path / 'nope.csv'}", cluster_gpus=8, seed=0)
