@@ -1,0 +1,128 @@
+"""Results of one simulation: per-job outcomes, cluster timeline and the summary metrics.
+
+Metrics are derived from the per-job arrays on demand, so the result object is the single source of
+truth and a written ``metrics.json`` always agrees with the written ``jobs.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cluster_sim.workload import Workload
+from topology.view import Level
+
+METRIC_KEYS = (
+    "jobs_total", "jobs_completed", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay",
+    "makespan", "gpu_utilization", "fragmentation", "mean_slowdown", "mean_interference_slowdown",
+    "preemptions", "events", "decisions", "decisions_per_second", "wall_seconds",
+)  # fmt: skip
+
+
+@dataclass(eq=False)
+class SimResult:
+    scheduler: str
+    cluster: str
+    num_gpus: int
+    workload: Workload
+    start: np.ndarray  # first start time per job (nan if never started)
+    end: np.ndarray  # completion time per job (nan if unfinished)
+    span: np.ndarray  # topology Level of the last placement
+    preemptions: np.ndarray
+    interference_slowdown: np.ndarray  # mean fraction of throughput lost to interference while running
+    busy_gpu_seconds: float
+    fragmented_gpu_seconds: float
+    events: int
+    decisions: int
+    scheduler_seconds: float
+    wall_seconds: float
+    timeline_t: np.ndarray
+    timeline_busy: np.ndarray
+    timeline_queue: np.ndarray
+
+    @property
+    def jct(self) -> np.ndarray:
+        return self.end - self.workload.arrival
+
+    @property
+    def queue_delay(self) -> np.ndarray:
+        return self.start - self.workload.arrival
+
+    @property
+    def slowdown(self) -> np.ndarray:
+        """JCT relative to the job's ideal run time (1.0 = ran at once, ideally placed)."""
+        return self.jct / self.workload.duration
+
+    def metrics(self) -> dict[str, float | int | str]:
+        done = ~np.isnan(self.end)
+        jct = self.jct[done]
+        n = len(self.workload)
+        t0 = float(self.workload.arrival[0]) if n else 0.0
+        makespan = float(np.nanmax(self.end) - t0) if done.any() else 0.0
+        capacity = self.num_gpus * makespan
+
+        def pct(q: float) -> float:
+            return float(np.percentile(jct, q)) if len(jct) else float("nan")
+
+        return {
+            "scheduler": self.scheduler,
+            "cluster": self.cluster,
+            "jobs_total": n,
+            "jobs_completed": int(done.sum()),
+            "avg_jct": float(jct.mean()) if len(jct) else float("nan"),
+            "p50_jct": pct(50),
+            "p95_jct": pct(95),
+            "p99_jct": pct(99),
+            "avg_queue_delay": float(np.nanmean(self.queue_delay)) if n else float("nan"),
+            "makespan": makespan,
+            "gpu_utilization": float(self.busy_gpu_seconds) / capacity if capacity > 0 else 0.0,
+            "fragmentation": float(self.fragmented_gpu_seconds) / capacity if capacity > 0 else 0.0,
+            "mean_slowdown": float(self.slowdown[done].mean()) if done.any() else float("nan"),
+            "mean_interference_slowdown": float(self.interference_slowdown[done].mean()) if done.any() else 0.0,
+            "preemptions": int(self.preemptions.sum()),
+            "events": self.events,
+            "decisions": self.decisions,
+            "decisions_per_second": self.decisions / self.scheduler_seconds if self.scheduler_seconds > 0 else 0.0,
+            "wall_seconds": self.wall_seconds,
+        }
+
+    def write(self, out_dir: str | Path) -> dict:
+        """Write ``metrics.json`` and ``jobs.csv`` into ``out_dir`` atomically; returns the metrics."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        metrics = self.metrics()
+        write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+        w = self.workload
+        rows = [["id", "arrival", "start", "end", "gpus", "jct", "queue_delay", "slowdown", "placement_span",
+                 "preemptions", "model", "tenant"]]  # fmt: skip
+        jct, qd, sd = self.jct, self.queue_delay, self.slowdown
+        for j in range(len(w)):
+            rows.append([
+                j, f"{w.arrival[j]:.3f}", f"{self.start[j]:.3f}", f"{self.end[j]:.3f}", int(w.num_gpus[j]),
+                f"{jct[j]:.3f}", f"{qd[j]:.3f}", f"{sd[j]:.6f}",
+                Level(int(self.span[j])).name.lower() if self.span[j] >= 0 else "",
+                int(self.preemptions[j]), w.models[int(w.model[j])], w.tenants[int(w.tenant[j])],
+            ])  # fmt: skip
+        write_atomic(out / "jobs.csv", rows)
+        return metrics
+
+
+def write_atomic(path: Path, content: str | list[list]) -> None:
+    """Write text (or CSV rows) to a temporary file beside ``path`` and rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            if isinstance(content, str):
+                f.write(content)
+            else:
+                csv.writer(f).writerows(content)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,550 @@
+"""Event-driven cluster simulator.
+
+Between two events every running job progresses at a constant speed, so progress is integrated exactly
+and lazily: a job's remaining work is settled only when its speed changes (it starts, stops, is resized,
+or a job it shares a server or an uplink with comes or goes). Completions sit in a heap keyed by time
+with a per-job version number, so a superseded completion is skipped rather than searched for.
+
+The simulator is also the :class:`~cluster_sim.protocol.SchedulerView` that schedulers read: arrays are
+exposed as read-only numpy views, nothing is copied per scheduling point.
+
+Work is measured in seconds at speed 1, the speed of the job's ideal placement on the reference GPU, so a
+job placed ideally with no interference runs exactly as long as its trace duration.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time as _time
+from collections.abc import Sequence
+
+import numpy as np
+
+from cluster_sim.job_descriptors import DescriptorCache
+from cluster_sim.model_zoo import model_index
+from cluster_sim.protocol import Decision, InvalidDecision, Preempt, Resize, Scheduler, Start
+from cluster_sim.results import SimResult
+from cluster_sim.workload import Workload
+from interference.base import CoLocation, InterferenceModel, NoInterference, Sharing
+from topology.view import ClusterView, Level
+
+WAITING_ARRIVAL, QUEUED, RUNNING, DONE = 0, 1, 2, 3
+_COMPLETION, _WAKEUP = 0, 1
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+class Simulator:
+    """Replays a workload on a cluster under one scheduler.
+
+    ``perf`` maps a placement to a speed (a :class:`cluster_sim.perf_model.PerformanceModel`); without it
+    every placement runs at speed 1. ``interference`` slows down jobs that share a server (or a GPU).
+    ``restart_cost`` is the number of seconds a resumed or resized job holds its GPUs before it makes
+    progress again (checkpoint restore, process start-up).
+    """
+
+    def __init__(
+        self,
+        view: ClusterView,
+        workload: Workload,
+        *,
+        perf=None,
+        interference: InterferenceModel | None = None,
+        restart_cost: float = 0.0,
+        record_timeline: bool = True,
+        record_history: bool = False,
+    ) -> None:
+        if restart_cost < 0:
+            raise ValueError(f"restart_cost must be >= 0 seconds, got {restart_cost}")
+        too_big = np.flatnonzero(workload.num_gpus > view.num_gpus)
+        if len(too_big):
+            j = int(too_big[0])
+            raise ValueError(
+                f"job {j} asks for {int(workload.num_gpus[j])} GPUs but cluster {view.name!r} has only "
+                f"{view.num_gpus}; use a larger cluster or drop such jobs from the workload"
+            )
+        self.topo = view
+        self.jobs = workload
+        self.perf = perf
+        self.interference = interference if interference is not None else NoInterference()
+        self._interfere = not isinstance(self.interference, NoInterference)
+        self.restart_cost = float(restart_cost)
+        self.record_timeline = record_timeline
+        self.record_history = record_history
+        # model ids as the performance model knows them (the workload may list models in any order)
+        self._model = np.array([model_index(m) for m in workload.models], dtype=np.int32)[workload.model]
+        self._descriptors = DescriptorCache(workload, view, perf) if self._interfere else None
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self) -> None:
+        n, g, s = len(self.jobs), self.topo.num_gpus, self.topo.num_servers
+        self.now = 0.0
+        self._gpu_job = np.full(g, -1, dtype=np.int32)
+        self._server_free = self.topo.server_num_gpus.astype(np.int32).copy()
+        self.gpu_job = _readonly(self._gpu_job)
+        self.server_free = _readonly(self._server_free)
+        self.num_free = g
+        self._state = np.zeros(n, dtype=np.int8)
+        self._remaining = self.jobs.duration.astype(np.float64).copy()
+        self._speed = np.zeros(n)
+        self._factor = np.ones(n)  # interference throughput factor
+        self._settled_at = np.zeros(n)
+        self._stall_until = np.zeros(n)
+        self._run_start = np.zeros(n)
+        self._executed = np.zeros(n)
+        self._attained = np.zeros(n)
+        self._first_start = np.full(n, np.nan)
+        self._end = np.full(n, np.nan)
+        self._span = np.full(n, -1, dtype=np.int8)
+        self._preemptions = np.zeros(n, dtype=np.int32)
+        self._slow_time = np.zeros(n)  # ∫ (1 - interference factor) dt while running
+        self._version = np.zeros(n, dtype=np.int64)
+        self._placement: dict[int, np.ndarray] = {}
+        self._servers_of: dict[int, dict[int, int]] = {}  # running job -> {server: GPUs held there}
+        self._queue: dict[int, None] = {}
+        self._running: dict[int, None] = {}
+        self._server_jobs: list[dict[int, None]] = [{} for _ in range(s)] if self._interfere else []
+        self._rack_uplink: dict[int, dict[int, None]] = {}  # rack -> jobs whose traffic leaves the rack
+        self._pod_uplink: dict[int, dict[int, None]] = {}
+        self._heap: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        self._next_arrival = 0
+        self._wakeups: set[float] = set()
+        self._done = 0
+        self.events = 0
+        self.decisions = 0
+        self.scheduler_seconds = 0.0
+        # fragmentation: free GPUs on servers that are neither empty nor full, integrated over time
+        self._partial_free = 0
+        self._busy_integral = 0.0
+        self._frag_integral = 0.0
+        self._last_t = 0.0
+        self._tl_t: list[float] = []
+        self._tl_busy: list[int] = []
+        self._tl_queue: list[int] = []
+        # (time, "start" | "stop", job, GPUs): every placement change, for audits and replays
+        self.history: list[tuple[float, str, int, np.ndarray]] = []
+
+    # -------------------------------------------------------- SchedulerView
+    @property
+    def queue(self) -> Sequence[int]:
+        return list(self._queue)
+
+    @property
+    def running(self) -> Sequence[int]:
+        return list(self._running)
+
+    @property
+    def num_queued(self) -> int:
+        return len(self._queue)
+
+    def placement(self, job: int) -> np.ndarray:
+        return self._placement[job]
+
+    def executed_time(self, job: int) -> float:
+        if self._state[job] == RUNNING:
+            return float(self._executed[job] + self.now - self._run_start[job])
+        return float(self._executed[job])
+
+    def attained_service(self, job: int) -> float:
+        if self._state[job] == RUNNING:
+            return float(self._attained[job] + len(self._placement[job]) * (self.now - self._run_start[job]))
+        return float(self._attained[job])
+
+    def remaining_time(self, job: int) -> float:
+        if self._state[job] == RUNNING:
+            progressing = max(0.0, self.now - max(self._settled_at[job], self._stall_until[job]))
+            return float(max(0.0, self._remaining[job] - self._speed[job] * progressing))
+        return float(self._remaining[job])
+
+    def estimated_speed(self, job: int, gpus: np.ndarray) -> float:
+        if self.perf is None:
+            return 1.0
+        return float(self.perf.speed(int(self._model[job]), int(self.jobs.batch_size[job]), gpus))
+
+    def wake_at(self, time: float) -> None:
+        if time > self.now and time not in self._wakeups and math.isfinite(time):
+            self._wakeups.add(time)
+            self._push(time, _WAKEUP, -1, 0)
+
+    def job_state(self, job: int) -> int:
+        return int(self._state[job])
+
+    # ------------------------------------------- vectorised read-only state (for observation builders)
+    @property
+    def job_states(self) -> np.ndarray:
+        """(N,) 0 not arrived, 1 queued, 2 running, 3 done."""
+        return _readonly(self._state)
+
+    @property
+    def job_span(self) -> np.ndarray:
+        """(N,) topology Level of each job's current (or last) placement, -1 if never placed."""
+        return _readonly(self._span)
+
+    @property
+    def job_factor(self) -> np.ndarray:
+        """(N,) current interference throughput factor of each job (1.0 = no slowdown)."""
+        return _readonly(self._factor)
+
+    def attained_services(self, jobs: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`attained_service`."""
+        jobs = np.asarray(jobs, dtype=np.int64)
+        running = self._state[jobs] == RUNNING
+        extra = np.where(running, self.jobs.num_gpus[jobs] * (self.now - self._run_start[jobs]), 0.0)
+        return self._attained[jobs] + extra
+
+    def uplink_jobs(self, rack: int) -> int:
+        """Running jobs whose traffic crosses ``rack``'s uplink (jobs spanning several racks)."""
+        return len(self._rack_uplink.get(rack, ()))
+
+    @property
+    def num_completed(self) -> int:
+        return self._done
+
+    @property
+    def num_arrived(self) -> int:
+        return self._next_arrival
+
+    # ------------------------------------------------------------- running
+    def run(self, scheduler: Scheduler, progress: bool = False) -> SimResult:
+        """Simulate the whole workload; returns per-job results and metrics."""
+        self.reset()
+        scheduler.reset(self)
+        wall0 = _time.perf_counter()
+        bar = _progress_bar(len(self.jobs), scheduler.name) if progress else None
+        last_done = 0
+        while self.advance():
+            if self._queue or getattr(scheduler, "wants_all_points", False):
+                t0 = _time.perf_counter()
+                decisions = scheduler.schedule(self)
+                self.scheduler_seconds += _time.perf_counter() - t0
+                if decisions:
+                    self.apply(decisions)
+            if bar is not None and self._done - last_done >= 500:
+                bar.update(self._done - last_done)
+                last_done = self._done
+        if bar is not None:
+            bar.update(self._done - last_done)
+            bar.close()
+        return self.result(scheduler.name, _time.perf_counter() - wall0)
+
+    def advance(self) -> bool:
+        """Process every event up to the next scheduling point; False once all jobs are done."""
+        n = len(self.jobs)
+        if self._done == n:
+            return False
+        arrival = self.jobs.arrival
+        while True:
+            while self._heap and self._is_stale(self._heap[0]):
+                heapq.heappop(self._heap)
+            t_arr = float(arrival[self._next_arrival]) if self._next_arrival < n else math.inf
+            t_evt = self._heap[0][0] if self._heap else math.inf
+            t = min(t_arr, t_evt)
+            if t == math.inf:
+                stuck = [j for j in range(n) if self._state[j] != DONE]
+                raise RuntimeError(
+                    f"simulation stalled at t={self.now:.1f}s: {len(stuck)} jobs can never run "
+                    f"(first: job {stuck[0]}, state {int(self._state[stuck[0]])}); the scheduler left them "
+                    "queued with nothing running and no wake-up requested"
+                )
+            self._advance_clock(t)
+            changed: dict[int, None] = {}
+            while self._next_arrival < n and arrival[self._next_arrival] <= t:
+                j = self._next_arrival
+                self._state[j] = QUEUED
+                self._queue[j] = None
+                self._next_arrival += 1
+                self.events += 1
+            while self._heap and self._heap[0][0] <= t:
+                _, _, kind, j, ver = heapq.heappop(self._heap)
+                if kind == _WAKEUP:
+                    self._wakeups.discard(t)
+                    self.events += 1
+                elif self._version[j] == ver and self._state[j] == RUNNING:
+                    self._complete(j, changed)
+                    self.events += 1
+            self._refresh_speeds(changed)
+            self._record()
+            return True
+
+    def apply(self, decisions: Sequence[Decision]) -> None:
+        """Validate and carry out a scheduler's decisions at the current time."""
+        changed: dict[int, None] = {}
+        for d in decisions:
+            self.decisions += 1
+            if isinstance(d, Start):
+                self._start(d.job, self._check_gpus(d.job, d.gpus, "start"), changed)
+            elif isinstance(d, Preempt):
+                self._preempt(d.job, changed)
+            elif isinstance(d, Resize):
+                self._resize(d.job, d.gpus, changed)
+            else:
+                raise InvalidDecision(f"unknown decision {d!r}; expected Start, Preempt or Resize")
+        self._refresh_speeds(changed)
+        self._record()
+
+    # --------------------------------------------------------- decisions
+    def _check_job(self, job: int, action: str) -> int:
+        if not isinstance(job, (int, np.integer)) or not 0 <= job < len(self.jobs):
+            raise InvalidDecision(f"cannot {action} job {job!r}: no such job (ids are 0..{len(self.jobs) - 1})")
+        return int(job)
+
+    def _check_gpus(self, job: int, gpus: np.ndarray, action: str, own: bool = False) -> np.ndarray:
+        job = self._check_job(job, action)
+        gpus = np.asarray(gpus)
+        if gpus.ndim != 1 or gpus.size == 0 or not np.issubdtype(gpus.dtype, np.integer):
+            raise InvalidDecision(
+                f"cannot {action} job {job}: GPUs must be a non-empty 1-D integer array, got {gpus!r}"
+            )
+        if gpus.min() < 0 or gpus.max() >= self.topo.num_gpus:
+            bad = gpus[(gpus < 0) | (gpus >= self.topo.num_gpus)]
+            raise InvalidDecision(
+                f"cannot {action} job {job} on GPUs {bad.tolist()}: no such GPU (ids are 0..{self.topo.num_gpus - 1})"
+            )
+        if len(set(gpus.tolist())) != len(gpus):
+            raise InvalidDecision(f"cannot {action} job {job}: GPU list {gpus.tolist()} names a GPU twice")
+        holders = self._gpu_job[gpus]
+        taken = (holders >= 0) & (holders != job) if own else holders >= 0
+        if taken.any():
+            pairs = ", ".join(f"GPU {int(g)} (job {int(h)})" for g, h in zip(gpus[taken], holders[taken], strict=True))
+            raise InvalidDecision(f"cannot {action} job {job}: GPUs already held: {pairs}")
+        return gpus.astype(np.int32)
+
+    def _start(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
+        state = self._state[job]
+        if state != QUEUED:
+            what = {WAITING_ARRIVAL: "has not arrived yet", RUNNING: "is already running", DONE: "has finished"}
+            raise InvalidDecision(f"cannot start job {job} on GPUs {gpus.tolist()}: it {what[int(state)]}")
+        want = int(self.jobs.num_gpus[job])
+        if len(gpus) != want:
+            raise InvalidDecision(
+                f"cannot start job {job} on {len(gpus)} GPUs {gpus.tolist()}: it asks for {want}; "
+                "use Resize on a running job to change its GPU count"
+            )
+        del self._queue[job]
+        resumed = not np.isnan(self._first_start[job])
+        if not resumed:
+            self._first_start[job] = self.now
+        self._occupy(job, gpus, changed)
+        self._stall_until[job] = self.now + (self.restart_cost if resumed else 0.0)
+
+    def _preempt(self, job: int, changed: dict[int, None]) -> None:
+        job = self._check_job(job, "preempt")
+        if self._state[job] != RUNNING:
+            raise InvalidDecision(f"cannot preempt job {job}: it is not running")
+        self._release(job, changed)
+        self._state[job] = QUEUED
+        self._queue[job] = None
+        self._preemptions[job] += 1
+
+    def _resize(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
+        job = self._check_job(job, "resize")
+        if self._state[job] != RUNNING:
+            raise InvalidDecision(f"cannot resize job {job}: it is not running")
+        gpus = self._check_gpus(job, gpus, "resize", own=True)
+        self._release(job, changed)
+        self._occupy(job, gpus, changed)
+        self._stall_until[job] = self.now + self.restart_cost
+
+    # ---------------------------------------------------- bookkeeping
+    def _occupy(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
+        self._gpu_job[gpus] = job
+        per_server = _count(self.topo.gpu_server[gpus].tolist())
+        self._servers_of[job] = per_server
+        for s, c in per_server.items():
+            self._set_server_free(s, int(self._server_free[s]) - c)
+            if self._interfere:
+                for k in self._server_jobs[s]:
+                    changed[k] = None
+                self._server_jobs[s][job] = None
+        self.num_free -= len(gpus)
+        self._placement[job] = gpus
+        if self.record_history:
+            self.history.append((self.now, "start", job, gpus))
+        self._state[job] = RUNNING
+        self._running[job] = None
+        self._run_start[job] = self.now
+        self._settled_at[job] = self.now
+        level = self.topo.span_level(gpus)
+        self._span[job] = int(level)
+        if level >= Level.POD:
+            self._join_uplinks(job, changed)
+        changed[job] = None
+
+    def _release(self, job: int, changed: dict[int, None]) -> None:
+        self._settle(job)
+        gpus = self._placement.pop(job)
+        if self.record_history:
+            self.history.append((self.now, "stop", job, gpus))
+        self._gpu_job[gpus] = -1
+        per_server = self._servers_of.pop(job)
+        for s, c in per_server.items():
+            self._set_server_free(s, int(self._server_free[s]) + c)
+            if self._interfere:
+                del self._server_jobs[s][job]
+                for k in self._server_jobs[s]:
+                    changed[k] = None
+        if self._span[job] >= Level.POD:
+            self._leave_uplinks(job, per_server, changed)
+        self.num_free += len(gpus)
+        del self._running[job]
+        ran = self.now - self._run_start[job]
+        self._executed[job] += ran
+        self._attained[job] += len(gpus) * ran
+        self._version[job] += 1
+        changed.pop(job, None)
+
+    def _complete(self, job: int, changed: dict[int, None]) -> None:
+        self._release(job, changed)
+        self._remaining[job] = 0.0
+        self._state[job] = DONE
+        self._end[job] = self.now
+        self._done += 1
+
+    def _set_server_free(self, s: int, free: int) -> None:
+        cap = int(self.topo.server_num_gpus[s])
+        old = int(self._server_free[s])
+        self._partial_free += (free if 0 < free < cap else 0) - (old if 0 < old < cap else 0)
+        self._server_free[s] = free
+
+    def _uplink_groups(self, servers: dict[int, int]) -> tuple[list[int], list[int]]:
+        """Racks (and, when it spans several pods, pods) whose uplinks a multi-rack job's traffic crosses."""
+        racks = sorted({int(r) for r in self.topo.server_rack[list(servers)]})
+        pods = sorted({int(p) for p in self.topo.rack_pod[racks]})
+        return racks, (pods if len(pods) > 1 else [])
+
+    def _join_uplinks(self, job: int, changed: dict[int, None]) -> None:
+        racks, pods = self._uplink_groups(self._servers_of[job])
+        for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
+            for key in keys:
+                members = table.setdefault(key, {})
+                changed.update(members)
+                members[job] = None
+
+    def _leave_uplinks(self, job: int, servers: dict[int, int], changed: dict[int, None]) -> None:
+        racks, pods = self._uplink_groups(servers)
+        for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
+            for key in keys:
+                members = table[key]
+                del members[job]
+                changed.update(members)
+
+    def _uplink_sharers(self, job: int) -> int:
+        racks, pods = self._uplink_groups(self._servers_of[job])
+        most = 1
+        for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
+            for key in keys:
+                most = max(most, len(table[key]))
+        return most
+
+    def _settle(self, job: int) -> None:
+        """Bring a running job's remaining work up to ``now`` at its current speed."""
+        start = max(self._settled_at[job], self._stall_until[job])
+        if self.now > start:
+            dt = self.now - start
+            self._remaining[job] = max(0.0, self._remaining[job] - self._speed[job] * dt)
+            self._slow_time[job] += (1.0 - self._factor[job]) * dt
+        self._settled_at[job] = self.now
+
+    def _refresh_speeds(self, changed: dict[int, None]) -> None:
+        """Recompute the speed (and completion time) of every running job whose surroundings changed."""
+        jobs = [j for j in changed if self._state[j] == RUNNING]
+        if not jobs:
+            return
+        factors = self._interference_factors(jobs) if self._interfere else None
+        for i, j in enumerate(jobs):
+            self._settle(j)
+            gpus = self._placement[j]
+            if self.perf is None:
+                base = 1.0
+            else:
+                sharers = self._uplink_sharers(j) if self._span[j] >= Level.POD else 1
+                base = self.perf.speed(int(self._model[j]), int(self.jobs.batch_size[j]), gpus, sharers)
+            factor = 1.0 if factors is None else float(factors[i])
+            self._factor[j] = factor
+            self._speed[j] = base * factor
+            self._version[j] += 1
+            begin = max(self.now, self._stall_until[j])
+            self._push(begin + self._remaining[j] / self._speed[j], _COMPLETION, j, int(self._version[j]))
+
+    def _interference_factors(self, jobs: list[int]) -> np.ndarray:
+        desc = self._descriptors
+        queries = []
+        for j in jobs:
+            neighbours: dict[int, None] = {}
+            for s in self._servers_of[j]:
+                neighbours.update(self._server_jobs[s])
+            neighbours.pop(j, None)
+            mine = desc.get(j, int(self._placement[j][0]))
+            others = tuple((desc.get(k, int(self._placement[k][0])), Sharing.SERVER) for k in neighbours)
+            queries.append(CoLocation(mine, others))
+        return np.asarray(self.interference.throughput_factors(queries), dtype=np.float64)
+
+    def _push(self, t: float, kind: int, job: int, version: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, job, version))
+
+    def _is_stale(self, entry: tuple[float, int, int, int, int]) -> bool:
+        _, _, kind, j, ver = entry
+        return kind == _COMPLETION and (self._version[j] != ver or self._state[j] != RUNNING)
+
+    def _advance_clock(self, t: float) -> None:
+        dt = t - self._last_t
+        if dt > 0:
+            self._busy_integral += (self.topo.num_gpus - self.num_free) * dt
+            self._frag_integral += self._partial_free * dt
+        self._last_t = t
+        self.now = t
+
+    def _record(self) -> None:
+        if self.record_timeline:
+            busy, q = self.topo.num_gpus - self.num_free, len(self._queue)
+            if self._tl_t and self._tl_t[-1] == self.now:
+                self._tl_busy[-1], self._tl_queue[-1] = busy, q
+            else:
+                self._tl_t.append(self.now)
+                self._tl_busy.append(busy)
+                self._tl_queue.append(q)
+
+    # -------------------------------------------------------------- result
+    def result(self, scheduler_name: str, wall_seconds: float) -> SimResult:
+        executed = self._executed
+        return SimResult(
+            scheduler=scheduler_name,
+            cluster=self.topo.name,
+            num_gpus=self.topo.num_gpus,
+            workload=self.jobs,
+            start=self._first_start.copy(),
+            end=self._end.copy(),
+            span=self._span.copy(),
+            preemptions=self._preemptions.copy(),
+            interference_slowdown=np.divide(self._slow_time, executed, out=np.zeros_like(executed), where=executed > 0),
+            busy_gpu_seconds=self._busy_integral,
+            fragmented_gpu_seconds=self._frag_integral,
+            events=self.events,
+            decisions=self.decisions,
+            scheduler_seconds=self.scheduler_seconds,
+            wall_seconds=wall_seconds,
+            timeline_t=np.asarray(self._tl_t),
+            timeline_busy=np.asarray(self._tl_busy, dtype=np.int32),
+            timeline_queue=np.asarray(self._tl_queue, dtype=np.int32),
+        )
+
+
+def _count(items: list[int]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for x in items:
+        counts[x] = counts.get(x, 0) + 1
+    return counts
+
+
+def _progress_bar(total: int, name: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"simulate {name}", unit="job", mininterval=0.5, leave=False)

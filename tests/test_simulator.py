@@ -1,0 +1,209 @@
+"""Simulator mechanics: exact hand-computed cases, validation of decisions, uplink contention, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cluster_sim.perf_model import PerformanceModel
+from cluster_sim.protocol import InvalidDecision, Preempt, Resize, Start
+from cluster_sim.simulator import Simulator
+from cluster_sim.workload import Workload
+from topology import build_cluster, parse_spec
+
+
+def tiny_cluster(servers: int = 2, racks: int = 1, pods: int = 1, server: str = "nvswitch-8", pod_over: float = 1.0):
+    spec = parse_spec(
+        {
+            "name": "tiny",
+            "pods": pods,
+            "racks_per_pod": racks,
+            "servers_per_rack": servers,
+            "server": server,
+            "gpu_type": "V100",
+            "pod_oversubscription": pod_over,
+        }
+    )
+    return build_cluster(spec)
+
+
+def workload(arrival, gpus, duration, model: str = "resnet18-cifar10", tenant=None) -> Workload:
+    n = len(arrival)
+    return Workload(
+        arrival=np.asarray(arrival, dtype=np.float64),
+        num_gpus=np.asarray(gpus, dtype=np.int32),
+        duration=np.asarray(duration, dtype=np.float64),
+        model=np.zeros(n, dtype=np.int16),
+        batch_size=np.full(n, 128, dtype=np.int32),
+        tenant=np.zeros(n, dtype=np.int16) if tenant is None else np.asarray(tenant, dtype=np.int16),
+        models=(model,),
+    )
+
+
+class Script:
+    """Issues fixed decisions at fixed times: lets a test drive the simulator decision by decision."""
+
+    name = "script"
+    wants_all_points = True
+
+    def __init__(self, plan: dict[float, list]) -> None:
+        self.plan = plan
+
+    def reset(self, view) -> None:
+        for t in self.plan:
+            view.wake_at(t)
+
+    def schedule(self, view) -> list:
+        return self.plan.get(view.now, [])
+
+
+class Greedy:
+    """First-come first-served on the lowest free GPU ids."""
+
+    name = "greedy"
+
+    def reset(self, view) -> None:
+        pass
+
+    def schedule(self, view) -> list:
+        free = np.flatnonzero(view.gpu_job < 0)
+        out = []
+        for j in view.queue:
+            n = int(view.jobs.num_gpus[j])
+            if n > len(free):
+                break
+            out.append(Start(j, free[:n]))
+            free = free[n:]
+        return out
+
+
+def gpus(*ids: int) -> np.ndarray:
+    return np.array(ids, dtype=np.int64)
+
+
+def test_fifo_by_hand():
+    # 16 GPUs. Job 0 takes 8 for 100 s, job 1 needs 16 and waits for it, job 2 (4 GPUs) waits behind job 1.
+    c = tiny_cluster()
+    r = Simulator(c.view, workload([0, 0, 10], [8, 16, 4], [100, 50, 10])).run(Greedy())
+    assert r.start.tolist() == [0.0, 100.0, 150.0]
+    assert r.end.tolist() == [100.0, 150.0, 160.0]
+    assert r.jct.tolist() == [100.0, 150.0, 150.0]
+    m = r.metrics()
+    assert m["avg_jct"] == pytest.approx(400 / 3)
+    assert m["avg_queue_delay"] == pytest.approx((0 + 100 + 140) / 3)
+    assert m["makespan"] == 160.0
+    # busy GPU-seconds: 8*100 + 16*50 + 4*10 over 16 GPUs * 160 s
+    assert m["gpu_utilization"] == pytest.approx((800 + 800 + 40) / (16 * 160))
+
+
+def test_preemption_keeps_progress_and_pays_restart_cost():
+    c = tiny_cluster(servers=1)
+    eight = gpus(*range(8))
+    plan = {0.0: [Start(0, eight)], 10.0: [Preempt(0), Start(1, eight)], 30.0: [Start(0, eight)]}
+    sim = Simulator(c.view, workload([0, 10], [8, 8], [100, 20]), restart_cost=5.0, record_history=True)
+    r = sim.run(Script(plan))
+    # job 0 ran 10 s, waited 20 s, stalls 5 s on resume, then needs the remaining 90 s
+    assert r.end.tolist() == [125.0, 30.0]
+    assert r.preemptions.tolist() == [1, 0]
+    assert [(t, kind, j) for t, kind, j, _ in sim.history] == [
+        (0.0, "start", 0),
+        (10.0, "stop", 0),
+        (10.0, "start", 1),
+        (30.0, "stop", 1),
+        (30.0, "start", 0),
+        (125.0, "stop", 0),
+    ]
+
+
+def test_resize_changes_speed_as_the_performance_model_says():
+    c = tiny_cluster(servers=2)
+    perf = PerformanceModel(c.view)
+    w = workload([0], [8], [1000])
+    sim = Simulator(c.view, w, perf=perf, restart_cost=7.0)
+    spread = gpus(0, 1, 2, 3, 8, 9, 10, 11)  # same GPU count over two servers: slower than one server
+    r = sim.run(Script({0.0: [Start(0, gpus(*range(8)))], 100.0: [Resize(0, spread)]}))
+    speed = perf.speed(0, 128, spread)
+    assert speed < 1.0
+    assert r.end[0] == pytest.approx(100.0 + 7.0 + 900.0 / speed, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("decision", "message"),
+    [
+        (Start(0, gpus(0, 0)), "names a GPU twice"),
+        (Start(0, gpus(0, 99)), "no such GPU"),
+        (Start(0, gpus(0, 1)), "asks for 1"),
+        (Start(7, gpus(0)), "no such job"),
+        (Preempt(0), "not running"),
+        (Start(1, gpus(3)), "has not arrived"),
+    ],
+)
+def test_invalid_decisions_are_rejected_with_job_and_gpus(decision, message):
+    c = tiny_cluster(servers=1)
+    sim = Simulator(c.view, workload([0, 50], [1, 1], [10, 10]))
+    with pytest.raises(InvalidDecision, match=message):
+        sim.run(Script({0.0: [decision]}))
+
+
+def test_gpu_held_by_another_job_is_named():
+    c = tiny_cluster(servers=1)
+    sim = Simulator(c.view, workload([0, 0], [2, 2], [10, 10]))
+    with pytest.raises(InvalidDecision, match=r"job 1: GPUs already held: GPU 1 \(job 0\)"):
+        sim.run(Script({0.0: [Start(0, gpus(0, 1)), Start(1, gpus(1, 2))]}))
+
+
+def test_starting_a_running_job_twice_is_rejected():
+    c = tiny_cluster(servers=1)
+    sim = Simulator(c.view, workload([0], [1], [10]))
+    with pytest.raises(InvalidDecision, match="already running"):
+        sim.run(Script({0.0: [Start(0, gpus(0)), Start(0, gpus(1))]}))
+
+
+def test_job_larger_than_cluster_is_refused_up_front():
+    c = tiny_cluster(servers=1)
+    with pytest.raises(ValueError, match="asks for 16 GPUs but cluster 'tiny' has only 8"):
+        Simulator(c.view, workload([0], [16], [10]))
+
+
+def test_jobs_sharing_an_oversubscribed_uplink_slow_each_other():
+    # two pods of one rack of two servers; pod uplinks 4:1 oversubscribed. A 16-GPU job spanning both pods
+    # alone, then together with a second such job.
+    c = tiny_cluster(servers=2, racks=1, pods=2, pod_over=4.0)
+    perf = PerformanceModel(c.view)
+    a = np.concatenate([np.arange(0, 8), np.arange(16, 24)])
+    b = np.concatenate([np.arange(8, 16), np.arange(24, 32)])
+    alone = Simulator(c.view, workload([0], [16], [1000]), perf=perf).run(Script({0.0: [Start(0, a)]}))
+    both = Simulator(c.view, workload([0, 0], [16, 16], [1000, 1000]), perf=perf).run(
+        Script({0.0: [Start(0, a), Start(1, b)]})
+    )
+    assert both.end[0] > alone.end[0]
+    assert alone.end[0] == pytest.approx(1000.0 / perf.speed(0, 128, a), rel=1e-12)
+
+
+def test_same_inputs_give_bit_identical_results():
+    c = build_cluster("small")
+    rng = np.random.default_rng(3)
+    n = 400
+    w = workload(np.sort(rng.uniform(0, 5000, n)), rng.choice([1, 2, 4, 8, 16], n), rng.lognormal(5, 1, n))
+    runs = [Simulator(c.view, w, perf=PerformanceModel(c.view)).run(Greedy()) for _ in range(2)]
+    assert np.array_equal(runs[0].end, runs[1].end)
+    assert np.array_equal(runs[0].start, runs[1].start)
+    assert runs[0].metrics()["avg_jct"] == runs[1].metrics()["avg_jct"]
+
+
+def test_results_files_are_written(tmp_path):
+    c = tiny_cluster()
+    r = Simulator(c.view, workload([0, 0, 10], [8, 16, 4], [100, 50, 10])).run(Greedy())
+    m = r.write(tmp_path)
+    import csv
+    import json
+
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert on_disk == m
+    for key in ("jobs_total", "jobs_completed", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay",
+                "makespan", "gpu_utilization", "mean_slowdown", "events", "wall_seconds"):  # fmt: skip
+        assert key in on_disk
+    rows = list(csv.DictReader((tmp_path / "jobs.csv").open()))
+    assert [float(row["jct"]) for row in rows] == [100.0, 150.0, 150.0]
+    assert rows[1]["placement_span"] == "rack"
+    assert not list(tmp_path.glob(".*tmp"))
