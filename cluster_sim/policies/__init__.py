@@ -1,0 +1,90 @@
+"""Heuristic schedulers: an ordering of the waiting jobs combined with a placement strategy.
+
+``get_policy(name, seed)`` accepts the named defaults in :data:`POLICIES` and any explicit combination
+``ORDERING+PLACEMENT`` (for example ``fifo+spread`` or ``sjf+best-fit``) of :data:`ORDERINGS` and
+:data:`cluster_sim.placement.PLACEMENTS`.
+
+Named defaults:
+
+- ``fifo``: strict arrival order, consolidated placement.
+- ``sjf``, ``srtf``: oracle shortest job / shortest remaining time first (SRTF preempts), consolidated.
+- ``tiresias``: discretised 2D-LAS with preemption, consolidated.
+- ``gandiva``: arrival order with backfilling and Gandiva's same-model server affinity.
+- ``drf``: dominant resource fairness across tenants, consolidated.
+- ``optimus``: marginal gain per GPU-second with the performance model, consolidated.
+- ``closest-gpus``: strict arrival order with TopDRL's closest-GPUs placement.
+- ``random``: random order, random GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cluster_sim.placement import PLACEMENTS, placement_names
+from cluster_sim.policies.base import PolicyScheduler
+from cluster_sim.policies.drf import DRF
+from cluster_sim.policies.fifo import FIFO
+from cluster_sim.policies.optimus import Optimus
+from cluster_sim.policies.randomized import RandomOrder
+from cluster_sim.policies.sjf import SJF
+from cluster_sim.policies.srtf import SRTF
+from cluster_sim.policies.tiresias import Tiresias
+
+ORDERINGS: dict[str, type[PolicyScheduler]] = {
+    cls.ordering: cls for cls in (FIFO, SJF, SRTF, Tiresias, DRF, Optimus, RandomOrder)
+}
+
+
+def make_scheduler(ordering: str, placement: str, *, seed: int = 0, **opts) -> PolicyScheduler:
+    """Scheduler with the given ordering and placement; ``opts`` go to the ordering's constructor
+    (``backfill``, ``name``, SRTF's ``margin``, Tiresias' ``thresholds`` ...)."""
+    if ordering not in ORDERINGS:
+        raise ValueError(f"unknown ordering {ordering!r}; choose one of: {', '.join(sorted(ORDERINGS))}")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; choose one of: {', '.join(placement_names())}")
+    return ORDERINGS[ordering](placement, seed=seed, **opts)
+
+
+def _named(ordering: str, placement: str, name: str, **opts) -> Callable[[int], PolicyScheduler]:
+    def build(seed: int = 0) -> PolicyScheduler:
+        return make_scheduler(ordering, placement, seed=seed, name=name, **opts)
+
+    build.__doc__ = f"{name}: ordering {ordering!r}, placement {placement!r}"
+    return build
+
+
+POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
+    "fifo": _named("fifo", "consolidate", "fifo"),
+    "sjf": _named("sjf", "consolidate", "sjf"),
+    "srtf": _named("srtf", "consolidate", "srtf"),
+    "tiresias": _named("tiresias", "consolidate", "tiresias"),
+    "gandiva": _named("fifo", "gandiva", "gandiva", backfill=True),
+    "drf": _named("drf", "consolidate", "drf"),
+    "optimus": _named("optimus", "consolidate", "optimus"),
+    "closest-gpus": _named("fifo", "closest-gpus", "closest-gpus"),
+    "random": _named("random", "random", "random"),
+}
+
+
+def policy_names() -> list[str]:
+    """Named policies, then the ``ORDERING+PLACEMENT`` pattern (for CLI help)."""
+    return [*POLICIES, f"ORDERING+PLACEMENT ({'|'.join(ORDERINGS)} + {'|'.join(placement_names())})"]
+
+
+def get_policy(name: str, seed: int = 0) -> PolicyScheduler:
+    """A fresh scheduler for a named policy or an ``ORDERING+PLACEMENT`` combination."""
+    if name in POLICIES:
+        return POLICIES[name](seed)
+    ordering, plus, placement = name.partition("+")
+    if plus and ordering in ORDERINGS and placement in PLACEMENTS:
+        return make_scheduler(ordering, placement, seed=seed)
+    raise ValueError(
+        f"unknown scheduler {name!r}; choose one of: {', '.join(POLICIES)}, or ORDERING+PLACEMENT with "
+        f"ORDERING in {{{', '.join(ORDERINGS)}}} and PLACEMENT in {{{', '.join(placement_names())}}}"
+    )
+
+
+__all__ = [
+    "DRF", "FIFO", "ORDERINGS", "POLICIES", "SJF", "SRTF", "Optimus", "PolicyScheduler", "RandomOrder",
+    "Tiresias", "get_policy", "make_scheduler", "policy_names",
+]  # fmt: skip

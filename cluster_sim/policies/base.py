@@ -1,0 +1,162 @@
+"""What every heuristic scheduler shares: an ordering of the waiting jobs and a greedy placement pass.
+
+A heuristic is "ordering + placement": the subclass decides which waiting jobs come first (and, if it
+preempts, which running jobs give way); the placement strategy decides which GPUs each job gets. Starts
+are decided against a :class:`~cluster_sim.placement.FreePool`, so several jobs can start in one round
+without being given the same GPU.
+
+The view answers per-job questions (remaining time, attained service) one call at a time. With a
+thousand jobs running, asking every job at every scheduling point would dominate a large simulation,
+so :class:`StayCache` asks once per stay in the queue (or on the GPUs) and the schedulers derive the
+rest: a waiting job's remaining time and attained service do not change, a running job's attained
+service grows by exactly its GPU count per second, and its remaining time can only shrink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from cluster_sim.placement import FreePool, Placement, get_placement
+from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
+
+
+class StayCache:
+    """A per-job number fetched from the view once each time a job enters a set (queue or running).
+
+    A job leaves a set by completing (it never comes back) or by the scheduler's own decision, which
+    must call :meth:`forget` so that the job is fetched afresh when it comes back; :meth:`update` also
+    notices any job missing from the set since its previous call.
+    """
+
+    def __init__(self) -> None:
+        self.value = np.zeros(0)
+        self._member = np.zeros(0, dtype=bool)
+        self._last = np.zeros(0, dtype=np.int64)
+
+    def reset(self, num_jobs: int) -> None:
+        self.value = np.zeros(num_jobs)
+        self._member = np.zeros(num_jobs, dtype=bool)
+        self._last = np.zeros(0, dtype=np.int64)
+
+    def update(self, members: np.ndarray, fetch: Callable[[int], float]) -> np.ndarray:
+        """Values of ``members`` (the whole set now), fetching those that just entered it."""
+        for j in members[~self._member[members]].tolist():
+            self.value[j] = fetch(j)
+        self._member[self._last] = False
+        self._member[members] = True
+        self._last = members
+        return self.value[members]
+
+    def forget(self, jobs: np.ndarray | list[int]) -> None:
+        """``jobs`` leave the set by this round's decisions: fetch them again when they come back."""
+        self._member[np.asarray(jobs, dtype=np.int64)] = False
+
+
+class PolicyScheduler:
+    """Base of the heuristic schedulers.
+
+    ``backfill``: when a job cannot start, try the jobs behind it (True) or stop there (False: strict
+    order, no job overtakes a blocked one). ``seed`` seeds the generator used by random choices, so one
+    seed gives one result bit for bit.
+    """
+
+    ordering = "base"
+    preemptive = False
+    default_backfill = True
+
+    def __init__(
+        self, placement: str = "consolidate", *, seed: int = 0, backfill: bool | None = None, name: str | None = None
+    ) -> None:
+        get_placement(placement, np.random.default_rng(0))  # fail now on an unknown name
+        self.placement_name = placement
+        self.seed = int(seed)
+        self.backfill = self.default_backfill if backfill is None else bool(backfill)
+        self.name = name or f"{self.ordering}+{placement}"
+        self.rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.place: Placement = get_placement(placement, self.rng)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, placement={self.placement_name!r}, seed={self.seed})"
+
+    def reset(self, view: SchedulerView) -> None:
+        self.rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.place = get_placement(self.placement_name, self.rng)
+
+    def schedule(self, view: SchedulerView) -> list[Decision]:
+        queue = np.asarray(view.queue, dtype=np.int64)
+        if not len(queue):
+            return []
+        # Nothing can start and nobody is preempted: skip building the pool. Non-preemptive schedulers
+        # may skip their caches' update here, since a job that started never returns to their queue.
+        if not self.preemptive and view.num_free < int(view.jobs.num_gpus[queue].min()):
+            return []
+        return self.decide(view, queue, FreePool(view))
+
+    def decide(self, view: SchedulerView, queue: np.ndarray, pool: FreePool) -> list[Decision]:
+        """Default round: start waiting jobs in :meth:`order` while they fit."""
+        return list(self.start_in_order(view, self.order(view, queue), pool, self.backfill))
+
+    def order(self, view: SchedulerView, queue: np.ndarray) -> Sequence[int]:
+        raise NotImplementedError
+
+    def start_in_order(
+        self, view: SchedulerView, order: Sequence[int] | np.ndarray, pool: FreePool, backfill: bool
+    ) -> list[Start]:
+        """Place jobs in ``order``; a job that does not fit is skipped (backfill) or ends the pass.
+
+        Placement fails only when too few GPUs are free, so with backfilling the jobs larger than the
+        free count are dropped up front and the pass ends once no remaining job fits.
+        """
+        order = np.asarray(order, dtype=np.int64)
+        need = view.jobs.num_gpus[order].astype(np.int64)
+        if backfill:
+            keep = need <= pool.num_free
+            order, need = order[keep], need[keep]
+            smallest_after = np.minimum.accumulate(need[::-1])[::-1] if len(need) else need
+        starts: list[Start] = []
+        for i, (j, n) in enumerate(zip(order.tolist(), need.tolist(), strict=True)):
+            if backfill and pool.num_free < smallest_after[i]:
+                break
+            gpus = self.place(view, j, n, pool) if n <= pool.num_free else None
+            if gpus is None:
+                if not backfill:
+                    break
+                continue
+            pool.take(gpus, j)
+            starts.append(Start(j, gpus))
+        return starts
+
+
+def admit_by_rank(
+    sched: PolicyScheduler, view: SchedulerView, pool: FreePool, ranked: np.ndarray, is_running: np.ndarray
+) -> tuple[list[Decision], np.ndarray, list[Start]]:
+    """One preemptive round: admit jobs (running or waiting) in ``ranked`` order while GPUs last.
+
+    Running jobs left out are preempted, admitted waiting jobs start. Counting GPUs is enough because a
+    placement always succeeds when enough GPUs are free, so nobody is preempted unless a higher-ranked
+    job needs the GPUs, and a lower-ranked job never takes GPUs that a higher-ranked one was denied.
+    Returns the decisions (preemptions first), the victims and the starts.
+    """
+    need = view.jobs.num_gpus[ranked].astype(np.int64)
+    budget = view.topo.num_gpus
+    cs = np.cumsum(need)
+    k = int(np.searchsorted(cs, budget, side="right"))  # this prefix fits as a whole
+    admitted = np.zeros(len(ranked), dtype=bool)
+    admitted[:k] = True
+    if k < len(ranked):
+        budget -= int(cs[k - 1]) if k else 0
+        rest = need[k:]
+        smallest_after = np.minimum.accumulate(rest[::-1])[::-1]
+        for i, n in enumerate(rest.tolist()):
+            if budget < smallest_after[i]:
+                break
+            if n <= budget:
+                admitted[k + i] = True
+                budget -= n
+    victims = ranked[is_running & ~admitted]
+    for v in victims.tolist():
+        pool.release(view.placement(v), v)
+    starts = sched.start_in_order(view, ranked[~is_running & admitted], pool, backfill=True)
+    return [*(Preempt(v) for v in victims.tolist()), *starts], victims, starts

@@ -1,0 +1,23 @@
+"""First in, first out: jobs start in arrival order."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cluster_sim.policies.base import PolicyScheduler
+from cluster_sim.protocol import SchedulerView
+
+
+class FIFO(PolicyScheduler):
+    """Arrival order. Strict by default (``backfill=False``): a job that does not fit blocks the queue,
+    as in a plain FIFO cluster queue; ``backfill=True`` lets later jobs that fit start first.
+
+    Job ids are arrival order, so sorting the queue by id is arrival order even for a job that was
+    preempted by another scheduler's decision and re-entered the queue.
+    """
+
+    ordering = "fifo"
+    default_backfill = False
+
+    def order(self, view: SchedulerView, queue: np.ndarray) -> np.ndarray:
+        return np.sort(queue)

@@ -1,0 +1,113 @@
+"""Tiresias' discretised two-dimensional least-attained-service (2D-LAS) scheduler (Gu et al., NSDI'19).
+
+A job's priority is its attained service in GPU-seconds (GPUs held × time held), which needs no
+knowledge of durations. Priorities are discretised into queues by thresholds; within a queue jobs go in
+arrival order, and jobs of a higher-priority queue preempt running jobs of lower queues.
+
+Values taken: two queues with one threshold at 3600 GPU-seconds, the ``queue_limit`` of the simulator
+released with the paper (SymbioticLab/Tiresias). The starvation knob is off by default (``starve_limit
+= None``); set it to promote a waiting job back to the first queue once it has waited ``starve_limit``
+times its executed time, the paper's PROMOTE/STARVELIMIT rule (checked at scheduling points only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from cluster_sim.placement import FreePool
+from cluster_sim.policies.base import PolicyScheduler, StayCache, admit_by_rank
+from cluster_sim.protocol import Decision, SchedulerView
+
+_TOL = 1e-3  # GPU-seconds: a job woken at its threshold crossing counts as having crossed it
+
+
+class Tiresias(PolicyScheduler):
+    """Discretised 2D-LAS with preemption and wake-ups at queue crossings.
+
+    Each round ranks every job, running or waiting, by (queue, running before waiting, arrival) and
+    admits them greedily while GPUs last (see :func:`~cluster_sim.policies.base.admit_by_rank`):
+    running jobs left out are preempted. Ranking running jobs first within a queue means a job only
+    ever preempts jobs of a strictly lower queue, so equal jobs never swap back and forth. While some
+    job waits, the scheduler asks to be woken when the next running job will cross a threshold, the
+    only moment priorities change between arrivals and completions.
+
+    Attained service is read from the view once per stay in the queue or on the GPUs; while a job runs
+    it grows by exactly its GPU count per second, so it is extrapolated in between.
+    """
+
+    ordering = "tiresias"
+    preemptive = True
+    default_backfill = True
+
+    def __init__(
+        self,
+        placement: str = "consolidate",
+        *,
+        thresholds: Sequence[float] = (3600.0,),
+        starve_limit: float | None = None,
+        **kw,
+    ) -> None:
+        th = [float(t) for t in thresholds]
+        if any(t <= 0 for t in th) or th != sorted(set(th)):
+            raise ValueError(f"Tiresias thresholds must be positive and strictly increasing, got {list(thresholds)}")
+        if starve_limit is not None and starve_limit <= 0:
+            raise ValueError(f"Tiresias starve_limit must be > 0 or None, got {starve_limit}")
+        super().__init__(placement, **kw)
+        self.thresholds = np.array([*th, np.inf])
+        self.starve_limit = starve_limit
+        self._wait_service = StayCache()  # attained GPU-seconds, constant while waiting
+        self._run_service = StayCache()  # attained GPU-seconds minus GPUs x time of first sight on the GPUs
+        self._wait_since = StayCache()
+        self._executed = StayCache()
+        self._offset = np.zeros(0)  # attained service at the last promotion
+
+    def _left_queue(self, started: list[int]) -> None:
+        for cache in (self._wait_service, self._wait_since, self._executed):
+            cache.forget(started)
+
+    def reset(self, view: SchedulerView) -> None:
+        super().reset(view)
+        n = len(view.jobs)
+        for cache in (self._wait_service, self._run_service, self._wait_since, self._executed):
+            cache.reset(n)
+        self._offset = np.zeros(n)
+
+    def decide(self, view: SchedulerView, queue: np.ndarray, pool: FreePool) -> list[Decision]:
+        now = view.now
+        gpus = view.jobs.num_gpus
+        svc_q = self._wait_service.update(queue, view.attained_service)
+        if self.starve_limit is not None:
+            since = self._wait_since.update(queue, lambda j: now)
+            ran = self._executed.update(queue, view.executed_time)
+            starved = (ran > 0) & (now - since >= self.starve_limit * ran)
+            self._offset[queue[starved]] = svc_q[starved]
+        svc_q = svc_q - self._offset[queue]
+        level_q = np.searchsorted(self.thresholds, svc_q + _TOL, side="right")
+        if int(gpus[queue].sum()) <= pool.num_free:  # everyone fits: nobody waits, nobody is preempted
+            starts = self.start_in_order(view, queue[np.lexsort((queue, level_q))], pool, backfill=True)
+            self._left_queue([s.job for s in starts])
+            return list(starts)
+        running = np.asarray(view.running, dtype=np.int64)
+        svc_r = self._run_service.update(running, lambda j: view.attained_service(j) - int(gpus[j]) * now)
+        svc_r = svc_r + gpus[running] * now - self._offset[running]
+        level_r = np.searchsorted(self.thresholds, svc_r + _TOL, side="right")
+        ids = np.concatenate([running, queue])
+        waits = np.concatenate([np.zeros(len(running), dtype=np.int8), np.ones(len(queue), dtype=np.int8)])
+        order = np.lexsort((ids, waits, np.concatenate([level_r, level_q])))
+        decisions, victims, starts = admit_by_rank(self, view, pool, ids[order], waits[order] == 0)
+        self._run_service.forget(victims)
+        self._left_queue([s.job for s in starts])
+        if len(starts) < len(queue) or len(victims):
+            # the next threshold crossing among the jobs on the GPUs after this round
+            sorter = np.argsort(queue)
+            started = np.array([s.job for s in starts], dtype=np.int64)
+            keep = ~np.isin(running, victims)
+            on = np.concatenate([running[keep], started])
+            svc = np.concatenate([svc_r[keep], svc_q[sorter[np.searchsorted(queue, started, sorter=sorter)]]])
+            nxt = self.thresholds[np.searchsorted(self.thresholds, svc + _TOL, side="right")]
+            dt = (nxt - svc) / gpus[on]
+            if len(dt) and np.isfinite(dt.min()):
+                view.wake_at(now + float(dt.min()))
+        return decisions
