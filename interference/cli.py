@@ -1,0 +1,162 @@
+"""``marlsched interference train|eval|predict``.
+
+The project's CLI calls :func:`add_interference_commands` with its subparsers; ``python -m
+interference.cli`` runs the same commands on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from interference.evaluation import SPLITS, config_from_meta, cross_validate, metrics, parity_plot, write_json
+from interference.gavel_data import load_gavel_pairs
+from interference.learned import LearnedInterference
+from interference.pairs_csv import REQUIRED, read_pairs_csv, write_predictions
+from interference.training import TrainConfig, fit, gavel_queries
+
+DEFAULT_ORACLE_SAMPLES = 20000
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _threads(args: argparse.Namespace) -> None:
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    _threads(args)
+    pairs = load_gavel_pairs(args.data)
+    cfg = TrainConfig(
+        hidden=args.hidden,
+        members=args.members,
+        steps=args.steps,
+        oracle_samples=args.oracle_samples,
+        seed=args.seed,
+    )
+    _say(f"training on {int(pairs.feasible.sum())} feasible Gavel pairs + {cfg.oracle_samples} oracle samples")
+    model = fit(pairs, cfg, progress=lambda s, loss: _say(f"step {s + 1}/{cfg.steps} loss {loss:.5f}"))
+    queries, y, _ = gavel_queries(pairs)
+    fit_metrics = metrics(model.throughput_factors(queries), y)
+    model.meta["fit_on_gavel"] = fit_metrics
+    model.save(args.out)
+    _say(
+        f"wrote {args.out} (in-sample MAE {fit_metrics['mae']:.4f} on {fit_metrics['n']} samples, "
+        f"{model.meta['train_seconds']} s); held-out accuracy: marlsched interference eval"
+    )
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    _threads(args)
+    model = LearnedInterference.load(args.model)
+    pairs = load_gavel_pairs(args.data)
+    cfg = config_from_meta(model.meta, args.seed)
+    if args.steps:
+        cfg = replace(cfg, steps=args.steps)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cv = cross_validate(pairs, args.split, cfg, log=_say)
+    result = cv["result"]
+    queries, y, _ = gavel_queries(pairs)
+    result["model"] = str(args.model)
+    result["model_in_sample"] = metrics(model.throughput_factors(queries), y)
+    write_json(out / "eval.json", result)
+    title = (
+        f"{args.split}: MAE {result['mae']:.3f} (mean predictor {result['mean_predictor_mae']:.3f}), "
+        f"Spearman {result['spearman']:.2f}, n={result['n']}"
+    )
+    parity_plot(out / "parity.png", cv["pred"], cv["y"], cv["gpu"], title)
+    _say(f"{title}\nwrote {out / 'eval.json'} and {out / 'parity.png'}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    _threads(args)
+    model = LearnedInterference.load(args.model)
+    rows, header, a, b, level = read_pairs_csv(args.pairs)
+    pred_a = model.predict_pairs(a, b, level)
+    pred_b = model.predict_pairs(b, a, level)
+    write_predictions(args.out, rows, header, pred_a, pred_b)
+    _say(f"wrote {len(rows)} predictions to {args.out} (mean factor of A {np.mean(pred_a):.3f})")
+    return 0
+
+
+def _guard(fn):
+    """Turn input errors into one clear line and exit status 2 instead of a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except (ValueError, FileNotFoundError, KeyError) as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+            raise SystemExit(f"marlsched interference {args.interference_command}: error: {msg}") from None
+
+    return run
+
+
+def add_interference_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``interference`` with sub-commands train, eval and predict; each sets ``func``."""
+    p = subparsers.add_parser(
+        "interference", help="co-location interference: train, evaluate and query the learned predictor"
+    )
+    sub = p.add_subparsers(dest="interference_command", required=True, metavar="{train,eval,predict}")
+
+    t = sub.add_parser("train", help="train the set model on Gavel's pairs (+ ground-truth samples)")
+    t.add_argument("--data", required=True, help="gavel:PATH, PATH a Gavel throughput JSON or its folder")
+    t.add_argument(
+        "--oracle-samples",
+        type=int,
+        default=DEFAULT_ORACLE_SAMPLES,
+        help="extra samples of the ground truth at server/uplink levels and with several neighbours "
+        f"(default {DEFAULT_ORACLE_SAMPLES}; 0 for Gavel's pairs only)",
+    )
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", required=True, help="model file to write")
+    t.add_argument("--steps", type=int, default=TrainConfig.steps)
+    t.add_argument("--hidden", type=int, default=TrainConfig.hidden)
+    t.add_argument("--members", type=int, default=TrainConfig.members, help="ensemble members")
+    t.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: the network is tiny, more threads only add overhead)",
+    )
+    t.set_defaults(func=_guard(cmd_train))
+
+    e = sub.add_parser("eval", help="held-out accuracy of the model's configuration on Gavel's pairs")
+    e.add_argument("--model", required=True)
+    e.add_argument("--data", required=True, help="gavel:PATH")
+    e.add_argument("--split", choices=SPLITS, default="random")
+    e.add_argument("--out", required=True, help="folder for eval.json and parity.png")
+    e.add_argument("--seed", type=int, default=None, help="fold seed (default: the model's training seed)")
+    e.add_argument("--steps", type=int, default=None, help="override the training steps per fold")
+    e.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    e.set_defaults(func=_guard(cmd_eval))
+
+    r = sub.add_parser("predict", help="predict normalised throughputs of job pairs given by descriptors")
+    r.add_argument("--model", required=True)
+    r.add_argument("--pairs", required=True, help="CSV with columns " + ",".join(REQUIRED))
+    r.add_argument("--out", required=True, help="CSV to write (input columns + pred_norm_a, pred_norm_b)")
+    r.add_argument("--threads", type=int, default=None)
+    r.set_defaults(func=_guard(cmd_predict))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="marlsched")
+    add_interference_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
