@@ -1,0 +1,106 @@
+"""`marlsched train` and `marlsched export`; experiments.cli registers them with :func:`add_train_commands`.
+
+``load_marl_policy`` (for ``--policy marl:POLICY_DIR``) is re-exported here; it loads a policy folder
+without importing ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from marl.export import load_marl_policy
+
+__all__ = ["add_train_commands", "load_marl_policy", "main", "run_export", "run_train"]
+
+
+def add_train_commands(subparsers) -> None:
+    """Register ``train`` and ``export`` on an argparse subparsers object (each sets ``func``)."""
+    p = subparsers.add_parser(
+        "train",
+        help="train the multi-agent policy: imitation warm start, then PPO on Ray RLlib, then evaluation",
+        description=(
+            "Train the shared HGNN scheduler policy from a YAML config (see experiments/configs/marl_small.yaml). "
+            "Writes checkpoints, progress.csv, TensorBoard logs, learning_curve.png, the exported policy and "
+            "eval.json/comparison.md into --out."
+        ),
+    )
+    p.add_argument("--config", help="training config YAML (not needed with --resume)")
+    p.add_argument("--out", help="run folder to create (results, checkpoints, policy)")
+    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    p.add_argument("--iterations", type=int, default=None, help="total PPO iterations (overrides the config)")
+    p.add_argument("--address", default=None, help="Ray cluster address (overrides ray.address; 'auto' in a job)")
+    p.add_argument("--no-eval", action="store_true", help="skip the final evaluation against the heuristics")
+    p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+    p.set_defaults(func=run_train)
+
+    e = subparsers.add_parser(
+        "export",
+        help="export a trained policy to TorchScript (+ ONNX if installed) with metadata.json",
+        description=(
+            "Export a checkpoint (a run folder, one of its checkpoints/iter_* folders, or its warm_start folder) "
+            "to a policy folder usable with `simulate --policy marl:POLICY_DIR` without RLlib."
+        ),
+    )
+    e.add_argument("--checkpoint", required=True, help="run folder or checkpoint folder")
+    e.add_argument("--out", required=True, help="policy folder to write")
+    e.add_argument("--no-onnx", action="store_true", help="TorchScript only")
+    e.set_defaults(func=run_export)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from marl.config import load_train_config
+    from marl.train import resume_config, train
+
+    if args.resume:
+        if args.config or (args.out and Path(args.out).resolve() != Path(args.resume).resolve()):
+            raise ValueError("--resume DIR continues the run in DIR with its own config; drop --config/--out")
+        cfg = resume_config(args.resume)
+        out = args.resume
+    else:
+        if not args.config or not args.out:
+            raise ValueError("train needs --config FILE.yaml and --out DIR (or --resume DIR)")
+        if (Path(args.out) / "state.json").exists():
+            raise ValueError(f"{args.out} already holds a run; use --resume {args.out} or another --out")
+        cfg = load_train_config(args.config)
+        out = args.out
+    if args.iterations is not None and args.iterations < 1:
+        raise ValueError(f"--iterations must be >= 1, got {args.iterations}")
+    log = (lambda msg: None) if args.quiet else print
+    summary = train(
+        cfg,
+        out,
+        resume=bool(args.resume),
+        iterations=args.iterations,
+        address=args.address,
+        evaluate=False if args.no_eval else None,
+        log=log,
+    )
+    print(f"run folder: {summary['out']} ({summary.get('iterations', 0)} PPO iterations)")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from marl.export import export_policy_dir
+
+    meta = export_policy_dir(args.checkpoint, args.out, onnx=not args.no_onnx)
+    files = [meta["files"]["torchscript"], *meta["files"]["onnx"], "metadata.json"]
+    print(f"policy folder: {args.out} ({', '.join(files)})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m marl.cli train|export ...`` (the same commands as ``marlsched train|export``)."""
+    parser = argparse.ArgumentParser(prog="marlsched", description="Train and export the MARL scheduler policy.")
+    add_train_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"marlsched {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Deployment: one Ray actor per agent gives the in-process decisions, and survives an actor crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from marl.config import parse_train_config
+from marl.export import export_policy_dir, load_marl_policy
+from marl.train import RunFolder, eval_simulator, module_spec_for, run_warm_start, training_env_config
+
+CFG = {
+    "name": "deploy",
+    "env": {"cluster": "small", "workload": "synthetic:30,load=0.95", "num_agents": 4, "reward_scale": 36000},
+    "model": {"hidden": 16, "gpu_layers": 1, "server_layers": 1, "rack_layers": 1},
+    "warm_start": {"episodes": 2, "epochs": 4, "batch_size": 32, "lr": 0.003},
+    "evaluation": {"seeds": [1_000_001], "interference": "none"},
+}
+WORKLOAD = "synthetic:40,load=0.95"
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory) -> Path:
+    """An exported warm-started policy (imitation of per-partition FIFO, no PPO: fast and schedules sensibly)."""
+    root = tmp_path_factory.mktemp("deploy")
+    cfg = parse_train_config(CFG)
+    env_config = training_env_config(cfg)
+    spec, _ = module_spec_for(cfg, env_config)
+    run_warm_start(cfg, env_config, spec.build(), RunFolder(root), log=lambda m: None)
+    export_policy_dir(root / "warm_start", root / "policy", log=lambda m: None)
+    return root / "policy"
+
+
+def _same_results(a, b) -> None:
+    np.testing.assert_array_equal(a.start, b.start)
+    np.testing.assert_array_equal(a.end, b.end)
+    np.testing.assert_array_equal(a.span, b.span)
+
+
+@pytest.fixture(scope="module")
+def reference(policy_dir: Path):
+    """In-process TorchScript inference on the evaluation workload."""
+    cfg = parse_train_config(CFG)
+    sim = eval_simulator(cfg, WORKLOAD, 7)
+    sched = load_marl_policy(policy_dir)
+    result = sim.run(sched)
+    assert result.metrics()["jobs_completed"] == len(sim.jobs)
+    assert sched.policy_calls >= len(sim.jobs) // 2  # the policy made the decisions
+    return sim, result, sched.policy_calls
+
+
+def test_actor_deployment_matches_in_process_inference(ray_local, policy_dir: Path, reference) -> None:
+    from marl.deploy import RayActorPolicy
+
+    sim, ref, calls = reference
+    policy = RayActorPolicy(policy_dir, num_cpus=0.25)
+    try:
+        sched = policy.scheduler()
+        result = sim.run(sched)
+        _same_results(result, ref)
+        assert sched.policy_calls == calls == policy.calls
+        served = policy.info()
+        assert [s["agent"] for s in served] == [0, 1, 2, 3]
+        assert all(s["calls"] == calls for s in served)  # every agent answered every round
+        assert len({s["pid"] for s in served}) == 4  # one process per agent
+    finally:
+        policy.shutdown()
+
+
+def test_killed_agent_actor_is_restarted_and_no_job_is_lost(ray_local, policy_dir: Path, reference) -> None:
+    from marl.deploy import RayActorPolicy
+    from marl.export import marl_scheduler
+
+    sim, ref, calls = reference
+    policy = RayActorPolicy(policy_dir, num_cpus=0.25)
+    victim = 1
+    pid_before = policy.info()[victim]["pid"]
+    kill_at = calls // 3
+
+    class KillMidEpisode:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def __call__(self, batch):
+            self.n += 1
+            if self.n == kill_at:
+                ray_local.kill(policy.actors[victim], no_restart=False)  # crash; Ray restarts it
+            return policy(batch)
+
+    try:
+        result = sim.run(marl_scheduler(KillMidEpisode(), policy.meta))
+        assert result.metrics()["jobs_completed"] == len(sim.jobs)
+        _same_results(result, ref)  # the restarted actor made the same decisions
+        after = policy.info()[victim]
+        assert after["pid"] != pid_before  # it really was a new process
+        assert 0 < after["calls"] <= calls - kill_at + 1  # ...which served the rest of the episode
+    finally:
+        policy.shutdown()
