@@ -1,0 +1,92 @@
+"""Simulator throughput: jobs, events, wall seconds, events/s and peak memory per policy and cluster size.
+
+Each run happens in a fresh process so that its peak resident memory is its own. Scenarios:
+  philly   the Philly trace (pollux-osdi21/traces/philly.csv) on dc-1k, every policy
+  dc10k    100,000 synthetic jobs at load 0.8 on dc-10k
+  scaling  20,000 synthetic jobs at load 0.8 on small, dc-1k and dc-10k (load relative to each cluster,
+           so the queueing regime is the same and only the cluster size changes)
+
+    python experiments/benchmarks/sim_throughput.py [--scenario philly dc10k scaling] [--policies fifo tiresias]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import sys
+import time
+from pathlib import Path
+
+TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
+DEFAULT_POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus", "closest-gpus")
+
+
+def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.Queue) -> None:
+    from cluster_sim.perf_model import PerformanceModel
+    from cluster_sim.policies import get_policy
+    from cluster_sim.simulator import Simulator
+    from cluster_sim.workload_spec import parse_workload_spec
+    from interference import load_interference_model
+    from topology import build_cluster
+
+    t0 = time.perf_counter()
+    c = build_cluster(cluster)
+    w = parse_workload_spec(workload, cluster_gpus=c.view.num_gpus, seed=0)
+    sim = Simulator(
+        c.view,
+        w,
+        perf=PerformanceModel(c.view),
+        interference=load_interference_model(interference, None),
+        restart_cost=30.0,
+    )
+    setup = time.perf_counter() - t0
+    m = sim.run(get_policy(policy, seed=0)).metrics()
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    queue.put({**m, "setup_seconds": setup, "peak_mib": peak_mib})
+
+
+def measure(cluster: str, workload: str, policy: str, interference: str = "none") -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_run, args=(cluster, workload, policy, interference, q))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def report(rows: list[dict]) -> None:
+    cols = ("cluster", "scheduler", "jobs_total", "jobs_completed", "events", "wall_seconds", "ev_per_s", "peak_mib")
+    print("  ".join(f"{c:>14}" for c in cols))
+    for r in rows:
+        r["ev_per_s"] = r["events"] / r["wall_seconds"]
+        vals = [r[c] for c in cols]
+        print("  ".join(f"{v:>14.1f}" if isinstance(v, float) else f"{v!s:>14}" for v in vals))
+    sys.stdout.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenario", nargs="+", default=["philly", "dc10k", "scaling"])
+    ap.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES))
+    ap.add_argument("--interference", default="none", choices=("none", "oracle", "learned"))
+    args = ap.parse_args()
+    if "philly" in args.scenario:
+        print(f"== Philly trace on dc-1k ({PHILLY})")
+        report([measure("dc-1k", f"philly:{PHILLY}", p, args.interference) for p in args.policies])
+    if "dc10k" in args.scenario:
+        print("== 100,000 synthetic jobs at load 0.8 on dc-10k")
+        report([measure("dc-10k", "synthetic:100000,load=0.8", p) for p in args.policies[:2]])
+    if "scaling" in args.scenario:
+        print("== 20,000 synthetic jobs at load 0.8 per cluster size (per-event cost vs size)")
+        rows = [measure(c, "synthetic:20000,load=0.8", "fifo") for c in ("small", "dc-1k", "dc-10k")]
+        report(rows)
+        base = rows[0]["events"] / rows[0]["wall_seconds"]
+        for r in rows:
+            print(f"{r['cluster']:>8}: events/s {r['ev_per_s']:.0f} = {r['ev_per_s'] / base:.2f} x small")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The `marlsched` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from experiments.simulate import add_simulate_command
+    from interference.cli import add_interference_commands
+    from marl.cli import add_train_commands
+
+    parser = argparse.ArgumentParser(
+        prog="marlsched",
+        description="Schedule deep-learning training jobs on simulated GPU clusters: heuristics and MARL.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_simulate_command(sub)
+    add_interference_commands(sub)
+    add_train_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        # user errors (bad spec, missing file, unknown name) end in one clear line, not a traceback
+        print(f"marlsched {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

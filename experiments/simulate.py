@@ -1,0 +1,119 @@
+"""`marlsched simulate`: replay one workload on one cluster under one or more schedulers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from cluster_sim.results import SimResult, write_atomic
+from cluster_sim.simulator import Simulator
+
+SUMMARY_COLUMNS = (
+    ("avg_jct", "avg JCT (s)", "{:.0f}"),
+    ("p50_jct", "p50 (s)", "{:.0f}"),
+    ("p95_jct", "p95 (s)", "{:.0f}"),
+    ("p99_jct", "p99 (s)", "{:.0f}"),
+    ("avg_queue_delay", "queue (s)", "{:.0f}"),
+    ("makespan", "makespan (s)", "{:.0f}"),
+    ("gpu_utilization", "util", "{:.3f}"),
+    ("mean_slowdown", "slowdown", "{:.3f}"),
+    ("jobs_completed", "done", "{}"),
+    ("wall_seconds", "wall (s)", "{:.1f}"),
+)
+
+
+def add_simulate_command(subparsers) -> None:
+    from cluster_sim.policies import policy_names
+    from topology import PRESETS
+
+    p = subparsers.add_parser(
+        "simulate",
+        help="replay a workload on a cluster under heuristic or learned schedulers",
+        description="Replay a workload on a simulated GPU cluster and report JCT, queueing and utilisation.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            f"cluster presets: {', '.join(PRESETS)} (or a YAML file)\n"
+            f"policies: {', '.join(policy_names())}, ORDER+PLACEMENT combinations, marl:POLICY_DIR\n"
+            "workloads: synthetic:N[,load=F] | philly:PATH | openb:PATH | gavel:PATH | pollux:PATH,\n"
+            "           each with optional ,max_jobs=N ,start=S ,end=S ,arrival_scale=F"
+        ),
+    )
+    p.add_argument("--cluster", default="small", help="preset name or YAML file (default: small)")
+    p.add_argument("--workload", default="synthetic:2000", help="workload spec (default: synthetic:2000)")
+    p.add_argument(
+        "--policy", default="fifo", help="scheduler name; comma-separate several to compare them (default: fifo)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for the workload generator and randomised policies")
+    p.add_argument("--interference", default="none", choices=("none", "oracle", "learned"))
+    p.add_argument("--interference-model", default=None, help="model file for --interference learned")
+    p.add_argument("--restart-cost", type=float, default=30.0, help="seconds a resumed job stalls (default 30)")
+    p.add_argument("--no-perf-model", action="store_true", help="every placement runs at ideal speed")
+    p.add_argument("--out", default=None, help="results folder (metrics.json, jobs.csv per policy)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_simulate)
+
+
+def build_simulator(args: argparse.Namespace) -> Simulator:
+    from cluster_sim.perf_model import PerformanceModel
+    from cluster_sim.workload_spec import parse_workload_spec
+    from interference import load_interference_model
+    from topology import build_cluster
+
+    cluster = build_cluster(args.cluster)
+    workload = parse_workload_spec(args.workload, cluster_gpus=cluster.view.num_gpus, seed=args.seed)
+    perf = None if args.no_perf_model else PerformanceModel(cluster.view)
+    interference = load_interference_model(args.interference, args.interference_model)
+    return Simulator(cluster.view, workload, perf=perf, interference=interference, restart_cost=args.restart_cost)
+
+
+def make_scheduler_by_name(name: str, seed: int):
+    """A heuristic by name, or ``marl:POLICY_DIR`` for an exported MARL policy (runs without RLlib)."""
+    if name.startswith("marl:"):
+        from marl.export import load_marl_policy
+
+        policy_dir = name[len("marl:") :]
+        if not Path(policy_dir).is_dir():
+            raise FileNotFoundError(f"--policy {name}: no policy folder {policy_dir!r}; make one with marlsched export")
+        return load_marl_policy(policy_dir, name=name)
+    from cluster_sim.policies import get_policy
+
+    return get_policy(name, seed=seed)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    sim = build_simulator(args)
+    names = [n.strip() for n in args.policy.split(",") if n.strip()]
+    schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
+    results: list[SimResult] = []
+    for sched in schedulers:
+        result = sim.run(sched, progress=not args.quiet)
+        results.append(result)
+        if args.out:
+            out = Path(args.out) if len(schedulers) == 1 else Path(args.out) / _safe(sched.name)
+            result.write(out)
+    print(summary_table([r.metrics() for r in results], title=f"{sim.jobs.source} on {sim.topo.name}"))
+    if args.out and len(schedulers) > 1:
+        write_atomic(Path(args.out) / "summary.json", json.dumps([r.metrics() for r in results], indent=2) + "\n")
+    unfinished = [r.scheduler for r in results if r.metrics()["jobs_completed"] != len(sim.jobs)]
+    if unfinished:
+        print(f"warning: unfinished jobs under {', '.join(unfinished)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def summary_table(rows: list[dict], title: str = "") -> str:
+    """A fixed-width table of the headline metrics, one row per scheduler."""
+    header = ["policy"] + [label for _, label, _ in SUMMARY_COLUMNS]
+    body = [[str(r["scheduler"])] + [fmt.format(r[key]) for key, _, fmt in SUMMARY_COLUMNS] for r in rows]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    lines = [title] if title else []
+    for row in [header, *body]:
+        cells = (c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
