@@ -147,7 +147,7 @@ class FreePool:
     def take(self, gpus: np.ndarray, job: int) -> None:
         """Mark ``gpus`` as held by ``job``; raises if one is not free or is named twice."""
         gpus = np.asarray(gpus)
-        if not self.is_free(gpus) or len(np.unique(gpus)) != len(gpus):
+        if not self.is_free(gpus) or len(set(gpus.tolist())) != len(gpus):
             raise ValueError(f"cannot give GPUs {gpus.tolist()} to job {job}: some are taken or repeated")
         self._write(gpus, job)
         self._update(gpus, job, -1)
@@ -168,21 +168,29 @@ class FreePool:
 
     def _update(self, gpus: np.ndarray, job: int, sign: int) -> None:
         topo = self.topo
-        servers, counts = np.unique(topo.gpu_server[gpus], return_counts=True)
-        np.subtract.at(self.hist, self.server_free[servers], 1)
-        self.server_free[servers] += sign * counts
-        np.add.at(self.hist, self.server_free[servers], 1)
+        servers, counts = _group_counts(topo.gpu_server[gpus])
         racks = topo.server_rack[servers]
-        np.add.at(self.rack_free, racks, sign * counts)
-        np.add.at(self.pod_free, topo.rack_pod[racks], sign * counts)
+        if len(servers) == 1:  # the common case, without the overhead of ufunc.at on one element
+            s, r, c = int(servers[0]), int(racks[0]), sign * int(counts[0])
+            self.hist[self.server_free[s]] -= 1
+            self.server_free[s] += c
+            self.hist[self.server_free[s]] += 1
+            self.rack_free[r] += c
+            self.pod_free[topo.rack_pod[r]] += c
+        else:
+            np.subtract.at(self.hist, self.server_free[servers], 1)
+            self.server_free[servers] += sign * counts
+            np.add.at(self.hist, self.server_free[servers], 1)
+            np.add.at(self.rack_free, racks, sign * counts)
+            np.add.at(self.pod_free, topo.rack_pod[racks], sign * counts)
         self.num_free += sign * len(gpus)
         if self._socket_free is not None:
-            socks, per = np.unique(topo.gpu_socket[gpus], return_counts=True)
+            socks, per = _group_counts(topo.gpu_socket[gpus])
             np.subtract.at(self._socket_hist, self._socket_free[socks], 1)
             self._socket_free[socks] += sign * per
             np.add.at(self._socket_hist, self._socket_free[socks], 1)
         if self._rack_cum is not None:
-            touched = np.unique(racks)
+            touched = racks if len(racks) == 1 else np.unique(racks)
             self._rack_cum[:, touched] = self._sorted_cum(self.index.rack_servers[touched]).T
         model = int(self.view.jobs.model[job])
         if model in self._model_gpus:
@@ -196,6 +204,13 @@ class FreePool:
         """The socket with the fewest free GPUs that still has ``n`` (lowest id on ties), or -1."""
         free = self.socket_free
         return _first_with(self._socket_hist, free, n)
+
+
+def _group_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_counts=True)``, with a fast path for the common one-server/socket job."""
+    if keys[0] == keys[-1] and (keys == keys[0]).all():
+        return keys[:1], np.array([len(keys)])
+    return np.unique(keys, return_counts=True)
 
 
 def _first_with(hist: np.ndarray, free: np.ndarray, n: int) -> int:

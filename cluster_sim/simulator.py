@@ -29,6 +29,9 @@ from cluster_sim.workload import Workload
 from interference.base import CoLocation, InterferenceModel, NoInterference, Sharing
 from topology.view import ClusterView, Level
 
+# jobs spanning pods or more share rack/pod uplinks; a plain int because Enum attribute lookups are slow
+_POD = int(Level.POD)
+
 WAITING_ARRIVAL, QUEUED, RUNNING, DONE = 0, 1, 2, 3
 _COMPLETION, _WAKEUP = 0, 1
 
@@ -373,7 +376,7 @@ class Simulator:
         self._settled_at[job] = self.now
         level = self.topo.span_level(gpus)
         self._span[job] = int(level)
-        if level >= Level.POD:
+        if level >= _POD:
             self._join_uplinks(job, changed)
         changed[job] = None
 
@@ -390,7 +393,7 @@ class Simulator:
                 del self._server_jobs[s][job]
                 for k in self._server_jobs[s]:
                     changed[k] = None
-        if self._span[job] >= Level.POD:
+        if self._span[job] >= _POD:
             self._leave_uplinks(job, per_server, changed)
         self.num_free += len(gpus)
         del self._running[job]
@@ -464,7 +467,7 @@ class Simulator:
             if self.perf is None:
                 base = 1.0
             else:
-                sharers = self._uplink_sharers(j) if self._span[j] >= Level.POD else 1
+                sharers = self._uplink_sharers(j) if self._span[j] >= _POD else 1
                 base = self.perf.speed(int(self._model[j]), int(self.jobs.batch_size[j]), gpus, sharers)
             factor = 1.0 if factors is None else float(factors[i])
             self._factor[j] = factor

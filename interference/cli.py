@@ -11,14 +11,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-import torch
+from interference.gavel_jobs import SPLITS
+from interference.pairs_csv import REQUIRED
 
-from interference.evaluation import SPLITS, config_from_meta, cross_validate, metrics, parity_plot, write_json
-from interference.gavel_data import load_gavel_pairs
-from interference.learned import LearnedInterference
-from interference.pairs_csv import REQUIRED, read_pairs_csv, write_predictions
-from interference.training import TrainConfig, fit, gavel_queries
+# torch, scipy and the training code load inside the commands, so `marlsched --help` starts fast
 
 DEFAULT_ORACLE_SAMPLES = 20000
 
@@ -28,17 +24,24 @@ def _say(msg: str) -> None:
 
 
 def _threads(args: argparse.Namespace) -> None:
+    import torch
+
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from interference.evaluation import metrics
+    from interference.gavel_data import load_gavel_pairs
+    from interference.training import TrainConfig, fit, gavel_queries
+
     _threads(args)
     pairs = load_gavel_pairs(args.data)
+    default = TrainConfig()
     cfg = TrainConfig(
-        hidden=args.hidden,
-        members=args.members,
-        steps=args.steps,
+        hidden=args.hidden or default.hidden,
+        members=args.members or default.members,
+        steps=args.steps or default.steps,
         oracle_samples=args.oracle_samples,
         seed=args.seed,
     )
@@ -56,6 +59,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from interference.evaluation import config_from_meta, cross_validate, metrics, parity_plot, write_json
+    from interference.gavel_data import load_gavel_pairs
+    from interference.learned import LearnedInterference
+    from interference.training import gavel_queries
+
     _threads(args)
     model = LearnedInterference.load(args.model)
     pairs = load_gavel_pairs(args.data)
@@ -80,6 +88,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from interference.learned import LearnedInterference
+    from interference.pairs_csv import read_pairs_csv, write_predictions
+
     _threads(args)
     model = LearnedInterference.load(args.model)
     rows, header, a, b, level = read_pairs_csv(args.pairs)
@@ -121,9 +134,9 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
     )
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", required=True, help="model file to write")
-    t.add_argument("--steps", type=int, default=TrainConfig.steps)
-    t.add_argument("--hidden", type=int, default=TrainConfig.hidden)
-    t.add_argument("--members", type=int, default=TrainConfig.members, help="ensemble members")
+    t.add_argument("--steps", type=int, default=None, help="optimiser steps (default: TrainConfig's)")
+    t.add_argument("--hidden", type=int, default=None, help="hidden width (default: TrainConfig's)")
+    t.add_argument("--members", type=int, default=None, help="ensemble members (default: TrainConfig's)")
     t.add_argument(
         "--threads",
         type=int,

@@ -26,10 +26,9 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from interference.gavel_data import GavelPairs
-from interference.gavel_jobs import GAVEL_FAMILIES
+from interference.gavel_jobs import GAVEL_FAMILIES, SPLITS
 from interference.training import TrainConfig, build_training_set, gavel_queries, train_model
 
-SPLITS = ("random", "leave-model-out")
 RANDOM_FOLDS = 5
 # MAE of predicting the overall mean normalised throughput on all feasible single-GPU pairs of Gavel's
 # simulation_throughputs.json (K80, P100, V100), as stated in the issue; recomputed by `global_mean_mae`.

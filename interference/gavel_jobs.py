@@ -28,6 +28,9 @@ class GavelFamily:
     task: str
 
 
+# how held-out evaluation splits Gavel's pairs: at random, or holding out one model family at a time
+SPLITS = ("random", "leave-model-out")
+
 GAVEL_FAMILIES: dict[str, GavelFamily] = {
     f.name: f
     for f in (

@@ -1,7 +1,6 @@
 """`marlsched train` and `marlsched export`; experiments.cli registers them with :func:`add_train_commands`.
 
-``load_marl_policy`` (for ``--policy marl:POLICY_DIR``) is re-exported here; it loads a policy folder
-without importing ray.
+Heavy modules (torch, ray) load inside the commands so that `marlsched --help` starts fast.
 """
 
 from __future__ import annotations
@@ -10,9 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from marl.export import load_marl_policy
-
-__all__ = ["add_train_commands", "load_marl_policy", "main", "run_export", "run_train"]
+__all__ = ["add_train_commands", "main", "run_export", "run_train"]
 
 
 def add_train_commands(subparsers) -> None:
