@@ -26,18 +26,24 @@ class DescriptorCache:
         self._view = view
         self._perf = perf
         self._by_key: dict[tuple[int, int, int], JobDescriptor] = {}
+        self._by_job: dict[tuple[int, int], JobDescriptor] = {}  # (job, GPU type): the hot path
+        self._gpu_type = view.server_gpu_type[view.gpu_server].tolist()
 
     def get(self, job: int, gpu: int | None = None) -> JobDescriptor:
         """Descriptor of ``job`` on the GPU type of ``gpu`` (default: the cluster's first GPU type)."""
+        gtype = 0 if gpu is None else self._gpu_type[gpu]
+        desc = self._by_job.get((job, gtype))
+        if desc is not None:
+            return desc
         w = self._jobs
         model = int(w.model[job])
         local = max(1, math.ceil(int(w.batch_size[job]) / int(w.num_gpus[job])))
-        gtype = 0 if gpu is None else int(self._view.server_gpu_type[self._view.gpu_server[gpu]])
         key = (model, local, gtype)
         desc = self._by_key.get(key)
         if desc is None:
             desc = self._build(model, local, gtype)
             self._by_key[key] = desc
+        self._by_job[(job, gtype)] = desc
         return desc
 
     def _build(self, model: int, local_batch: int, gtype: int) -> JobDescriptor:

@@ -40,6 +40,16 @@ class JobDescriptor:
     gpu_type: str = "V100"
     name: str = ""
 
+    def __post_init__(self) -> None:
+        # queries are hashed at every scheduling event (prediction caches); hash the fields once
+        object.__setattr__(self, "_hash", hash(self._key()))
+
+    def _key(self) -> tuple:
+        return (self.params_m, self.gflops, self.batch, self.solo_sps, self.amp, self.gpu_type, self.name)
+
+    def __hash__(self) -> int:
+        return self._hash
+
     def features(self) -> np.ndarray:
         """Log-scaled numeric features, the representation learned models consume."""
         return np.array(
@@ -61,6 +71,12 @@ class CoLocation:
 
     job: JobDescriptor
     neighbours: tuple[tuple[JobDescriptor, Sharing], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.job, self.neighbours)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @runtime_checkable
