@@ -35,7 +35,7 @@ def add_simulate_command(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             f"cluster presets: {', '.join(PRESETS)} (or a YAML file)\n"
-            f"policies: {', '.join(policy_names())}, ORDER+PLACEMENT combinations, marl:POLICY_DIR\n"
+            f"policies: {', '.join(policy_names())}, marl:POLICY_DIR\n"
             "workloads: synthetic:N[,load=F] | philly:PATH | openb:PATH | gavel:PATH | pollux:PATH,\n"
             "           each with optional ,max_jobs=N ,start=S ,end=S ,arrival_scale=F"
         ),
@@ -47,7 +47,12 @@ def add_simulate_command(subparsers) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed for the workload generator and randomised policies")
     p.add_argument("--interference", default="none", choices=("none", "oracle", "learned"))
-    p.add_argument("--interference-model", default=None, help="model file for --interference learned")
+    p.add_argument(
+        "--interference-model",
+        default=None,
+        help="learned: the model file from `interference train`; oracle: gavel:PATH of Gavel's measured pairs "
+        "(without it GPU sharing is parametric)",
+    )
     p.add_argument("--restart-cost", type=float, default=30.0, help="seconds a resumed job stalls (default 30)")
     p.add_argument("--no-perf-model", action="store_true", help="every placement runs at ideal speed")
     p.add_argument("--out", default=None, help="results folder (metrics.json, jobs.csv per policy)")

@@ -160,6 +160,13 @@ def test_yaml_spec_good(tmp_path: Path) -> None:
     assert "my-dc: 24 servers, 168 GPUs" in cluster.describe()
 
 
+def test_shipped_example_cluster_file_loads() -> None:
+    path = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "clusters" / "mixed_example.yaml"
+    v = build_cluster(path).view
+    assert v.num_gpus == 512 and set(v.gpu_types) == {"A100", "V100"}
+    assert v.span_level(v.server_gpus(0)[:2]) <= Level.SERVER
+
+
 def test_rack_assignment_is_deterministic_and_proportional() -> None:
     np.testing.assert_array_equal(rack_counts([1 / 3, 1 / 3, 1 / 3], 4), [2, 1, 1])
     spec = parse_spec(
