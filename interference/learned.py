@@ -15,9 +15,10 @@ inference over thousands of queries is a handful of BLAS calls. Inputs are the n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -40,6 +41,23 @@ from interference.features import (
 from interference.queries import FactorCache, flatten
 
 FORMAT = "marlsched-interference-set-model/1"
+
+# Below this many neighbour rows a call runs on one thread: the simulator asks a few queries per event, and
+# several intra-op threads then cost more in wake-ups than they save (7x slower on a busy 2-core machine).
+SMALL_BATCH = 2048
+
+
+@contextlib.contextmanager
+def _one_thread_if(small: bool) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if not small or before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)
@@ -184,7 +202,7 @@ class LearnedInterference:
         s = self.standardiser
         nbr_query = np.asarray(nbr_query, dtype=np.int64)
         one_each = len(nbr_query) == len(out) and bool((nbr_query == np.arange(len(out))).all())
-        with torch.inference_mode():
+        with torch.inference_mode(), _one_thread_if(len(nbr_feats) < SMALL_BATCH):
             z = self.net(
                 s.job(job_feats),
                 s.gpu(gpu_feats),
