@@ -7,6 +7,7 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from experiments.run import add_run_command
     from experiments.simulate import add_simulate_command
     from interference.cli import add_interference_commands
     from marl.cli import add_train_commands
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_command(sub)
     add_interference_commands(sub)
     add_train_commands(sub)
+    add_run_command(sub)
     return parser
 
 

@@ -1,0 +1,214 @@
+"""The results folder's summary: ``metrics.csv`` (scheduler x seed), ``report.md`` and the plots."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cluster_sim.results import METRIC_KEYS, write_atomic
+from experiments.run_config import ExperimentConfig
+
+# (metric, label, format, lower is better)
+REPORT_METRICS = (
+    ("avg_jct", "avg JCT (s)", "{:.0f}", True),
+    ("p50_jct", "p50 JCT (s)", "{:.0f}", True),
+    ("p95_jct", "p95 JCT (s)", "{:.0f}", True),
+    ("p99_jct", "p99 JCT (s)", "{:.0f}", True),
+    ("avg_queue_delay", "queue delay (s)", "{:.0f}", True),
+    ("makespan", "makespan (s)", "{:.0f}", True),
+    ("gpu_utilization", "GPU util", "{:.3f}", False),
+    ("mean_slowdown", "slowdown", "{:.2f}", True),
+    ("jobs_completed", "jobs done", "{:.0f}", False),
+    ("wall_seconds", "sim wall (s)", "{:.1f}", True),
+    ("task_cpu_seconds", "task CPU (s)", "{:.1f}", True),
+)
+# JCTs only: a baseline's queueing delay can be ~0, which makes a relative change meaningless
+IMPROVEMENT_METRICS = (("avg_jct", "avg JCT"), ("p95_jct", "p95 JCT"))
+
+
+def _mean_std(values: Sequence[float], fmt: str, std_fmt: str | None = None) -> str:
+    v = np.asarray(values, dtype=float)
+    if len(v) == 0 or np.isnan(v).all():
+        return "-"
+    if len(v) == 1:
+        return fmt.format(v[0])
+    return f"{fmt.format(np.nanmean(v))} ± {(std_fmt or fmt).format(np.nanstd(v))}"
+
+
+def improvement(rows: Mapping[str, Mapping[int, Mapping[str, Any]]], sched: str, base: str, key: str) -> list[float]:
+    """Per-seed reduction of ``key`` (percent) of ``sched`` relative to ``base`` (positive: sched is better)."""
+    out = []
+    for seed, m in rows[sched].items():
+        b = rows[base].get(seed, {}).get(key)
+        if b and not math.isnan(b) and not math.isnan(m[key]):
+            out.append(100.0 * (b - m[key]) / b)
+    return out
+
+
+def write_report(
+    cfg: ExperimentConfig,
+    out: Path,
+    specs: list[dict[str, Any]],
+    *,
+    train_info: Mapping[str, Any] | None = None,
+    scaling: Mapping[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+) -> Path:
+    from experiments import plots
+    from experiments.run import PLOTS_DIR, TRAIN_DIR, load_task
+
+    rows: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in cfg.schedulers}
+    series: dict[str, dict[int, dict[str, np.ndarray]]] = {name: {} for name in cfg.schedulers}
+    for spec in specs:
+        metrics, s = load_task(out, spec)
+        rows[spec["scheduler"]][spec["seed"]] = metrics
+        series[spec["scheduler"]][spec["seed"]] = s
+    keys = [*METRIC_KEYS, "task_cpu_seconds"]
+    csv_rows: list[list[Any]] = [["scheduler", "seed", *keys]]
+    for name in cfg.schedulers:
+        for seed, m in sorted(rows[name].items()):
+            csv_rows.append([name, seed, *(m.get(k, "") for k in keys)])
+    write_atomic(out / "metrics.csv", csv_rows)
+
+    plot_dir = out / PLOTS_DIR
+    plot_dir.mkdir(exist_ok=True)
+    figures = {
+        "jct_cdf.png": "JCT distribution (all seeds pooled)",
+        "timeline.png": f"Queue length and GPU utilisation over time (seed {cfg.seeds[0]})",
+        "avg_jct.png": "Average JCT per scheduler (mean ± std over seeds)",
+    }
+    plots.jct_cdf({n: [s["jct"] for s in series[n].values()] for n in cfg.schedulers}, plot_dir / "jct_cdf.png")
+    first = cfg.seeds[0]
+    plots.timelines({n: series[n][first] for n in cfg.schedulers}, plot_dir / "timeline.png", seed=first)
+    plots.bars(
+        {n: [m["avg_jct"] for m in rows[n].values()] for n in cfg.schedulers},
+        plot_dir / "avg_jct.png",
+        ylabel="average JCT (s)",
+    )
+    curve = out / TRAIN_DIR / "learning_curve.png"
+    if curve.is_file():
+        shutil.copyfile(curve, plot_dir / "learning_curve.png")
+        figures["learning_curve.png"] = "MARL training: average JCT, return and entropy per PPO iteration"
+    if scaling:
+        plots.scaling_curves(scaling["rows"], plot_dir / "scaling.png")
+        figures["scaling.png"] = "Agent-count scaling: throughput, latency, episode wall time, average JCT"
+
+    lines = _header(cfg, specs, train_info)
+    lines += _metric_table(cfg, rows)
+    lines += _improvement_tables(cfg, rows)
+    if scaling:
+        lines += scaling_markdown(scaling)
+    lines += ["## Plots", ""]
+    lines += [f"- `{PLOTS_DIR}/{f}`: {title}" for f, title in figures.items()]
+    lines += [f"\n![{figures[f]}]({PLOTS_DIR}/{f})" for f in figures]
+    path = out / "report.md"
+    write_atomic(path, "\n".join(lines) + "\n")
+    log(_console_table(cfg, rows))
+    return path
+
+
+def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | None) -> list[str]:
+    cluster = cfg.cluster if isinstance(cfg.cluster, str) else cfg.cluster.get("name", "inline cluster")
+    lines = [
+        f"# {cfg.name}: {len(cfg.schedulers)} schedulers x {len(cfg.seeds)} seeds on {cluster}",
+        "",
+        f"Workload `{cfg.workload}` (seeds {cfg.seeds}), interference `{cfg.interference}`, restart cost "
+        f"{cfg.restart_cost:g} s; {len(specs)} simulations, each a Ray task. Values are mean ± std over seeds.",
+        "",
+    ]
+    if train_info is not None and cfg.train_config is not None:
+        t = cfg.train_config
+        lines += [
+            f"`marl` is the policy this run trained (`train/`: {t.env.get('num_agents', 4)} agents, warm start "
+            f"{'on' if t.warm_start.enabled else 'off'}, {train_info.get('iterations', 0)} PPO iterations, "
+            f"{train_info.get('train_s', 0):.0f} s{' in the last invocation' if train_info.get('resumed') else ''}; "
+            f"training workload `{t.env.get('workload')}`, interference `{t.env.get('interference', 'none')}`), "
+            "evaluated on the seeds above with the ground-truth interference.",
+            "",
+        ]
+    return lines
+
+
+def _metric_table(cfg: ExperimentConfig, rows: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> list[str]:
+    order = sorted(cfg.schedulers, key=lambda n: float(np.mean([m["avg_jct"] for m in rows[n].values()])))
+    lines = [
+        "## Metrics (best average JCT first)",
+        "",
+        "| scheduler | " + " | ".join(label for _, label, _, _ in REPORT_METRICS) + " |",
+        "|---|" + "---:|" * len(REPORT_METRICS),
+    ]
+    for name in order:
+        cells = [_mean_std([m.get(k, math.nan) for m in rows[name].values()], fmt) for k, _, fmt, _ in REPORT_METRICS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _improvement_tables(cfg: ExperimentConfig, rows: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> list[str]:
+    if not cfg.baselines:
+        return []
+    lines = [
+        "## Improvement over the baselines",
+        "",
+        "Reduction in percent (positive: the scheduler is better than the baseline), computed per seed on the "
+        "same workload and given as mean ± std over seeds.",
+        "",
+    ]
+    for key, label in IMPROVEMENT_METRICS:
+        lines += [
+            f"### {label}",
+            "",
+            "| scheduler | " + " | ".join(f"vs {b}" for b in cfg.baselines) + " |",
+            "|---|" + "---:|" * len(cfg.baselines),
+        ]
+        for name in cfg.schedulers:
+            cells = [
+                "-" if name == b else _mean_std(improvement(rows, name, b, key), "{:+.1f}%", "{:.1f}%")
+                for b in cfg.baselines
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def scaling_markdown(scaling: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "## Agent-count scaling",
+        "",
+        scaling["description"],
+        "",
+        "| agents | GPUs per agent | rollout env steps/s | agent decisions/s | policy round (ms) | "
+        "per agent decision (ms) | eval episode wall (s) | avg JCT (s) | jobs done |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in scaling["rows"]:
+        lines.append(
+            f"| {r['agents']} | {r['gpus_per_agent']} | {r['rollout_env_steps_per_s']:.1f} | "
+            f"{r['rollout_agent_steps_per_s']:.1f} | {r['round_ms']:.2f} | {r['decision_ms']:.3f} | "
+            f"{r['episode_wall_s']:.1f} | {r['avg_jct']:.0f} | {r['jobs_completed']}/{r['jobs_total']} |"
+        )
+    baselines = scaling["rows"][0].get("baselines") or {}
+    if baselines:
+        lines += ["", "Heuristics on the same evaluation episode (avg JCT): "
+                  + ", ".join(f"{name} {value:.0f} s" for name, value in baselines.items()) + "."]  # fmt: skip
+    return [*lines, ""]
+
+
+def _console_table(cfg: ExperimentConfig, rows: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> str:
+    from experiments.simulate import summary_table
+
+    means = []
+    for name in cfg.schedulers:
+        runs = list(rows[name].values())
+        m: dict[str, Any] = {"scheduler": name}
+        for key in ("avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay", "makespan", "gpu_utilization",
+                    "mean_slowdown", "wall_seconds"):  # fmt: skip
+            m[key] = float(np.mean([r[key] for r in runs]))
+        m["jobs_completed"] = int(np.mean([r["jobs_completed"] for r in runs]))
+        means.append(m)
+    means.sort(key=lambda m: m["avg_jct"])
+    return summary_table(means, title=f"{cfg.name}: means over seeds {cfg.seeds}")

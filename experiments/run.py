@@ -1,0 +1,342 @@
+"""`marlsched run CONFIG`: one experiment from one YAML file, on in-process Ray or an existing Ray cluster.
+
+Steps: copy the config into the results folder; train the MARL policy where the config asks (via
+:mod:`marl.train`, resuming a killed training); evaluate every scheduler on every seed as one Ray task each;
+measure agent-count scaling where the config asks; write ``metrics.csv``, ``report.md`` and the plots.
+
+Resuming: every finished evaluation task leaves ``tasks/<scheduler>__seed<N>/`` (written to a temporary
+folder and renamed, so a folder that exists is complete); a rerun with the same ``--out`` skips those and
+runs only the rest. ``state.json`` records, per invocation, how many tasks ran and how many were reused.
+
+Ray tasks receive absolute paths (workers may run in another directory or on another node; a multi-node
+cluster needs the traces and the results folder at the same paths on every node, or a shared disk). The
+task returns its results to the driver, which writes them, so workers need no access to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from cluster_sim.results import write_atomic
+from experiments.run_config import MARL, ExperimentConfig, absolute_spec, load_experiment_config
+
+CONFIG_FILE = "config.yaml"
+STATE_FILE = "state.json"
+TASKS_DIR = "tasks"
+TRAIN_DIR = "train"
+PLOTS_DIR = "plots"
+Log = Callable[[str], None]
+
+
+def add_run_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run an experiment from a YAML config: train, compare schedulers over seeds on Ray, report, plot",
+        description=(
+            "Run one experiment (see experiments/configs/quickstart.yaml): train the MARL policy where the config "
+            "asks, evaluate every scheduler over several seeds as parallel Ray tasks, and write config.yaml, "
+            "metrics.csv, report.md and PNG plots into --out. Rerun with the same --out to resume a killed run."
+        ),
+    )
+    p.add_argument("config", help="experiment config YAML")
+    p.add_argument("--out", default=None, help="results folder (default: results/<config name>)")
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster address, e.g. 127.0.0.1:6379 or 'auto' (default: ray.address of the config, then "
+        "RAY_ADDRESS as set by `ray job submit`, else Ray starts in-process)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no per-task progress lines")
+    p.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    cfg = load_experiment_config(args.config)
+    out = Path(args.out) if args.out else Path("results") / cfg.name
+    log: Log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, flush=True))
+    summary = run_experiment(cfg, out, address=args.address, log=log)
+    print(f"results: {out}/report.md ({summary['tasks_run']} runs done now, {summary['tasks_reused']} reused)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- Ray
+
+
+def ray_address(cfg: ExperimentConfig, address: str | None) -> str | None:
+    """--address, else the config's, else RAY_ADDRESS (set inside `ray job submit`); None: in-process."""
+    return address or cfg.ray.address or os.environ.get("RAY_ADDRESS") or None
+
+
+def init_ray(cfg: ExperimentConfig, address: str | None, log: Log) -> bool:
+    """Connect to a cluster or start Ray in-process; returns whether this call started (and must stop) it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = ray_address(cfg, address)
+    t0 = time.perf_counter()
+    if address:
+        ray.init(address=address, log_to_driver=False)  # num_cpus may not be passed when connecting
+        where = f"cluster at {address}"
+    else:
+        num_cpus = cfg.ray.num_cpus or os.cpu_count() or 1
+        ray.init(
+            num_cpus=num_cpus,
+            object_store_memory=cfg.ray.object_store_mb * 1024**2,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+        where = f"in-process ({num_cpus} CPUs)"
+    cpus = ray.cluster_resources().get("CPU", 0)
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    log(f"ray: {where}, {nodes} node(s), {cpus:g} CPUs ({time.perf_counter() - t0:.1f} s)")
+    return True
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+
+
+def task_id(scheduler: str, seed: int) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_+" else "_" for c in scheduler)
+    return f"{safe}__seed{seed}"
+
+
+def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
+    """One self-contained spec (absolute paths) per scheduler x seed."""
+    cluster = cfg.cluster
+    if isinstance(cluster, str) and Path(cluster).is_file():
+        cluster = os.path.abspath(cluster)
+    specs = []
+    for name in cfg.schedulers:
+        if name == MARL:
+            policy = f"marl:{(out / TRAIN_DIR / 'policy').resolve()}"
+        elif name.startswith("marl:"):
+            policy = f"marl:{os.path.abspath(name[5:])}"
+        else:
+            policy = name
+        for seed in cfg.seeds:
+            specs.append({
+                "id": task_id(name, seed),
+                "scheduler": name,
+                "policy": policy,
+                "seed": int(seed),
+                "cluster": cluster,
+                "workload": absolute_spec(cfg.workload),
+                "interference": cfg.interference,
+                "interference_data": absolute_spec(cfg.interference_data) if cfg.interference_data else None,
+                "restart_cost": cfg.restart_cost,
+                "perf_model": cfg.perf_model,
+                "timeline_points": cfg.timeline_points,
+            })  # fmt: skip
+    return specs
+
+
+def build_eval_simulator(spec: Mapping[str, Any]) -> Any:
+    """The simulator of one task (ground-truth interference; same seed => same workload)."""
+    from cluster_sim.perf_model import PerformanceModel
+    from cluster_sim.simulator import Simulator
+    from cluster_sim.workload_spec import parse_workload_spec
+    from interference import load_interference_model
+    from topology import build_cluster, parse_spec
+
+    cluster = spec["cluster"]
+    if isinstance(cluster, Mapping):
+        cluster = parse_spec(dict(cluster), source="experiment cluster")
+    view = build_cluster(cluster).view
+    workload = parse_workload_spec(spec["workload"], cluster_gpus=view.num_gpus, seed=spec["seed"])
+    perf = PerformanceModel(view) if spec["perf_model"] else None
+    mode = spec["interference"]
+    interference = None if mode == "none" else load_interference_model(mode, spec["interference_data"])
+    return Simulator(view, workload, perf=perf, interference=interference, restart_cost=spec["restart_cost"])
+
+
+def sample_timeline(t: np.ndarray, values: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """A step function (value from each time on) sampled at ``points`` evenly spaced times."""
+    if len(t) == 0:
+        return np.zeros(0), np.zeros(0)
+    grid = np.linspace(float(t[0]), float(t[-1]), points)
+    idx = np.clip(np.searchsorted(t, grid, side="right") - 1, 0, len(t) - 1)
+    return grid, values[idx].astype(np.float64)
+
+
+def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one scheduler on one seed; returns metrics, JCTs and sampled timelines (plain data)."""
+    import socket
+
+    from experiments.simulate import make_scheduler_by_name
+
+    cpu0 = time.process_time()
+    sim = build_eval_simulator(spec)
+    result = sim.run(make_scheduler_by_name(spec["policy"], spec["seed"]))
+    metrics = result.metrics()
+    metrics["scheduler"] = spec["scheduler"]
+    metrics["task_cpu_seconds"] = time.process_time() - cpu0  # setup + simulation, whatever else shares the CPU
+    grid, busy = sample_timeline(result.timeline_t, result.timeline_busy, spec["timeline_points"])
+    _, queue = sample_timeline(result.timeline_t, result.timeline_queue, spec["timeline_points"])
+    jct = result.jct
+    return {
+        "metrics": metrics,
+        "seed": spec["seed"],
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "node_id": _node_id(),
+        "jct": jct[~np.isnan(jct)].astype(np.float64),
+        "timeline_t": grid - (grid[0] if len(grid) else 0.0),
+        "utilization": busy / result.num_gpus,
+        "queue": queue,
+    }
+
+
+def _node_id() -> str | None:
+    """The Ray node this runs on (None outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # a worker without a runtime context: no node id to record
+        return None
+
+
+def write_task(out: Path, spec: Mapping[str, Any], res: Mapping[str, Any]) -> None:
+    """Write one task's results into a temporary folder renamed into place (a present folder is complete)."""
+    tasks = out / TASKS_DIR
+    final = tasks / spec["id"]
+    tmp = tasks / f".{spec['id']}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    np.savez_compressed(
+        tmp / "series.npz", jct=res["jct"], t=res["timeline_t"], utilization=res["utilization"], queue=res["queue"]
+    )
+    info = {k: res[k] for k in ("seed", "host", "pid", "node_id")} | {"finished_at": time.time()}
+    write_atomic(tmp / "metrics.json", json.dumps({**res["metrics"], **info}, indent=2) + "\n")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
+def finished(out: Path, spec: Mapping[str, Any]) -> bool:
+    folder = out / TASKS_DIR / spec["id"]
+    return (folder / "metrics.json").is_file() and (folder / "series.npz").is_file()
+
+
+def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log: Log) -> int:
+    """Run the unfinished specs as Ray tasks, writing each as it completes; returns how many ran."""
+    import ray
+
+    todo = [s for s in specs if not finished(out, s)]
+    for stale in (out / TASKS_DIR).glob(".*.tmp"):  # a run killed while writing
+        shutil.rmtree(stale, ignore_errors=True)
+    log(f"evaluation: {len(specs)} runs ({len(specs) - len(todo)} finished before, {len(todo)} to run)")
+    if not todo:
+        return 0
+    # SPREAD: simulations go to every node of a cluster rather than filling the driver's node first
+    remote = ray.remote(evaluate).options(num_cpus=cfg.ray.task_cpus, max_retries=1, scheduling_strategy="SPREAD")
+    pending = {remote.remote(s): s for s in todo}
+    t0 = time.perf_counter()
+    done = 0
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        spec = pending.pop(ready[0])
+        res = ray.get(ready[0])
+        write_task(out, spec, res)
+        done += 1
+        m = res["metrics"]
+        elapsed = time.perf_counter() - t0
+        eta = elapsed / done * (len(todo) - done)
+        log(
+            f"[{done}/{len(todo)}] {spec['scheduler']} seed {spec['seed']}: avg JCT {m['avg_jct']:.0f} s, "
+            f"{m['jobs_completed']}/{m['jobs_total']} jobs, {m['wall_seconds']:.1f} s "
+            f"({m['task_cpu_seconds']:.1f} s CPU) on {res['host']}:{res['pid']}"
+            f"  (elapsed {elapsed:.0f} s, ETA {eta:.0f} s)"
+        )
+    return done
+
+
+def load_task(out: Path, spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    folder = out / TASKS_DIR / spec["id"]
+    metrics = json.loads((folder / "metrics.json").read_text())
+    with np.load(folder / "series.npz") as z:
+        series = {k: z[k] for k in z.files}
+    return metrics, series
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def _prepare_out(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
+    """Create ``out`` with the config copy, or check that it holds this same experiment (resume)."""
+    out.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    path = out / CONFIG_FILE
+    if path.is_file() and yaml.safe_load(path.read_text()) != yaml.safe_load(text):
+        raise ValueError(
+            f"{out} holds another experiment ({path} differs from {cfg.source}); use another --out, or delete {out}"
+        )
+    write_atomic(path, text)
+    state_path = out / STATE_FILE
+    return json.loads(state_path.read_text()) if state_path.is_file() else {"invocations": []}
+
+
+def train_if_asked(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any] | None:
+    """Train (or resume training) the policy the ``marl`` scheduler evaluates; skipped once done."""
+    if cfg.train_config is None or MARL not in cfg.schedulers:
+        return None
+    from marl.train import train
+
+    run_dir = out / TRAIN_DIR
+    done_marker = run_dir / "done.json"
+    if done_marker.is_file() and (run_dir / "policy" / "metadata.json").is_file():
+        log(f"training: finished before ({run_dir})")
+        return json.loads(done_marker.read_text())
+    resume = (run_dir / "state.json").is_file()
+    log(f"training: {'resuming' if resume else 'starting'} {cfg.train_config.name} in {run_dir}")
+    t0 = time.perf_counter()
+    summary = train(cfg.train_config, run_dir, resume=resume, evaluate=False, log=log)
+    info = {"iterations": summary.get("iterations", 0), "train_s": time.perf_counter() - t0, "resumed": resume}
+    write_atomic(done_marker, json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def run_experiment(cfg: ExperimentConfig, out: str | Path, *, address: str | None = None, log: Log = print) -> dict:
+    """The whole experiment into ``out`` (resuming what a previous invocation finished)."""
+    import ray
+
+    from experiments.report import write_report
+
+    out = Path(out)
+    state = _prepare_out(cfg, out)
+    t0 = time.perf_counter()
+    started = init_ray(cfg, address, log)
+    try:
+        train_info = train_if_asked(cfg, out, log)
+        specs = task_specs(cfg, out)
+        ran = run_tasks(cfg, out, specs, log)
+        scaling = None
+        if cfg.scaling_config is not None:
+            from experiments.scaling import run_scaling
+
+            scaling = run_scaling(cfg, out, log)
+        cluster_info = {"nodes": sum(1 for n in ray.nodes() if n.get("Alive")), **ray.cluster_resources()}
+    finally:
+        if started:
+            ray.shutdown()
+    state["invocations"].append({
+        "started_at": time.time() - (time.perf_counter() - t0),
+        "wall_s": time.perf_counter() - t0,
+        "tasks_run": ran,
+        "tasks_reused": len(specs) - ran,
+        "ray": {"address": ray_address(cfg, address), "nodes": cluster_info["nodes"], "CPU": cluster_info.get("CPU")},
+    })  # fmt: skip
+    write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
+    write_report(cfg, out, specs, train_info=train_info, scaling=scaling, log=log)
+    log(f"done in {time.perf_counter() - t0:.0f} s")
+    return {"out": str(out), "tasks_run": ran, "tasks_reused": len(specs) - ran}

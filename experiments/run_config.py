@@ -1,0 +1,282 @@
+"""Experiment configs for `marlsched run`: one YAML file describes a whole experiment (cluster, workload,
+schedulers to compare over seeds, optional MARL training, optional agent-count scaling, Ray settings).
+
+Validation reuses marl.config's checker, so a wrong key or value fails at once with the file, the dotted
+key path, its line and the allowed keys or values. The ``train`` section is a training config (the keys
+of `marlsched train --config`); ``train.extends: PATH`` starts from a training YAML file and the other
+keys of the section override it (mappings merge key by key). Its ``env.cluster`` defaults to the
+experiment's ``cluster``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from marl.config import (
+    INTERFERENCE_MODES,
+    TrainConfig,
+    TrainConfigError,
+    _check_values,
+    _Checker,
+    _key_lines,
+)
+
+MARL = "marl"  # the scheduler name of the policy this experiment trains
+SCALING_POLICIES = ("warm-start", "untrained")
+
+
+class ExperimentConfigError(TrainConfigError):
+    """An experiment config that cannot be used; the message names the file, key path, line and the fix."""
+
+
+@dataclass(frozen=True)
+class RayRunConfig:
+    """``address`` null: Ray starts in-process with ``num_cpus`` (null: this machine's CPUs)."""
+
+    address: str | None = None
+    num_cpus: int | None = None
+    object_store_mb: int = 100
+    task_cpus: float = 1.0  # CPUs each evaluation task reserves
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """Agent-count scaling: per K, rollout throughput, per-decision latency, one evaluation episode."""
+
+    agents: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    workload: str | None = None  # the evaluation episode's workload (default: the experiment's workload)
+    seed: int = 0  # workload seed of the evaluation episode
+    policy: str = "warm-start"  # warm-start: imitate once at reference_agents, share the weights with every K
+    reference_agents: int = 32
+    env_runners: int = 2  # parallel RLlib EnvRunners for the rollout throughput
+    rollout_steps: int = 200  # env steps each EnvRunner samples (after a warm-up of the same size)
+    rollout_workload: str = "synthetic:400,load=0.9"  # episodes the EnvRunners sample
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str = "experiment"
+    seed: int = 0
+    cluster: str | dict[str, Any] = "small"
+    workload: str = "synthetic:300,load=0.9"
+    interference: str = "oracle"  # ground truth of the evaluation simulator
+    interference_data: str | None = None  # oracle: gavel:PATH of measured pairs; learned: model file
+    restart_cost: float = 30.0
+    perf_model: bool = True
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    schedulers: list[str] = field(default_factory=lambda: ["fifo", "sjf", "tiresias"])
+    baselines: list[str] = field(default_factory=lambda: ["fifo"])
+    timeline_points: int = 400  # queue/utilisation samples kept per run for the plots
+    train: dict[str, Any] | None = None  # validated into train_config
+    scaling: dict[str, Any] | None = None  # validated into scaling_config
+    ray: RayRunConfig = field(default_factory=RayRunConfig)
+    source: str = field(default="<dict>", compare=False)
+
+    @property
+    def train_config(self) -> TrainConfig | None:
+        return self.__dict__.get("_train")
+
+    @property
+    def scaling_config(self) -> ScalingConfig | None:
+        return self.__dict__.get("_scaling")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data; ``train`` resolved (extends merged) so that the copy in a results folder stands alone."""
+        out = dataclasses.asdict(self)
+        out.pop("source")
+        if self.train_config is not None:
+            out["train"] = self.train_config.to_dict()
+        if self.scaling_config is not None:
+            out["scaling"] = dataclasses.asdict(self.scaling_config)
+        return out
+
+
+class _PrefixedChecker(_Checker):
+    """marl.config's checker with every key path under a prefix (the embedded ``train`` section)."""
+
+    def __init__(self, source: str, lines: dict[tuple[str, ...], int], prefix: tuple[str, ...]) -> None:
+        super().__init__(source, lines)
+        self.prefix = prefix
+
+    def fail(self, path: tuple[str, ...], message: str) -> TrainConfigError:
+        err = super().fail((*self.prefix, *path), message)
+        return ExperimentConfigError(str(err))
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_experiment_config(
+    data: Any, source: str = "<dict>", lines: dict[tuple[str, ...], int] | None = None
+) -> ExperimentConfig:
+    """Validate plain data (as loaded from YAML) into an :class:`ExperimentConfig`."""
+    lines = lines or {}
+    chk = _PrefixedChecker(source, lines, ())
+    if not isinstance(data, Mapping):
+        raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(ExperimentConfig)}")
+    cfg: ExperimentConfig = chk.section(ExperimentConfig, data, ())
+    cfg = dataclasses.replace(cfg, source=source)
+    if cfg.train is not None:
+        cfg.__dict__["_train"] = _parse_train(cfg.train, cfg, source, lines)
+    if cfg.scaling is not None:
+        cfg.__dict__["_scaling"] = chk.section(ScalingConfig, cfg.scaling, ("scaling",))
+    _check_experiment(cfg, chk)
+    return cfg
+
+
+def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> TrainConfig:
+    chk = _PrefixedChecker(source, lines, ("train",))
+    if not isinstance(data, Mapping):
+        raise chk.fail((), "expected a mapping with the keys of a training config (and optionally extends: PATH)")
+    data = dict(data)
+    base_path = data.pop("extends", None)
+    if base_path is not None:
+        path = Path(str(base_path))
+        if not path.is_file():
+            raise chk.fail(("extends",), f"training config {path} does not exist (paths are relative to the cwd)")
+        base = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(base, Mapping):
+            raise chk.fail(("extends",), f"{path} does not hold a training config mapping")
+        data = _merge(base, data)
+    env = dict(data.get("env") or {})
+    if "cluster" in env and env["cluster"] != cfg.cluster:
+        raise chk.fail(("env", "cluster"), "must equal the experiment's cluster (or leave it out to inherit it)")
+    env.setdefault("cluster", cfg.cluster)
+    data["env"] = env
+    # training never draws the evaluation seeds (marl.train keeps evaluation.seeds out of its workloads)
+    evaluation = dict(data.get("evaluation") or {})
+    evaluation.setdefault("seeds", list(cfg.seeds))
+    data["evaluation"] = evaluation
+    train_cfg: TrainConfig = chk.section(TrainConfig, data, ())
+    train_cfg = dataclasses.replace(train_cfg, source=f"{source}: train")
+    _check_values(train_cfg, chk)
+    return train_cfg
+
+
+def _check_experiment(cfg: ExperimentConfig, chk: _Checker) -> None:
+    from cluster_sim.policies import get_policy, policy_names
+
+    if cfg.interference not in INTERFERENCE_MODES:
+        raise chk.fail(("interference",), f"{cfg.interference!r} is not one of {', '.join(INTERFERENCE_MODES)}")
+    if cfg.interference == "learned" and not cfg.interference_data:
+        raise chk.fail(("interference_data",), "interference 'learned' needs a model file (marlsched interference)")
+    if cfg.interference_data:
+        path = Path(cfg.interference_data.removeprefix("gavel:"))
+        if not path.exists():
+            raise chk.fail(("interference_data",), f"{path} does not exist (paths are relative to the cwd)")
+    if cfg.restart_cost < 0:
+        raise chk.fail(("restart_cost",), f"must be >= 0 seconds, got {cfg.restart_cost}")
+    _check_workload(chk, ("workload",), cfg.workload)
+    if not cfg.seeds:
+        raise chk.fail(("seeds",), "give at least one workload seed")
+    if len(set(cfg.seeds)) != len(cfg.seeds):
+        raise chk.fail(("seeds",), f"seeds repeat: {cfg.seeds}")
+    if not cfg.schedulers:
+        raise chk.fail(("schedulers",), "list at least one scheduler")
+    allowed = f"{', '.join(policy_names())}, {MARL} (trained by this run), marl:POLICY_DIR"
+    for i, name in enumerate(cfg.schedulers):
+        if name == MARL:
+            if cfg.train_config is None:
+                raise chk.fail(("schedulers", str(i)), f"{MARL!r} is the policy this run trains: add a train section")
+            continue
+        if name.startswith("marl:"):
+            if not Path(name[5:]).is_dir():
+                raise chk.fail(("schedulers", str(i)), f"no policy folder {name[5:]!r}; make one with marlsched export")
+            continue
+        try:
+            get_policy(name)
+        except ValueError:
+            raise chk.fail(("schedulers", str(i)), f"unknown scheduler {name!r}; allowed: {allowed}") from None
+    if len(set(cfg.schedulers)) != len(cfg.schedulers):
+        raise chk.fail(("schedulers",), f"schedulers repeat: {cfg.schedulers}")
+    for i, name in enumerate(cfg.baselines):
+        if name not in cfg.schedulers:
+            raise chk.fail(("baselines", str(i)), f"{name!r} is not among schedulers: {', '.join(cfg.schedulers)}")
+    if cfg.timeline_points < 10:
+        raise chk.fail(("timeline_points",), f"must be >= 10, got {cfg.timeline_points}")
+    ray = cfg.ray
+    if ray.num_cpus is not None and ray.num_cpus < 1:
+        raise chk.fail(("ray", "num_cpus"), "must be >= 1 (or null for this machine's CPU count)")
+    if ray.object_store_mb < 75:
+        raise chk.fail(("ray", "object_store_mb"), "Ray needs at least 75 MiB of object store")
+    if ray.task_cpus <= 0:
+        raise chk.fail(("ray", "task_cpus"), f"must be > 0, got {ray.task_cpus}")
+    if cfg.scaling_config is not None:
+        _check_scaling(cfg, chk)
+
+
+def _check_scaling(cfg: ExperimentConfig, chk: _Checker) -> None:
+    from topology import build_cluster
+
+    sc = cfg.scaling_config
+    assert sc is not None
+    if cfg.train_config is None:
+        raise chk.fail(("scaling",), "needs a train section (env, model and warm_start settings of the agents)")
+    if sc.policy not in SCALING_POLICIES:
+        raise chk.fail(("scaling", "policy"), f"{sc.policy!r} is not one of {', '.join(SCALING_POLICIES)}")
+    cluster = cfg.cluster
+    if isinstance(cluster, Mapping):
+        from topology import parse_spec
+
+        cluster = parse_spec(dict(cluster), source=f"{cfg.source}: cluster")
+    racks = build_cluster(cluster).view.num_racks
+    if not sc.agents:
+        raise chk.fail(("scaling", "agents"), "list at least one agent count")
+    for i, k in enumerate([*sc.agents, sc.reference_agents]):
+        path = ("scaling", "agents", str(i)) if i < len(sc.agents) else ("scaling", "reference_agents")
+        if k < 1 or racks % k:
+            divisors = [d for d in range(1, racks + 1) if racks % d == 0]
+            raise chk.fail(path, f"{k} agents do not divide the {racks} racks; allowed: {divisors}")
+    if sc.env_runners < 1 or sc.rollout_steps < 1:
+        raise chk.fail(("scaling", "env_runners" if sc.env_runners < 1 else "rollout_steps"), "must be >= 1")
+    _check_workload(chk, ("scaling", "workload"), sc.workload or cfg.workload)
+    _check_workload(chk, ("scaling", "rollout_workload"), sc.rollout_workload)
+
+
+def _check_workload(chk: _Checker, path: tuple[str, ...], spec: str) -> None:
+    """The spec's kind and file (loading the trace itself waits for the run)."""
+    from cluster_sim.workload_spec import KIND_SYNTAX
+
+    kind, sep, rest = spec.partition(":")
+    if not sep or kind not in KIND_SYNTAX:
+        raise chk.fail(path, f"{spec!r}: workload kinds are {', '.join(KIND_SYNTAX.values())}")
+    if kind != "synthetic":
+        file = Path(rest.split(",")[0])
+        if not file.exists():
+            raise chk.fail(path, f"trace {file} does not exist (paths are relative to the cwd)")
+
+
+def load_experiment_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate an experiment YAML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"experiment config {path} does not exist")
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ExperimentConfigError(f"{path}: not valid YAML: {err}") from None
+    return parse_experiment_config(data, str(path), _key_lines(text))
+
+
+def absolute_spec(spec: str) -> str:
+    """A workload spec (or ``gavel:PATH``) with its file made absolute, for Ray workers with another cwd."""
+    kind, sep, rest = spec.partition(":")
+    if not sep or kind == "synthetic":
+        return spec
+    file, comma, options = rest.partition(",")
+    return f"{kind}:{os.path.abspath(file)}{comma}{options}"

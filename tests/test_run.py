@@ -1,0 +1,270 @@
+"""`marlsched run`: experiment config validation, resuming an interrupted run, a two-node local Ray cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.run_config import ExperimentConfigError, load_experiment_config, parse_experiment_config
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+TINY = {
+    "name": "tiny",
+    "cluster": "small",
+    "workload": "synthetic:40,load=0.9",
+    "interference": "none",
+    "seeds": [1, 2, 3],
+    "schedulers": ["fifo", "sjf"],
+    "baselines": ["fifo"],
+    "timeline_points": 50,
+}
+TINY_TRAIN = {
+    "env": {"workload": "synthetic:16,load=0.95", "num_agents": 4, "interference": "none", "reward_scale": 36000},
+    "model": {"hidden": 16, "gpu_layers": 1, "server_layers": 1, "rack_layers": 1},
+    "warm_start": {"episodes": 2, "epochs": 2, "batch_size": 64},
+    "ppo": {"iterations": 1, "num_env_runners": 0, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1},
+    "evaluation": {"enabled": False},
+}
+
+
+def _write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("name", ["quickstart.yaml", "philly_dc1k.yaml", "scaling_dc1k.yaml"])
+def test_shipped_configs_are_valid(name: str, traces_dir: Path, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    cfg = load_experiment_config(REPO / "experiments" / "configs" / name)
+    assert cfg.seeds and cfg.schedulers
+    if "marl" in cfg.schedulers or cfg.scaling_config is not None:
+        assert cfg.train_config is not None and cfg.train_config.env["cluster"] == cfg.cluster
+
+
+def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """\
+        name: typo
+        cluster: small
+        schedulers: [fifo]
+        train:
+          env: {num_agents: 4}
+          ppo:
+            iterations: 2
+            learning_rate: 0.001
+        """,
+    )
+    with pytest.raises(ExperimentConfigError) as err:
+        load_experiment_config(path)
+    msg = str(err.value)
+    assert f"{path}, line 8" in msg and "train.ppo.learning_rate" in msg
+    assert "allowed keys here:" in msg and "lr" in msg and "minibatch_size" in msg
+
+    path = _write(tmp_path, "name: x\nschedulerz: [fifo]\n")
+    with pytest.raises(
+        ExperimentConfigError, match=r"line 2: schedulerz: unknown key; allowed keys here: .*schedulers"
+    ):
+        load_experiment_config(path)
+
+
+@pytest.mark.parametrize(
+    ("patch", "fragments"),
+    [
+        ({"interference": "exact"}, ["interference:", "'exact' is not one of none, oracle, learned"]),
+        ({"schedulers": ["fifo", "fastest"]}, ["schedulers.1:", "unknown scheduler 'fastest'", "tiresias", "marl"]),
+        ({"schedulers": ["fifo", "marl"]}, ["schedulers.1:", "add a train section"]),
+        ({"baselines": ["srtf"]}, ["baselines.0:", "not among schedulers: fifo, sjf"]),
+        ({"seeds": "1,2"}, ["seeds:", "expected a list"]),
+        ({"ray": {"num_cpus": 0}}, ["ray.num_cpus:", "must be >= 1"]),
+        ({"workload": "trace.csv"}, ["workload:", "synthetic:N_JOBS", "philly:PATH"]),
+        ({"train": {**TINY_TRAIN, "env": {"interference": "noisy"}}}, ["train.env.interference:", "none, oracle"]),
+        ({"train": {**TINY_TRAIN, "ppo": {"gamma": 1.5}}}, ["train.ppo.gamma:", "must be in (0, 1]"]),
+        ({"train": {**TINY_TRAIN, "env": {"cluster": "dc-1k"}}}, ["train.env.cluster:", "must equal"]),
+        ({"train": TINY_TRAIN, "scaling": {"agents": [1, 3]}}, ["scaling.agents.1:", "allowed: [1, 2, 4]"]),
+        ({"train": TINY_TRAIN, "scaling": {"policy": "best"}}, ["scaling.policy:", "warm-start, untrained"]),
+    ],
+)
+def test_bad_values_name_the_path_and_allowed_values(patch: dict, fragments: list[str]) -> None:
+    with pytest.raises(ExperimentConfigError) as err:
+        parse_experiment_config({**TINY, **patch}, "exp.yaml")
+    for fragment in fragments:
+        assert fragment in str(err.value)
+
+
+def test_train_section_extends_a_training_file(tmp_path: Path) -> None:
+    base = _write(
+        tmp_path, yaml.safe_dump({**TINY_TRAIN, "name": "base", "ppo": {"iterations": 7, "lr": 0.01}}), "t.yaml"
+    )
+    cfg = parse_experiment_config(
+        {**TINY, "schedulers": ["marl", "fifo"], "train": {"extends": str(base), "ppo": {"iterations": 2}}}
+    )
+    t = cfg.train_config
+    assert t is not None and t.name == "base" and t.ppo.iterations == 2 and t.ppo.lr == 0.01
+    assert t.env["cluster"] == "small" and t.env["num_agents"] == 4
+    assert t.evaluation.seeds == [1, 2, 3]  # training never draws the experiment's seeds
+    assert cfg.to_dict()["train"]["ppo"]["iterations"] == 2
+
+
+# ---------------------------------------------------------------------------------------------- resume
+
+
+def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Path) -> None:
+    from experiments.run import run_experiment
+
+    cfg = parse_experiment_config({**TINY, "schedulers": ["marl", "fifo", "sjf"], "train": TINY_TRAIN}, "tiny.yaml")
+    out = tmp_path / "out"
+    logs: list[str] = []
+    summary = run_experiment(cfg, out, log=logs.append)
+    assert summary == {"out": str(out), "tasks_run": 9, "tasks_reused": 0}
+    assert any(line.startswith("training: starting") for line in logs)
+    for f in ("config.yaml", "metrics.csv", "report.md", "plots/jct_cdf.png", "plots/timeline.png",
+              "plots/learning_curve.png", "train/policy/metadata.json"):  # fmt: skip
+        assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+    report = (out / "report.md").read_text()
+    assert "| marl |" in report and "vs fifo" in report and " ± " in report
+    csv_lines = (out / "metrics.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + 9 and csv_lines[1].startswith("marl,1,")
+
+    # "Kill" the run: one task's results are gone, another was being written (a stale temporary folder),
+    # and the training is unfinished as far as its done marker goes but has its checkpoint.
+    tasks = out / "tasks"
+    stamps = {p.name: (p / "metrics.json").stat().st_mtime_ns for p in tasks.iterdir()}
+    shutil.rmtree(tasks / "sjf__seed2")
+    shutil.move(tasks / "fifo__seed3", tasks / ".fifo__seed3.tmp")
+    (out / "train" / "done.json").unlink()
+    (out / "report.md").unlink()
+
+    logs.clear()
+    summary = run_experiment(cfg, out, log=logs.append)
+    assert summary["tasks_run"] == 2 and summary["tasks_reused"] == 7
+    assert "evaluation: 9 runs (7 finished before, 2 to run)" in logs
+    assert any(line.startswith("training: resuming") for line in logs)
+    assert not any(line.startswith("warm start") for line in logs)  # the resumed training kept its work
+    for name, stamp in stamps.items():
+        now = (tasks / name / "metrics.json").stat().st_mtime_ns
+        assert (now == stamp) == (name not in ("sjf__seed2", "fifo__seed3")), name
+    assert not list(tasks.glob(".*"))
+    assert (out / "report.md").is_file()
+    state = json.loads((out / "state.json").read_text())
+    assert [i["tasks_run"] for i in state["invocations"]] == [9, 2]
+
+    # A finished run started again recomputes nothing; another experiment in the same folder is refused.
+    assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0
+    other = parse_experiment_config({**TINY, "seeds": [4]})
+    with pytest.raises(ValueError, match="holds another experiment"):
+        run_experiment(other, out, log=logs.append)
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pids_mentioning(marker: str) -> list[int]:
+    """Processes whose command line names ``marker`` (this test's Ray temp dir), and their children."""
+    found: set[int] = set()
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if marker in cmd:
+            found.add(int(proc.name))
+    changed = True
+    while changed:
+        kids = {pid for pid, ppid in parents.items() if ppid in found} - found
+        changed = bool(kids)
+        found |= kids
+    return sorted(found - {os.getpid()})
+
+
+def _stop_cluster(marker: str) -> None:
+    """What `ray stop` does, for this test's cluster only (other Ray instances on the machine live on)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in _pids_mentioning(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 10)
+        while _alive(_pids_mentioning(marker)) and time.monotonic() < deadline:
+            time.sleep(0.3)
+
+
+def _alive(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.fixture
+def two_node_cluster(tmp_path_factory):
+    ray_bin = VENV_BIN / "ray"
+    if not ray_bin.is_file():
+        pytest.skip(f"no ray command next to {sys.executable}")
+    temp = tmp_path_factory.mktemp("ray")
+    port = _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats"]
+    try:
+        subprocess.run(
+            [str(ray_bin), "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false",
+             *common],
+            env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        subprocess.run(
+            [str(ray_bin), "start", f"--address=127.0.0.1:{port}", *common],
+            env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        yield f"127.0.0.1:{port}", env
+    finally:
+        _stop_cluster(str(temp))
+
+
+def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> None:
+    address, env = two_node_cluster
+    config = _write(tmp_path, yaml.safe_dump({**TINY, "seeds": [1, 2, 3, 4]}), "tiny.yaml")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [str(VENV_BIN / "marlsched"), "run", str(config), "--address", address, "--out", str(out)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"ray: cluster at {address}, 2 node(s), 2 CPUs" in proc.stdout
+    assert "[8/8] " in proc.stdout and "report.md (8 runs done now, 0 reused)" in proc.stdout
+    state = json.loads((out / "state.json").read_text())
+    assert state["invocations"][0]["ray"] == {"address": address, "nodes": 2, "CPU": 2.0}
+    tasks = [json.loads(p.read_text()) for p in sorted((out / "tasks").glob("*/metrics.json"))]
+    assert len(tasks) == 8 and all(t["jobs_completed"] == 40 for t in tasks)
+    assert len({t["node_id"] for t in tasks}) == 2  # both nodes ran simulations
+    assert (out / "report.md").is_file() and (out / "plots" / "jct_cdf.png").stat().st_size > 1000
