@@ -26,7 +26,7 @@ DEFAULT_HEURISTICS = ("fifo", "tiresias", "gandiva", "drf", "closest-gpus", "sjf
 # Keys of marl.env.EnvConfig a YAML file may set (seed/eval are set per run; extra is internal).
 ENV_KEYS = (
     "cluster", "workload", "num_agents", "queue_slots", "placements", "interference", "interference_model",
-    "predictor", "perf_model", "restart_cost", "reward_scale", "partition_unit",
+    "predictor", "perf_model", "restart_cost", "reward_scale", "partition_unit", "queue_order",
 )  # fmt: skip
 
 
@@ -78,6 +78,9 @@ class PPOTrainConfig:
     entropy_coeff: float = 0.01
     grad_clip: float | None = 1.0
     checkpoint_every: int = 5
+    # RLlib drops a runner's samples when it takes longer than this (its default, 60 s, silently yields
+    # empty iterations once an episode chunk takes longer, e.g. on a busy machine)
+    sample_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -312,7 +315,9 @@ def _check_values(cfg: TrainConfig, chk: _Checker) -> None:
 
     ppo = cfg.ppo
     _positive(chk, ("ppo",), ppo, ("iterations", "train_batch_size", "minibatch_size"))
-    _positive(chk, ("ppo",), ppo, ("num_epochs", "lr", "checkpoint_every", "num_cpus_per_env_runner"))
+    _positive(
+        chk, ("ppo",), ppo, ("num_epochs", "lr", "checkpoint_every", "num_cpus_per_env_runner", "sample_timeout_s")
+    )
     if ppo.num_env_runners < 0:
         raise chk.fail(("ppo", "num_env_runners"), "must be >= 0 (0 samples in the driver process)")
     if ppo.minibatch_size > ppo.train_batch_size:

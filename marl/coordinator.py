@@ -46,6 +46,9 @@ from marl.obs_layout import OBS_KEYS, ObsLayout
 from topology.partition import partition
 from topology.view import ClusterView, Level
 
+# Which Q jobs of its queue an agent is shown (see Coordinator.shown).
+QUEUE_ORDERS = ("arrival", "estimate")
+
 
 class _Agent:
     """Working state of one agent. Its pool, candidates and candidate features persist across scheduling
@@ -90,7 +93,11 @@ class Coordinator:
         placements: Sequence[str] = DEFAULT_PLACEMENTS,
         predictor: InterferenceModel | None = None,
         partition_unit: str = "rack",
+        queue_order: str = "arrival",
     ) -> None:
+        if queue_order not in QUEUE_ORDERS:
+            raise ValueError(f"queue_order={queue_order!r}; choose one of {QUEUE_ORDERS}")
+        self.queue_order = queue_order
         self.topo = topo
         self.partitions = partition(topo, num_agents, partition_unit)
         shapes = {(p.num_gpus, len(p.servers), len(p.racks)) for p in self.partitions}
@@ -153,7 +160,7 @@ class Coordinator:
             running = np.fromiter(self._running, dtype=np.int64, count=len(self._running))
             done = np.sort(running[view.job_states[running] == DONE])
             executed = np.array([view.executed_time(int(j)) for j in done])
-            self.jobs.estimator.observe(self.jobs.model[done], executed)
+            self.jobs.estimator.observe(self.jobs.model[done], executed, self.jobs.num_gpus[done])
             self._running.difference_update(done.tolist())
             self._seen_done = view.num_completed
         free = np.add.reduceat(np.asarray(view.server_free, dtype=np.int64), self._server_starts)
@@ -209,9 +216,28 @@ class Coordinator:
         need, q = self.jobs.num_gpus, self.layout.Q
         for a in self.agents:
             queue = self.dispatch.queues[a.index]
-            if queue and int(need[queue[:q]].min()) <= a.free:
+            if queue and int(need[self.shown(a.index) if len(queue) > q else queue].min()) <= a.free:
                 return True
         return False
+
+    def shown(self, agent: int) -> list[int]:
+        """The (at most Q) queued jobs agent ``agent`` chooses among, in slot order.
+
+        ``arrival``: the first Q in arrival order. ``estimate``: the Q - 1 jobs of the smallest estimated
+        GPU-time (the per-model mean of completed jobs' GPU-time, :class:`marl.features.DurationEstimator`,
+        never the job's own duration; ties by arrival), then the oldest job if not already shown, so the
+        agent can both run likely-short jobs first and keep long ones from starving.
+        """
+        queue = self.dispatch.queues[agent]
+        q = self.layout.Q
+        if self.queue_order == "arrival" or len(queue) <= q:
+            return queue[:q]
+        ids = np.asarray(queue, dtype=np.int64)
+        est = self.jobs.estimator.estimate_gpu_time(self.jobs.model[ids])
+        order = np.lexsort((np.arange(len(ids)), est))  # queue position breaks ties (arrival to the agent)
+        first = order[: q - 1]
+        last = 0 if 0 not in first else order[q - 1]
+        return [*ids[first].tolist(), int(ids[last])]
 
     def observe(self) -> list[dict[str, np.ndarray]]:
         """Every agent's observation (a new dict whenever it changed; never mutated afterwards)."""
@@ -297,11 +323,11 @@ class Coordinator:
     def _refresh_candidates(self, a: _Agent) -> bool:
         """Recompute the agent's candidates if its pool or queue head changed; True if it did."""
         local, pool = self._pool(a)
-        queue = self.dispatch.queues[a.index]
-        key = tuple(queue[: self.layout.Q])
+        shown = self.shown(a.index)
+        key = tuple(shown)
         if a.cands is not None and a.cand_key == key:
             return False
-        a.cands = propose(local, pool, queue, self.places, self.layout.Q)
+        a.cands = propose(local, pool, shown, self.places, self.layout.Q)
         a.cand_key = key
         a.factors = np.ones(len(a.cands))
         return True
@@ -337,7 +363,7 @@ class Coordinator:
         parts = np.array([a.index for a in agents])
         queued = np.full((len(agents), lay.Q), -1, dtype=np.int64)
         for row, a in enumerate(agents):
-            head = self.dispatch.queues[a.index][: lay.Q]
+            head = self.shown(a.index)
             queued[row, : len(head)] = head
         gpu, server, rack = occupancy_features(
             self._tables,

@@ -46,7 +46,8 @@ class EnvConfig:
     ``(seed, cluster_gpus) -> Workload``. ``interference``: the simulator's ground truth ("learned" with
     ``interference_model`` for training). ``predictor``: the model whose predictions agents see; None uses
     the simulator's. Both also take an InterferenceModel object. ``eval``: every reset uses ``seed``
-    itself, so evaluation episodes are identical.
+    itself, so evaluation episodes are identical. ``queue_order``: which queued jobs the agents are shown
+    (:meth:`marl.coordinator.Coordinator.shown`).
     """
 
     cluster: str | Mapping[str, Any] = "small"
@@ -63,6 +64,7 @@ class EnvConfig:
     seed: int = 0
     eval: bool = False
     partition_unit: str = "rack"
+    queue_order: str = "arrival"
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any] | None) -> EnvConfig:
@@ -119,6 +121,7 @@ class MarlSchedEnv(MultiAgentEnv):
             placements=cfg.placements,
             predictor=predictor,
             partition_unit=cfg.partition_unit,
+            queue_order=cfg.queue_order,
         )
         self.layout = self.coord.layout
         self.possible_agents = list(self.coord.agent_ids)

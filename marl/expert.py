@@ -5,7 +5,9 @@ strategy's candidate when it is feasible and otherwise waits (``backfill=True`` 
 feasible job among the Q shown). With a single agent (K = 1) strict FIFO reproduces
 ``cluster_sim.policies.make_scheduler("fifo", strategy)`` exactly (the named policies ``fifo`` for
 consolidate and ``closest-gpus``): the same jobs start at the same times on the same GPUs. With K > 1 it
-is per-partition FIFO, which no plain heuristic equals.
+is per-partition FIFO, which no plain heuristic equals. The shown jobs are in the coordinator's slot order,
+so with ``queue_order="estimate"`` the backfilling expert is per-partition shortest-estimated-GPU-time first
+(estimates from completed jobs of the same model, see :meth:`marl.coordinator.Coordinator.shown`).
 """
 
 from __future__ import annotations

@@ -159,6 +159,7 @@ def export_policy_dir(checkpoint: str | Path, out_dir: str | Path, *, onnx: bool
         "queue_slots": layout.Q,
         "placements": list(train_meta["placements"]),
         "partition_unit": train_meta.get("partition_unit", "rack"),
+        "queue_order": train_meta.get("queue_order", "arrival"),
         "predictor": predictor,
         "trained_with": {
             "run": train_meta.get("run"),
@@ -264,6 +265,7 @@ def marl_scheduler(
         placements=tuple(meta["placements"]),
         predictor=predictor if predictor is not None else predictor_of(meta, policy_dir),
         partition_unit=meta.get("partition_unit", "rack"),
+        queue_order=meta.get("queue_order", "arrival"),
         name=name,
     )
 

@@ -36,16 +36,26 @@ def log_hours(seconds: np.ndarray | float) -> np.ndarray:
 
 
 class DurationEstimator:
-    """Mean executed time of the completed jobs of each model; the mean over all models for a model not
-    seen yet, and :data:`PRIOR_DURATION_S` before the first completion."""
+    """Mean executed time (and GPU-time) of the completed jobs of each model; the mean over all models for
+    a model not seen yet, and :data:`PRIOR_DURATION_S` (one GPU) before the first completion. A history-based
+    prior from job descriptors, as a real scheduler can keep: no job's own duration is read."""
 
     def __init__(self, num_models: int) -> None:
         self.total = np.zeros(num_models)
+        self.gpu_total = np.zeros(num_models)
         self.count = np.zeros(num_models)
 
-    def observe(self, models: np.ndarray, executed: np.ndarray) -> None:
+    def observe(self, models: np.ndarray, executed: np.ndarray, num_gpus: np.ndarray | None = None) -> None:
         np.add.at(self.total, models, executed)
+        np.add.at(self.gpu_total, models, executed * (1.0 if num_gpus is None else num_gpus))
         np.add.at(self.count, models, 1.0)
+
+    def estimate_gpu_time(self, models: np.ndarray) -> np.ndarray:
+        """Estimated GPU-seconds of jobs of ``models``."""
+        done = self.count.sum()
+        fallback = self.gpu_total.sum() / done if done else PRIOR_DURATION_S
+        c = self.count[models]
+        return np.where(c > 0, self.gpu_total[models] / np.maximum(c, 1.0), fallback)
 
     def estimate(self, models: np.ndarray) -> np.ndarray:
         done = self.count.sum()

@@ -46,6 +46,7 @@ class MarlScheduler:
         predictor: InterferenceModel | None = None,
         partition_unit: str = "rack",
         name: str = "marl",
+        queue_order: str = "arrival",
     ) -> None:
         self.policy_fn = policy_fn
         self.layout = layout
@@ -53,6 +54,7 @@ class MarlScheduler:
         self.placements = tuple(placements)
         self.predictor = predictor
         self.partition_unit = partition_unit
+        self.queue_order = queue_order
         self.name = name
         self.coord: Coordinator | None = None
         self.policy_calls = 0
@@ -66,6 +68,7 @@ class MarlScheduler:
                 placements=self.placements,
                 predictor=self.predictor,
                 partition_unit=self.partition_unit,
+                queue_order=self.queue_order,
             )
             got = self.coord.layout
             if got != self.layout:
@@ -79,8 +82,17 @@ class MarlScheduler:
     def schedule(self, view) -> list[Decision]:
         coord = self.coord
         coord.begin(view)
+        wait = self.layout.C
+        waited = np.zeros(self.num_agents, dtype=bool)
         while coord.any_feasible():
             batch = coord.batch()
+            if waited.any():
+                # An agent's observation only changes when it acts (partitions are disjoint), so one that
+                # waited would wait again: its mask says so, and a policy_fn may skip it (marl.deploy does).
+                mask = batch["action_mask"].copy()
+                mask[waited] = 0.0
+                mask[waited, wait] = 1.0
+                batch["action_mask"] = mask
             logits = np.asarray(self.policy_fn(batch))
             self.policy_calls += 1
             if logits.shape != (self.num_agents, self.layout.num_actions):
@@ -88,6 +100,8 @@ class MarlScheduler:
                     f"policy_fn returned logits of shape {logits.shape}, expected "
                     f"({self.num_agents}, {self.layout.num_actions})"
                 )
-            if coord.act(greedy(logits, batch["action_mask"])) == 0:
+            actions = greedy(logits, batch["action_mask"])
+            waited |= actions == wait
+            if coord.act(actions) == 0:
                 break
         return list(coord.end_round())

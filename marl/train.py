@@ -132,6 +132,7 @@ def checkpoint_meta(cfg: TrainConfig, iteration: int) -> dict[str, Any]:
         "queue_slots": env.get("queue_slots", 3),
         "placements": list(env.get("placements", ("consolidate", "closest-gpus", "spread"))),
         "partition_unit": env.get("partition_unit", "rack"),
+        "queue_order": env.get("queue_order", "arrival"),
         "workload": env.get("workload", "synthetic:100"),
         "interference": mode,
         "predictor": predictor,
@@ -182,7 +183,11 @@ def build_ppo_config(cfg: TrainConfig, env_config: dict[str, Any], module_spec: 
     return (
         PPOConfig()
         .environment(MarlSchedEnv, env_config=env_config, disable_env_checking=True)
-        .env_runners(num_env_runners=p.num_env_runners, num_cpus_per_env_runner=p.num_cpus_per_env_runner)
+        .env_runners(
+            num_env_runners=p.num_env_runners,
+            num_cpus_per_env_runner=p.num_cpus_per_env_runner,
+            sample_timeout_s=p.sample_timeout_s,
+        )
         .learners(num_learners=0)
         .multi_agent(policies={POLICY_ID}, policy_mapping_fn=shared_policy)
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={POLICY_ID: module_spec}))

@@ -71,7 +71,10 @@ def test_actor_deployment_matches_in_process_inference(ray_local, policy_dir: Pa
         assert sched.policy_calls == calls == policy.calls
         served = policy.info()
         assert [s["agent"] for s in served] == [0, 1, 2, 3]
-        assert all(s["calls"] == calls for s in served)  # every agent answered every round
+        # agents are asked only when they have a choice; every call reached an actor and was served
+        assert sum(s["calls"] for s in served) == policy.agent_calls
+        assert 0 < policy.agent_calls < 4 * calls  # some rounds needed no policy for some agent
+        assert all(s["calls"] > 0 for s in served)
         assert len({s["pid"] for s in served}) == 4  # one process per agent
     finally:
         policy.shutdown()

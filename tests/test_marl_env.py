@@ -81,8 +81,9 @@ def stacked(obs: dict) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------- masks, spaces, reward
 
 
-def test_random_masked_episode_respects_masks_spaces_and_sums_reward_to_total_jct() -> None:
-    env = small_env()
+@pytest.mark.parametrize("queue_order", ["arrival", "estimate"])
+def test_random_masked_episode_respects_masks_spaces_and_sums_reward_to_total_jct(queue_order: str) -> None:
+    env = small_env(queue_order=queue_order)
     totals, seen, infos = run_episode(env, random_masked(0), seed=11)
     result = env.last_result
     assert np.isfinite(result.end).all(), "every job finishes"  # the simulator validated every start
@@ -207,11 +208,12 @@ def test_scheduler_rejects_a_layout_of_another_cluster() -> None:
 # ---------------------------------------------------------------- no oracle facts
 
 
-def test_observations_do_not_depend_on_durations_until_a_job_completes() -> None:
+@pytest.mark.parametrize("queue_order", ["arrival", "estimate"])
+def test_observations_do_not_depend_on_durations_until_a_job_completes(queue_order: str) -> None:
     base = busy_workload(60, 4, gap=30.0, min_duration=900.0)
     rng = np.random.default_rng(0)
     other = Workload(**{**base.__dict__, "duration": base.duration * rng.uniform(0.5, 3.0, len(base))})
-    envs = [small_env(workload=w, eval=True) for w in (base, other)]
+    envs = [small_env(workload=w, eval=True, queue_order=queue_order) for w in (base, other)]
     expert = ExpertPolicy(envs[0].layout, envs[0].config.placements, backfill=True)
     obs = [e.reset()[0] for e in envs]
     compared = 0
@@ -224,6 +226,33 @@ def test_observations_do_not_depend_on_durations_until_a_job_completes() -> None
         obs = [e.step(acts)[0] for e in envs]
     assert compared >= 10
     assert envs[0].sim.now != envs[1].sim.now or envs[0].sim.num_completed != envs[1].sim.num_completed
+
+
+def test_estimate_order_shows_smallest_estimated_gpu_time_and_the_oldest_job() -> None:
+    """The shown jobs come from completed jobs' GPU-time per model, never from a queued job's duration."""
+    env = small_env(workload=busy_workload(120, 5, gap=10.0), eval=True, queue_order="estimate")
+    coord, q = env.coord, env.layout.Q
+    expert = ExpertPolicy(env.layout, env.config.placements, backfill=True)
+    obs, _ = env.reset()
+    checked = 0
+    while not env._done and checked < 40:
+        est = coord.jobs.estimator
+        for i in range(coord.num_agents):
+            queue = coord.dispatch.queues[i]
+            if len(queue) <= q or est.count.sum() == 0:
+                continue
+            shown = coord.shown(i)
+            key = est.estimate_gpu_time(coord.jobs.model[np.asarray(queue)])
+            ranked = [queue[k] for k in np.lexsort((np.arange(len(queue)), key))]
+            want = ranked[: q - 1] + ([queue[0]] if queue[0] not in ranked[: q - 1] else [ranked[q - 1]])
+            assert shown == want
+            assert queue[0] in shown  # the oldest job is always a choice
+            # the queue features describe exactly these jobs, in slot order
+            attained = coord.view.now - coord.jobs.arrival[np.asarray(shown)]
+            assert np.allclose(obs[f"p{i}"]["queue_feats"][:, 2], np.log1p(attained / 3600.0) / 5.0, atol=1e-6)
+            checked += 1
+        obs = env.step(expert.act(obs))[0]
+    assert checked >= 10
 
 
 class PerNeighbour:
