@@ -113,10 +113,15 @@ class SimResult:
         return metrics
 
 
-def write_atomic(path: Path, content: str | list[list]) -> None:
-    """Write text (or CSV rows) to a temporary file beside ``path`` and rename it into place."""
+def write_atomic(path: Path, content: str | bytes | list[list]) -> None:
+    """Write text, bytes or CSV rows to a temporary file beside ``path`` and rename it into place."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if isinstance(content, bytes):
+            with os.fdopen(fd, "wb") as fb:
+                fb.write(content)
+            os.replace(tmp, path)
+            return
         with os.fdopen(fd, "w", newline="") as f:
             if isinstance(content, str):
                 f.write(content)
@@ -126,3 +131,16 @@ def write_atomic(path: Path, content: str | list[list]) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> None:
+    """Save a matplotlib figure as PNG atomically (no half-written plot if the run is killed) and close it."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    write_atomic(Path(path), buf.getvalue())

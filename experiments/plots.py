@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from cluster_sim.results import save_figure
 
 
 def _plt():
@@ -17,17 +18,6 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _save(fig: Any, path: Path) -> None:
-    plt = _plt()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
 
 
 def _colors(names: Sequence[str]) -> dict[str, Any]:
@@ -59,7 +49,7 @@ def jct_cdf(jcts: Mapping[str, Sequence[np.ndarray]], path: Path) -> None:
     ax.set_title("JCT CDF (all seeds pooled)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="lower right")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, seed: int) -> None:
@@ -88,7 +78,7 @@ def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, seed: 
     for ax in (ax_q, ax_u):
         ax.grid(alpha=0.3)
     ax_q.legend(fontsize=8, ncol=3, loc="upper right")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def bars(values: Mapping[str, Sequence[float]], path: Path, ylabel: str) -> None:
@@ -104,7 +94,7 @@ def bars(values: Mapping[str, Sequence[float]], path: Path, ylabel: str) -> None
     ax.set_title(f"{ylabel} per scheduler (mean ± std over seeds)")
     ax.tick_params(axis="x", rotation=30)
     ax.grid(alpha=0.3, axis="y")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def scaling_curves(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
@@ -138,4 +128,4 @@ def scaling_curves(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     if baselines:
         axes[1, 1].legend(fontsize=8)
     fig.suptitle("Agent-count scaling")
-    _save(fig, path)
+    save_figure(fig, path)

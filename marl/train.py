@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import json
 import math
 import shutil
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 import yaml
 
-from cluster_sim.results import write_atomic
+from cluster_sim.results import save_figure, write_atomic
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
 from marl.config import TrainConfig, load_train_config, parse_train_config
@@ -537,13 +536,7 @@ def plot_learning_curve(rows: list[Mapping[str, Any]], path: Path) -> None:
         ax.set_xlabel("PPO iteration")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 EVAL_METRICS = ("avg_jct", "p50_jct", "p95_jct", "avg_queue_delay", "makespan", "gpu_utilization", "jobs_completed")

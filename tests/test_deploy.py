@@ -22,14 +22,6 @@ WORKLOAD = "synthetic:40,load=0.95"
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory) -> Path:
     """An exported warm-started policy (imitation of per-partition FIFO, no PPO: fast and schedules sensibly)."""
     root = tmp_path_factory.mktemp("deploy")

@@ -327,14 +327,6 @@ def _ppo_env_cls() -> type:
     return ToyPlacementEnv
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_ppo_trains_shared_hgnn_module_and_checkpoint_round_trips(ray_local, tmp_path: Path) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.columns import Columns

@@ -347,14 +347,6 @@ def test_spill_jobs_complete_consolidated() -> None:
 # ---------------------------------------------------------------- RLlib
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def test_ppo_iteration_with_hgnn_module(ray_local) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec

@@ -156,14 +156,6 @@ def test_equivalent_actions_match_same_job_and_gpus() -> None:
 # ---------------------------------------------------------------------------------------------- PPO
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 def _rows(run: Path) -> list[dict[str, str]]:
     with (run / "progress.csv").open(newline="") as f:
         return list(csv.DictReader(f))
