@@ -88,6 +88,7 @@ class _EnsembleLinear(nn.Module):
 
 
 _ACTIVATIONS = {"silu": nn.functional.silu, "relu": torch.relu}
+_ACTIVATIONS_INPLACE = {"silu": lambda x: nn.functional.silu(x, inplace=True), "relu": torch.relu_}
 
 
 class SetInterferenceNet(nn.Module):
@@ -104,7 +105,12 @@ class SetInterferenceNet(nn.Module):
         self.phi2 = _EnsembleLinear(k, h, h)
         self.rho1 = _EnsembleLinear(k, j + g + h, h)  # rows: [job, gpu] context, then pooled neighbours
         self.rho2 = _EnsembleLinear(k, h, 1)
-        self.act = _ACTIVATIONS[cfg.activation]
+        self._act = _ACTIVATIONS[cfg.activation]
+        self._act_inplace = _ACTIVATIONS_INPLACE[cfg.activation]
+
+    def act(self, x: torch.Tensor) -> torch.Tensor:
+        """The activation; in place when no gradient is needed (inference is memory-bound at 10k pairs)."""
+        return self._act(x) if torch.is_grad_enabled() else self._act_inplace(x)
 
     def forward(
         self,
