@@ -61,7 +61,7 @@ def find_checkpoint(path: str | Path) -> tuple[Path, dict[str, Any]]:
 
     A run folder (``marlsched train --out``) resolves to its latest checkpoint (``state.json``).
     """
-    path = Path(path)
+    path = Path(path).resolve()  # RLlib loads checkpoints from absolute paths only
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     state = path / "state.json"

@@ -235,7 +235,7 @@ class RunFolder:
     """Paths and small state files of one run."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+        self.root = Path(root).resolve()  # RLlib's checkpointing takes absolute paths only (else "empty scheme")
 
     @property
     def state_path(self) -> Path:
@@ -363,7 +363,7 @@ def run_warm_start(cfg: TrainConfig, env_config: Mapping[str, Any], module: Any,
     folder = run.root / "warm_start"
     tmp = run.root / "warm_start.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    module.save_to_path(str(tmp / "module"))
+    module.save_to_path(str(tmp / "module"))  # tmp is absolute: run.root is resolved
     write_atomic(tmp / CKPT_META, json.dumps(checkpoint_meta(cfg, 0), indent=2) + "\n")
     write_atomic(tmp / "metrics.json", json.dumps(report, indent=2) + "\n")
     shutil.rmtree(folder, ignore_errors=True)
@@ -549,7 +549,7 @@ def evaluate_run(cfg: TrainConfig, run_dir: str | Path, log: Log = print) -> dic
     from marl.export import TorchScriptPolicy, load_marl_policy, marl_scheduler, read_metadata
     from marl.obs_layout import ObsLayout
 
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()
     policy_dir = run_dir / "policy"
     meta = read_metadata(policy_dir)
     schedulers: dict[str, Callable[[], Any]] = {"marl": lambda: load_marl_policy(policy_dir)}

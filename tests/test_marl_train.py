@@ -187,7 +187,7 @@ def test_warm_start_weights_reach_learner_and_env_runners(ray_local) -> None:
         algo.stop()
 
 
-def test_train_checkpoint_resume_export_and_evaluate(ray_local, tmp_path: Path) -> None:
+def test_train_checkpoint_resume_export_and_evaluate(ray_local, tmp_path: Path, monkeypatch) -> None:
     from ray.rllib.core.columns import Columns
     from ray.rllib.core.rl_module.rl_module import RLModule
 
@@ -198,7 +198,8 @@ def test_train_checkpoint_resume_export_and_evaluate(ray_local, tmp_path: Path) 
     cfg = parse_train_config(TINY)
     run = tmp_path / "run"
     logs: list[str] = []
-    train(cfg, run, evaluate=False, log=logs.append)
+    monkeypatch.chdir(tmp_path)  # a relative --out, as users type it (RLlib itself wants absolute paths)
+    train(cfg, Path("run"), evaluate=False, log=logs.append)
     state = json.loads((run / "state.json").read_text())
     assert state["iteration"] == 2 and state["checkpoint"] == "checkpoints/iter_000002"
     assert (run / "warm_start" / "module").is_dir() and (run / "learning_curve.png").stat().st_size > 1000
