@@ -21,11 +21,11 @@ import yaml
 
 from marl.config import (
     INTERFERENCE_MODES,
+    ConfigChecker,
     TrainConfig,
     TrainConfigError,
-    _check_values,
-    _Checker,
-    _key_lines,
+    check_train_values,
+    yaml_key_lines,
 )
 
 MARL = "marl"  # the scheduler name of the policy this experiment trains
@@ -98,7 +98,7 @@ class ExperimentConfig:
         return out
 
 
-class _PrefixedChecker(_Checker):
+class _PrefixedChecker(ConfigChecker):
     """marl.config's checker with every key path under a prefix (the embedded ``train`` section)."""
 
     def __init__(self, source: str, lines: dict[tuple[str, ...], int], prefix: tuple[str, ...]) -> None:
@@ -163,11 +163,11 @@ def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> 
     data["evaluation"] = evaluation
     train_cfg: TrainConfig = chk.section(TrainConfig, data, ())
     train_cfg = dataclasses.replace(train_cfg, source=f"{source}: train")
-    _check_values(train_cfg, chk)
+    check_train_values(train_cfg, chk)
     return train_cfg
 
 
-def _check_experiment(cfg: ExperimentConfig, chk: _Checker) -> None:
+def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     from cluster_sim.policies import get_policy, policy_names
 
     if cfg.interference not in INTERFERENCE_MODES:
@@ -219,7 +219,7 @@ def _check_experiment(cfg: ExperimentConfig, chk: _Checker) -> None:
         _check_scaling(cfg, chk)
 
 
-def _check_scaling(cfg: ExperimentConfig, chk: _Checker) -> None:
+def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     from topology import build_cluster
 
     sc = cfg.scaling_config
@@ -247,7 +247,7 @@ def _check_scaling(cfg: ExperimentConfig, chk: _Checker) -> None:
     _check_workload(chk, ("scaling", "rollout_workload"), sc.rollout_workload)
 
 
-def _check_workload(chk: _Checker, path: tuple[str, ...], spec: str) -> None:
+def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> None:
     """The spec's kind and file (loading the trace itself waits for the run)."""
     from cluster_sim.workload_spec import KIND_SYNTAX
 
@@ -270,7 +270,7 @@ def load_experiment_config(path: str | Path) -> ExperimentConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ExperimentConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_experiment_config(data, str(path), _key_lines(text))
+    return parse_experiment_config(data, str(path), yaml_key_lines(text))
 
 
 def absolute_spec(spec: str) -> str:

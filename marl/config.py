@@ -144,7 +144,7 @@ def _yaml_key(name: str) -> str:
     return "lambda" if name == "lambda_" else name
 
 
-def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+def yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
     """1-based line of every mapping key, by key path (for error messages)."""
     lines: dict[tuple[str, ...], int] = {}
     try:
@@ -163,7 +163,10 @@ def _key_lines(text: str) -> dict[tuple[str, ...], int]:
     return lines
 
 
-class _Checker:
+class ConfigChecker:
+    """Collects config errors, each named by file, line, key path and the allowed values (shared with
+    ``experiments.run_config``)."""
+
     def __init__(self, source: str, lines: dict[tuple[str, ...], int]) -> None:
         self.source, self.lines = source, lines
 
@@ -244,12 +247,12 @@ def parse_train_config(
     data: Any, source: str = "<dict>", lines: dict[tuple[str, ...], int] | None = None
 ) -> TrainConfig:
     """Validate plain data (as loaded from YAML) into a :class:`TrainConfig`."""
-    chk = _Checker(source, lines or {})
+    chk = ConfigChecker(source, lines or {})
     if not isinstance(data, Mapping):
         raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(TrainConfig)}")
     cfg: TrainConfig = chk.section(TrainConfig, data, ())
     cfg = dataclasses.replace(cfg, source=source)
-    _check_values(cfg, chk)
+    check_train_values(cfg, chk)
     return cfg
 
 
@@ -263,10 +266,11 @@ def load_train_config(path: str | Path) -> TrainConfig:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise TrainConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_train_config(data, str(path), _key_lines(text))
+    return parse_train_config(data, str(path), yaml_key_lines(text))
 
 
-def _check_values(cfg: TrainConfig, chk: _Checker) -> None:
+def check_train_values(cfg: TrainConfig, chk: ConfigChecker) -> None:
+    """Value checks of a parsed training config (ranges, names, files), reported through ``chk``."""
     env = cfg.env
     for key in env:
         if key not in ENV_KEYS:
@@ -353,14 +357,14 @@ def _check_values(cfg: TrainConfig, chk: _Checker) -> None:
         raise chk.fail(("ray", "object_store_mb"), "Ray needs at least 75 MiB of object store")
 
 
-def _positive(chk: _Checker, path: tuple[str, ...], section: Any, keys: tuple[str, ...]) -> None:
+def _positive(chk: ConfigChecker, path: tuple[str, ...], section: Any, keys: tuple[str, ...]) -> None:
     for key in keys:
         value = getattr(section, key)
         if value <= 0:
             raise chk.fail((*path, _yaml_key(key)), f"must be > 0, got {value}")
 
 
-def _check_gavel(chk: _Checker, path: tuple[str, ...], spec: str) -> None:
+def _check_gavel(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> None:
     from interference.gavel_data import resolve_gavel_path
 
     try:
