@@ -25,7 +25,7 @@ from marl.config import (
     TrainConfig,
     TrainConfigError,
     check_train_values,
-    yaml_key_lines,
+    read_yaml_config,
 )
 
 MARL = "marl"  # the scheduler name of the policy this experiment trains
@@ -262,15 +262,8 @@ def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> Non
 
 def load_experiment_config(path: str | Path) -> ExperimentConfig:
     """Read and validate an experiment YAML file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"experiment config {path} does not exist")
-    text = path.read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ExperimentConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_experiment_config(data, str(path), yaml_key_lines(text))
+    data, lines = read_yaml_config(path, "experiment config", ExperimentConfigError)
+    return parse_experiment_config(data, str(path), lines)
 
 
 def absolute_spec(spec: str) -> str:

@@ -256,17 +256,23 @@ def parse_train_config(
     return cfg
 
 
-def load_train_config(path: str | Path) -> TrainConfig:
-    """Read and validate a YAML training config."""
+def read_yaml_config(path: str | Path, what: str, error: type[Exception]) -> tuple[Any, dict[tuple[str, ...], int]]:
+    """(parsed YAML, line of every key path) of a config file; a missing file or bad YAML names the file."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"training config {path} does not exist")
+        raise FileNotFoundError(f"{what} {path} does not exist")
     text = path.read_text()
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise TrainConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_train_config(data, str(path), yaml_key_lines(text))
+        raise error(f"{path}: not valid YAML: {err}") from None
+    return data, yaml_key_lines(text)
+
+
+def load_train_config(path: str | Path) -> TrainConfig:
+    """Read and validate a YAML training config."""
+    data, lines = read_yaml_config(path, "training config", TrainConfigError)
+    return parse_train_config(data, str(path), lines)
 
 
 def check_train_values(cfg: TrainConfig, chk: ConfigChecker) -> None:
