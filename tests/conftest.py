@@ -1,5 +1,6 @@
 """Shared test fixtures."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,16 @@ def ray_local():
     ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def _hypothesis_profiles() -> None:
+    """``ci`` (default): a fixed, derandomised set of examples, so the test command gives the same verdict
+    on every run. ``deep``: many more random examples, on demand: ``pytest --hypothesis-profile=deep``."""
+    from hypothesis import settings
+
+    settings.register_profile("ci", max_examples=60, derandomize=True, print_blob=True)
+    settings.register_profile("deep", max_examples=2000, derandomize=False, print_blob=True)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_hypothesis_profiles()

@@ -237,7 +237,7 @@ def test_random_placement_needs_rng_and_unknown_names_fail():
         get_placement("nearest")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     preset=st.sampled_from(["small", "small-mixed"]),
     seed=st.integers(0, 2**31),
