@@ -3,13 +3,15 @@
 Grammar: ``KIND:ARG[,OPTION=VALUE]...`` where ARG is a job count for ``synthetic`` and a trace path for
 the loaders (a path therefore cannot contain a comma). Options every kind takes: ``max_jobs=N``,
 ``start=SECONDS``, ``end=SECONDS`` (the window ``[start, end)`` from the trace start) and
-``arrival_scale=F``; per-kind options are listed in :data:`KIND_OPTIONS`.
+``arrival_scale=F``; each kind in :data:`WORKLOAD_KINDS` lists its own options. Add a kind (a new trace
+format) with :func:`register_workload_kind`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_sim.synthetic import synthetic_workload
@@ -18,20 +20,50 @@ from cluster_sim.workload import Workload
 
 DEFAULT_SYNTHETIC_LOAD = 0.8
 COMMON_OPTIONS: tuple[str, ...] = ("max_jobs", "start", "end", "arrival_scale")
-KIND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "synthetic": ("load", "tenants"),
-    "philly": ("pollux_filter",),
-    "openb": ("include_pending",),
-    "gavel": ("throughputs", "worker_type"),
-    "pollux": (),
-}
-KIND_SYNTAX: dict[str, str] = {
-    "synthetic": "synthetic:N_JOBS[,load=F]",
-    "philly": "philly:PATH/philly.csv",
-    "openb": "openb:PATH/openb_pod_list_*.csv",
-    "gavel": "gavel:PATH/<vc>.trace or a folder of .trace files",
-    "pollux": "pollux:PATH/workload-N.csv",
-}
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """One ``KIND:ARG[,OPTION=VALUE]...`` workload source.
+
+    ``load(arg, *, seed, cluster_gpus, **options) -> Workload`` reads or generates the whole workload;
+    the common window options (:data:`COMMON_OPTIONS`) are applied to its result afterwards.
+    ``options`` maps each kind-specific option to the function that converts its text (``int``,
+    ``float``, ``str``, :func:`flag`); ``syntax`` is shown in help and errors.
+    """
+
+    load: Callable[..., Workload]
+    syntax: str
+    options: dict[str, Callable[[str], object]] = field(default_factory=dict)
+
+
+WORKLOAD_KINDS: dict[str, WorkloadKind] = {}
+
+
+def register_workload_kind(
+    kind: str,
+    load: Callable[..., Workload],
+    *,
+    syntax: str,
+    options: dict[str, Callable[[str], object]] | None = None,
+    replace: bool = False,
+) -> None:
+    """Add a workload kind (for example a new trace format) usable as ``KIND:ARG,...`` in every command
+    and config. See :class:`WorkloadKind` for ``load`` and ``options``."""
+    kind = kind.strip().lower()
+    if not kind.isidentifier():
+        raise ValueError(f"workload kind {kind!r} must be a plain word (letters, digits, _)")
+    if kind in WORKLOAD_KINDS and not replace:
+        raise ValueError(f"workload kind {kind!r} is already registered; pass replace=True to override it")
+    clash = sorted(set(options or {}) & set(COMMON_OPTIONS))
+    if clash:
+        raise ValueError(f"workload kind {kind!r}: options {clash} are common to every kind; rename them")
+    WORKLOAD_KINDS[kind] = WorkloadKind(load, syntax, dict(options or {}))
+
+
+def workload_syntax() -> dict[str, str]:
+    """Kind name -> its syntax, for help texts."""
+    return {k: v.syntax for k, v in WORKLOAD_KINDS.items()}
 
 
 class WorkloadSpecError(ValueError):
@@ -42,14 +74,15 @@ def _convert(spec: str, key: str, value: str, kind: Callable[[str], object]) -> 
     try:
         out = kind(value)
     except ValueError:
-        what = {int: "an integer", float: "a number", _flag: "true/false (or 1/0)"}.get(kind, "valid")
+        what = {int: "an integer", float: "a number", flag: "true/false (or 1/0)"}.get(kind, "valid")
         raise WorkloadSpecError(f"workload spec {spec!r}: option {key}={value!r} is not {what}") from None
     if isinstance(out, float) and not math.isfinite(out):
         raise WorkloadSpecError(f"workload spec {spec!r}: option {key}={value!r} must be finite")
     return out
 
 
-def _flag(value: str) -> bool:
+def flag(value: str) -> bool:
+    """Option converter for true/false (or 1/0, yes/no, on/off)."""
     v = value.strip().lower()
     if v in ("1", "true", "yes", "on"):
         return True
@@ -58,17 +91,11 @@ def _flag(value: str) -> bool:
     raise ValueError(value)
 
 
-_OPTION_TYPES: dict[str, Callable[[str], object]] = {
+_WINDOW_TYPES: dict[str, Callable[[str], object]] = {
     "max_jobs": int,
     "start": float,
     "end": float,
     "arrival_scale": float,
-    "load": float,
-    "tenants": int,
-    "pollux_filter": _flag,
-    "include_pending": _flag,
-    "throughputs": str,
-    "worker_type": str,
 }
 
 
@@ -76,62 +103,77 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     """The workload a spec string names; ``seed`` drives every random choice (synthetic jobs, models)."""
     kind, sep, rest = spec.partition(":")
     kind = kind.strip().lower()
-    if not sep or kind not in KIND_OPTIONS:
-        allowed = "; ".join(KIND_SYNTAX.values())
+    if not sep or kind not in WORKLOAD_KINDS:
+        allowed = "; ".join(workload_syntax().values())
         raise WorkloadSpecError(
             f"workload spec {spec!r}: unknown kind {kind!r}; use one of: {allowed} "
             f"(each optionally followed by ,{'=...,'.join(COMMON_OPTIONS)}=...)"
         )
+    source = WORKLOAD_KINDS[kind]
     arg, *items = rest.split(",")
     arg = arg.strip()
     if not arg:
-        raise WorkloadSpecError(f"workload spec {spec!r}: missing argument; expected {KIND_SYNTAX[kind]}")
-    allowed = COMMON_OPTIONS + KIND_OPTIONS[kind]
+        raise WorkloadSpecError(f"workload spec {spec!r}: missing argument; expected {source.syntax}")
+    types = {**_WINDOW_TYPES, **source.options}
     opts: dict[str, object] = {}
     for item in items:
         key, eq, value = item.partition("=")
         key = key.strip()
-        if not eq or key not in allowed:
+        if not eq or key not in types:
             raise WorkloadSpecError(
                 f"workload spec {spec!r}: unknown option {item.strip()!r} for {kind}; allowed: "
-                + ", ".join(f"{k}=..." for k in allowed)
+                + ", ".join(f"{k}=..." for k in types)
             )
         if key in opts:
             raise WorkloadSpecError(f"workload spec {spec!r}: option {key} given twice")
-        opts[key] = _convert(spec, key, value.strip(), _OPTION_TYPES[key])
+        opts[key] = _convert(spec, key, value.strip(), types[key])
 
     start, end = opts.pop("start", None), opts.pop("end", None)
     time_range = None if start is None and end is None else (start or 0.0, math.inf if end is None else end)
     win = {"time_range": time_range, "max_jobs": opts.pop("max_jobs", None)}
     win["arrival_scale"] = opts.pop("arrival_scale", 1.0)
     try:
-        if kind == "synthetic":
-            n = _convert(spec, "N_JOBS", arg, int)
-            w = synthetic_workload(
-                n,
-                load=opts.get("load", DEFAULT_SYNTHETIC_LOAD),
-                cluster_gpus=cluster_gpus,
-                seed=seed,
-                n_tenants=opts.get("tenants", 4),
-            )
-            return window(w, **win)
-        path = Path(arg)
-        if kind == "philly":
-            return load_philly(path, seed=seed, pollux_filter=opts.get("pollux_filter", False), **win)
-        if kind == "openb":
-            return load_openb(path, seed=seed, include_pending=opts.get("include_pending", False), **win)
-        if kind == "gavel":
-            return load_gavel(
-                path,
-                seed=seed,
-                throughputs_path=opts.get("throughputs"),
-                worker_type=opts.get("worker_type", "v100"),
-                **win,
-            )
-        return load_pollux(path, seed=seed, **win)
+        return window(source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts), **win)
     except WorkloadSpecError:
         raise
     except ValueError as e:
         if type(e) is not ValueError:
             raise
         raise WorkloadSpecError(f"workload spec {spec!r}: {e}") from None
+
+
+def _synthetic(arg: str, *, seed: int, cluster_gpus: int, load: float = DEFAULT_SYNTHETIC_LOAD, tenants: int = 4):
+    n = _convert(f"synthetic:{arg}", "N_JOBS", arg, int)
+    return synthetic_workload(n, load=load, cluster_gpus=cluster_gpus, seed=seed, n_tenants=tenants)
+
+
+def _philly(arg: str, *, seed: int, cluster_gpus: int, pollux_filter: bool = False) -> Workload:
+    return load_philly(Path(arg), seed=seed, pollux_filter=pollux_filter)
+
+
+def _openb(arg: str, *, seed: int, cluster_gpus: int, include_pending: bool = False) -> Workload:
+    return load_openb(Path(arg), seed=seed, include_pending=include_pending)
+
+
+def _gavel(
+    arg: str, *, seed: int, cluster_gpus: int, throughputs: str | None = None, worker_type: str = "v100"
+) -> Workload:
+    return load_gavel(Path(arg), seed=seed, throughputs_path=throughputs, worker_type=worker_type)
+
+
+def _pollux(arg: str, *, seed: int, cluster_gpus: int) -> Workload:
+    return load_pollux(Path(arg), seed=seed)
+
+
+register_workload_kind(
+    "synthetic", _synthetic, syntax="synthetic:N_JOBS[,load=F]", options={"load": float, "tenants": int}
+)
+register_workload_kind("philly", _philly, syntax="philly:PATH/philly.csv", options={"pollux_filter": flag})
+register_workload_kind("openb", _openb, syntax="openb:PATH/openb_pod_list_*.csv", options={"include_pending": flag})
+register_workload_kind(
+    "gavel",
+    _gavel,
+    syntax="gavel:PATH/<vc>.trace or a folder of .trace files",
+    options={"throughputs": str, "worker_type": str},
+)
+register_workload_kind("pollux", _pollux, syntax="pollux:PATH/workload-N.csv")

@@ -16,6 +16,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="marlsched",
         description="Schedule deep-learning training jobs on simulated GPU clusters: heuristics and MARL.",
     )
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE_OR_FILE",
+        help="import this module first (repeatable): it may register schedulers, placements, workload kinds "
+        "or interference models (see experiments/examples/)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     add_simulate_command(sub)
     add_interference_commands(sub)
@@ -28,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.plugin:
+            from cluster_sim.plugins import load_plugins
+
+            load_plugins(args.plugin)
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, KeyError) as err:
         # user errors (bad spec, missing file, unknown name) end in one clear line, not a traceback

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -113,6 +114,9 @@ def task_id(scheduler: str, seed: int) -> str:
 
 def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
     """One self-contained spec (absolute paths) per scheduler x seed."""
+    from cluster_sim.plugins import absolute_target
+    from cluster_sim.scheduler_spec import absolute_custom_spec, is_custom_spec
+
     cluster = cfg.cluster
     if isinstance(cluster, str) and Path(cluster).is_file():
         cluster = os.path.abspath(cluster)
@@ -122,6 +126,8 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
             policy = f"marl:{(out / TRAIN_DIR / 'policy').resolve()}"
         elif name.startswith("marl:"):
             policy = f"marl:{os.path.abspath(name[5:])}"
+        elif is_custom_spec(name):
+            policy = absolute_custom_spec(name)
         else:
             policy = name
         for seed in cfg.seeds:
@@ -137,27 +143,25 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
                 "restart_cost": cfg.restart_cost,
                 "perf_model": cfg.perf_model,
                 "timeline_points": cfg.timeline_points,
+                "plugins": [absolute_target(t) for t in cfg.plugins],
+                "cwd": os.getcwd(),  # where dotted plugin modules are found
             })  # fmt: skip
     return specs
 
 
 def build_eval_simulator(spec: Mapping[str, Any]) -> Any:
     """The simulator of one task (ground-truth interference; same seed => same workload)."""
-    from cluster_sim.perf_model import PerformanceModel
-    from cluster_sim.simulator import Simulator
-    from cluster_sim.workload_spec import parse_workload_spec
-    from interference import load_interference_model
-    from topology import build_cluster, parse_spec
+    from cluster_sim.build import build_simulator
 
-    cluster = spec["cluster"]
-    if isinstance(cluster, Mapping):
-        cluster = parse_spec(dict(cluster), source="experiment cluster")
-    view = build_cluster(cluster).view
-    workload = parse_workload_spec(spec["workload"], cluster_gpus=view.num_gpus, seed=spec["seed"])
-    perf = PerformanceModel(view) if spec["perf_model"] else None
-    mode = spec["interference"]
-    interference = None if mode == "none" else load_interference_model(mode, spec["interference_data"])
-    return Simulator(view, workload, perf=perf, interference=interference, restart_cost=spec["restart_cost"])
+    return build_simulator(
+        spec["cluster"],
+        spec["workload"],
+        seed=spec["seed"],
+        interference=spec["interference"],
+        interference_data=spec["interference_data"],
+        restart_cost=spec["restart_cost"],
+        perf_model=spec["perf_model"],
+    )
 
 
 def sample_timeline(t: np.ndarray, values: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
@@ -176,6 +180,12 @@ def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
     from experiments.simulate import make_scheduler_by_name
 
     cpu0 = time.process_time()
+    if spec.get("cwd") and spec["cwd"] not in sys.path:
+        sys.path.append(spec["cwd"])  # dotted plugin and scheduler modules resolve as in the driver
+    if spec.get("plugins"):
+        from cluster_sim.plugins import load_plugins
+
+        load_plugins(spec["plugins"])
     sim = build_eval_simulator(spec)
     result = sim.run(make_scheduler_by_name(spec["policy"], spec["seed"]))
     metrics = result.metrics()

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
+from interference.loader import interference_modes
 from marl.config import (
-    INTERFERENCE_MODES,
     ConfigChecker,
     TrainConfig,
     TrainConfigError,
@@ -64,6 +64,7 @@ class ScalingConfig:
 class ExperimentConfig:
     name: str = "experiment"
     seed: int = 0
+    plugins: list[str] = field(default_factory=list)  # modules imported first (they register extensions)
     cluster: str | dict[str, Any] = "small"
     workload: str = "synthetic:300,load=0.9"
     interference: str = "oracle"  # ground truth of the evaluation simulator
@@ -168,10 +169,17 @@ def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> 
 
 
 def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
+    from cluster_sim.plugins import PluginError, import_target
     from cluster_sim.policies import get_policy, policy_names
+    from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
 
-    if cfg.interference not in INTERFERENCE_MODES:
-        raise chk.fail(("interference",), f"{cfg.interference!r} is not one of {', '.join(INTERFERENCE_MODES)}")
+    for i, target in enumerate(cfg.plugins):
+        try:
+            import_target(target)
+        except PluginError as err:
+            raise chk.fail(("plugins", str(i)), str(err)) from None
+    if cfg.interference not in interference_modes():
+        raise chk.fail(("interference",), f"{cfg.interference!r} is not one of {', '.join(interference_modes())}")
     if cfg.interference == "learned" and not cfg.interference_data:
         raise chk.fail(("interference_data",), "interference 'learned' needs a model file (marlsched interference)")
     if cfg.interference_data:
@@ -187,7 +195,7 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         raise chk.fail(("seeds",), f"seeds repeat: {cfg.seeds}")
     if not cfg.schedulers:
         raise chk.fail(("schedulers",), "list at least one scheduler")
-    allowed = f"{', '.join(policy_names())}, {MARL} (trained by this run), marl:POLICY_DIR"
+    allowed = f"{', '.join(policy_names())}, {MARL} (trained by this run), marl:POLICY_DIR, FILE.py:Class"
     for i, name in enumerate(cfg.schedulers):
         if name == MARL:
             if cfg.train_config is None:
@@ -196,6 +204,12 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         if name.startswith("marl:"):
             if not Path(name[5:]).is_dir():
                 raise chk.fail(("schedulers", str(i)), f"no policy folder {name[5:]!r}; make one with marlsched export")
+            continue
+        if is_custom_spec(name):
+            try:
+                load_custom_scheduler(name)
+            except PluginError as err:
+                raise chk.fail(("schedulers", str(i)), str(err)) from None
             continue
         try:
             get_policy(name)
@@ -249,11 +263,11 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
 
 def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> None:
     """The spec's kind and file (loading the trace itself waits for the run)."""
-    from cluster_sim.workload_spec import KIND_SYNTAX
+    from cluster_sim.workload_spec import WORKLOAD_KINDS, workload_syntax
 
     kind, sep, rest = spec.partition(":")
-    if not sep or kind not in KIND_SYNTAX:
-        raise chk.fail(path, f"{spec!r}: workload kinds are {', '.join(KIND_SYNTAX.values())}")
+    if not sep or kind not in WORKLOAD_KINDS:
+        raise chk.fail(path, f"{spec!r}: workload kinds are {', '.join(workload_syntax().values())}")
     if kind != "synthetic":
         file = Path(rest.split(",")[0])
         if not file.exists():

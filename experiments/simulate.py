@@ -35,7 +35,8 @@ def add_simulate_command(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             f"cluster presets: {', '.join(PRESETS)} (or a YAML file)\n"
-            f"policies: {', '.join(policy_names())}, marl:POLICY_DIR\n"
+            f"policies: {', '.join(policy_names())}, marl:POLICY_DIR,\n"
+            "          MODULE_OR_FILE.py:ClassName[,key=value...] (your own scheduler class)\n"
             "workloads: synthetic:N[,load=F] | philly:PATH | openb:PATH | gavel:PATH | pollux:PATH,\n"
             "           each with optional ,max_jobs=N ,start=S ,end=S ,arrival_scale=F"
         ),
@@ -46,7 +47,11 @@ def add_simulate_command(subparsers) -> None:
         "--policy", default="fifo", help="scheduler name; comma-separate several to compare them (default: fifo)"
     )
     p.add_argument("--seed", type=int, default=0, help="seed for the workload generator and randomised policies")
-    p.add_argument("--interference", default="none", choices=("none", "oracle", "learned"))
+    p.add_argument(
+        "--interference",
+        default="none",
+        help="none (default), oracle (ground truth), learned (a trained predictor), or a mode a plugin registered",
+    )
     p.add_argument(
         "--interference-model",
         default=None,
@@ -61,20 +66,26 @@ def add_simulate_command(subparsers) -> None:
 
 
 def build_simulator(args: argparse.Namespace) -> Simulator:
-    from cluster_sim.perf_model import PerformanceModel
-    from cluster_sim.workload_spec import parse_workload_spec
-    from interference import load_interference_model
-    from topology import build_cluster
+    from cluster_sim.build import build_simulator as build
 
-    cluster = build_cluster(args.cluster)
-    workload = parse_workload_spec(args.workload, cluster_gpus=cluster.view.num_gpus, seed=args.seed)
-    perf = None if args.no_perf_model else PerformanceModel(cluster.view)
-    interference = load_interference_model(args.interference, args.interference_model)
-    return Simulator(cluster.view, workload, perf=perf, interference=interference, restart_cost=args.restart_cost)
+    return build(
+        args.cluster,
+        args.workload,
+        seed=args.seed,
+        interference=args.interference,
+        interference_data=args.interference_model,
+        restart_cost=args.restart_cost,
+        perf_model=not args.no_perf_model,
+    )
 
 
 def make_scheduler_by_name(name: str, seed: int):
-    """A heuristic by name, or ``marl:POLICY_DIR`` for an exported MARL policy (runs without RLlib)."""
+    """A heuristic by name, ``marl:POLICY_DIR`` for an exported MARL policy (runs without RLlib), or
+    ``MODULE_OR_FILE:ClassName[,key=value...]`` for a scheduler class of the user's own."""
+    from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
+
+    if is_custom_spec(name):
+        return load_custom_scheduler(name, seed=seed)
     if name.startswith("marl:"):
         from marl.export import load_marl_policy
 
@@ -89,7 +100,7 @@ def make_scheduler_by_name(name: str, seed: int):
 
 def run_simulate(args: argparse.Namespace) -> int:
     sim = build_simulator(args)
-    names = [n.strip() for n in args.policy.split(",") if n.strip()]
+    names = split_policies(args.policy)
     schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
     results: list[SimResult] = []
     for sched in schedulers:
@@ -106,6 +117,20 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"warning: unfinished jobs under {', '.join(unfinished)}", file=sys.stderr)
         return 1
     return 0
+
+
+def split_policies(text: str) -> list[str]:
+    """Comma-separated scheduler names; ``key=value`` items after a ``FILE:Class`` spec are its options
+    (``mine.py:Mine,k=2,fifo`` is two schedulers)."""
+    names: list[str] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if names and "=" in item and ":" in names[-1].split(",")[0]:
+            names[-1] += "," + item
+        else:
+            names.append(item)
+    return names
 
 
 def summary_table(rows: list[dict], title: str = "") -> str:

@@ -11,14 +11,18 @@ from typing import TYPE_CHECKING
 from interference.base import CoLocation, InterferenceModel, JobDescriptor, NoInterference, Sharing
 
 if TYPE_CHECKING:
-    from interference.loader import load_interference_model
+    from interference.loader import interference_modes, load_interference_model, register_interference_model
 
-__all__ = ["CoLocation", "InterferenceModel", "JobDescriptor", "NoInterference", "Sharing", "load_interference_model"]
+__all__ = [
+    "CoLocation", "InterferenceModel", "JobDescriptor", "NoInterference", "Sharing", "interference_modes",
+    "load_interference_model", "register_interference_model",
+]  # fmt: skip
+_LAZY = ("interference_modes", "load_interference_model", "register_interference_model")
 
 
 def __getattr__(name: str):
-    if name == "load_interference_model":
-        from interference.loader import load_interference_model
+    if name in _LAZY:
+        from interference import loader
 
-        return load_interference_model
+        return getattr(loader, name)
     raise AttributeError(f"module 'interference' has no attribute {name!r}")

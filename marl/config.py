@@ -21,7 +21,8 @@ from typing import Any
 
 import yaml
 
-INTERFERENCE_MODES = ("none", "oracle", "learned")
+from interference.loader import interference_modes
+
 DEFAULT_HEURISTICS = ("fifo", "tiresias", "gandiva", "drf", "closest-gpus", "sjf", "srtf")
 # Keys of marl.env.EnvConfig a YAML file may set (seed/eval are set per run; extra is internal).
 ENV_KEYS = (
@@ -286,11 +287,11 @@ def check_train_values(cfg: TrainConfig, chk: ConfigChecker) -> None:
     if "cluster" in env and not isinstance(env["cluster"], (str, Mapping)):
         raise chk.fail(("env", "cluster"), "expected a preset name, a YAML path or a cluster spec mapping")
     mode = env.get("interference", "none")
-    if mode not in INTERFERENCE_MODES:
-        raise chk.fail(("env", "interference"), f"{mode!r} is not one of {', '.join(INTERFERENCE_MODES)}")
+    if mode not in interference_modes():
+        raise chk.fail(("env", "interference"), f"{mode!r} is not one of {', '.join(interference_modes())}")
     predictor = env.get("predictor")
-    if predictor is not None and predictor not in INTERFERENCE_MODES:
-        raise chk.fail(("env", "predictor"), f"{predictor!r} is not one of {', '.join(INTERFERENCE_MODES)}")
+    if predictor is not None and predictor not in interference_modes():
+        raise chk.fail(("env", "predictor"), f"{predictor!r} is not one of {', '.join(interference_modes())}")
     model = env.get("interference_model")
     if "learned" in (mode, predictor):
         if not model and not cfg.predictor_training.data:
@@ -343,8 +344,8 @@ def check_train_values(cfg: TrainConfig, chk: ConfigChecker) -> None:
     ev = cfg.evaluation
     if ev.enabled and not ev.seeds:
         raise chk.fail(("evaluation", "seeds"), "give at least one workload seed")
-    if ev.interference not in INTERFERENCE_MODES:
-        raise chk.fail(("evaluation", "interference"), f"{ev.interference!r} is not one of {INTERFERENCE_MODES}")
+    if ev.interference not in interference_modes():
+        raise chk.fail(("evaluation", "interference"), f"{ev.interference!r} is not one of {interference_modes()}")
     if ev.interference == "learned" and "learned" not in (mode, predictor):
         raise chk.fail(("evaluation", "interference"), "'learned' is only available when training uses it")
     if ev.oracle_data:

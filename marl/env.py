@@ -27,6 +27,7 @@ from cluster_sim.simulator import Simulator
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
 from interference.base import InterferenceModel, NoInterference
+from interference.loader import interference_modes
 from marl.candidates import DEFAULT_PLACEMENTS
 from marl.coordinator import Coordinator
 from topology import ClusterSpec, build_cluster, hierarchy_tensors, parse_spec
@@ -34,7 +35,6 @@ from topology.graph_tensors import HierarchyTensors
 from topology.view import ClusterView
 
 REWARD_SCALE_S = 3600.0
-INTERFERENCE_MODES = ("none", "oracle", "learned")
 
 
 @dataclass(frozen=True)
@@ -78,10 +78,10 @@ class EnvConfig:
         cfg = cls(**config)
         for key in ("interference", "predictor"):
             value = getattr(cfg, key)
-            if isinstance(value, str) and value not in INTERFERENCE_MODES:
-                raise ValueError(f"env_config.{key}={value!r}; choose one of {INTERFERENCE_MODES}")
+            if isinstance(value, str) and value not in interference_modes():
+                raise ValueError(f"env_config.{key}={value!r}; choose one of {interference_modes()}")
             if not (value is None or isinstance(value, str) or hasattr(value, "throughput_factors")):
-                raise ValueError(f"env_config.{key}: expected a mode in {INTERFERENCE_MODES} or an InterferenceModel")
+                raise ValueError(f"env_config.{key}: expected a mode in {interference_modes()} or an InterferenceModel")
         if cfg.reward_scale <= 0:
             raise ValueError(f"env_config.reward_scale={cfg.reward_scale} must be > 0 seconds")
         return cfg

@@ -66,6 +66,17 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
 }
 
 
+def register_policy(name: str, factory: Callable[[int], PolicyScheduler], *, replace: bool = False) -> None:
+    """Add a named scheduler: ``factory(seed)`` returns a fresh one (anything speaking the Scheduler
+    protocol). Call it from a plugin module (``marlsched --plugin FILE``) to use the name everywhere a
+    built-in one goes; ``replace=True`` overrides an existing name."""
+    if not name or "," in name or ":" in name:
+        raise ValueError(f"policy name {name!r} must be non-empty and contain no ',' or ':'")
+    if name in POLICIES and not replace:
+        raise ValueError(f"policy {name!r} is already registered; pass replace=True to override it")
+    POLICIES[name] = factory
+
+
 def policy_names() -> list[str]:
     """Named policies, then the ``ORDERING+PLACEMENT`` pattern (for CLI help)."""
     return [*POLICIES, f"ORDERING+PLACEMENT ({'|'.join(ORDERINGS)} + {'|'.join(placement_names())})"]
@@ -86,5 +97,5 @@ def get_policy(name: str, seed: int = 0) -> PolicyScheduler:
 
 __all__ = [
     "DRF", "FIFO", "ORDERINGS", "POLICIES", "SJF", "SRTF", "Optimus", "PolicyScheduler", "RandomOrder",
-    "Tiresias", "get_policy", "make_scheduler", "policy_names",
+    "Tiresias", "get_policy", "make_scheduler", "policy_names", "register_policy",
 ]  # fmt: skip

@@ -1,0 +1,43 @@
+"""One function builds a simulator from plain settings, for the CLI, experiment tasks and Python users."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cluster_sim.perf_model import PerformanceModel
+from cluster_sim.simulator import Simulator
+from cluster_sim.workload import Workload
+from cluster_sim.workload_spec import parse_workload_spec
+from interference.loader import load_interference_model
+from topology import ClusterSpec, build_cluster, parse_spec
+
+
+def build_simulator(
+    cluster: str | Mapping[str, Any] | ClusterSpec,
+    workload: str | Workload,
+    *,
+    seed: int = 0,
+    interference: str = "none",
+    interference_data: str | None = None,
+    restart_cost: float = 30.0,
+    perf_model: bool = True,
+    record_history: bool = False,
+) -> Simulator:
+    """A simulator of ``workload`` on ``cluster``.
+
+    ``cluster``: a preset name (``small``, ``dc-1k``, ...), a YAML file or a spec mapping. ``workload``: a
+    spec string (``philly:PATH,start=...``, ``synthetic:500,load=0.9``; ``seed`` draws its random parts)
+    or a :class:`Workload`. ``interference``: a mode of :func:`interference.loader.load_interference_model`
+    with its data file. ``perf_model=False`` runs every placement at ideal speed.
+    """
+    if isinstance(cluster, Mapping):
+        cluster = parse_spec(dict(cluster), source="cluster")
+    view = build_cluster(cluster).view
+    if isinstance(workload, str):
+        workload = parse_workload_spec(workload, cluster_gpus=view.num_gpus, seed=seed)
+    perf = PerformanceModel(view) if perf_model else None
+    model = None if interference == "none" else load_interference_model(interference, interference_data)
+    return Simulator(
+        view, workload, perf=perf, interference=model, restart_cost=restart_cost, record_history=record_history
+    )

@@ -1,0 +1,102 @@
+"""Schedulers from outside the project: ``TARGET:ClassName[,key=value...]``.
+
+``TARGET`` is a dotted module (``mypkg.sched``) or a ``.py`` file (``path/to/sched.py``); ``ClassName``
+any class that speaks :class:`cluster_sim.protocol.Scheduler` (a ``name``, ``reset(view)`` and
+``schedule(view) -> list[Decision]``). Options become keyword arguments of its constructor, their
+values read as YAML scalars (``,placement=best-fit,backfill=false,margin=0.5``); a ``seed`` argument,
+if the constructor takes one, receives the run's seed unless an option sets it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import yaml
+
+from cluster_sim.plugins import PluginError, absolute_target, import_target
+from cluster_sim.protocol import Scheduler
+
+PROTOCOL_HINT = "a scheduler has `name`, `reset(view)` and `schedule(view) -> list[Decision]` (cluster_sim/protocol.py)"
+# spec prefixes that name other kinds of scheduler, not a module
+RESERVED_PREFIXES = ("marl",)
+
+
+def is_custom_spec(spec: str) -> bool:
+    """Whether ``spec`` names a class in a module (``TARGET:Class``) rather than a built-in policy."""
+    head = spec.split(",", 1)[0]
+    prefix, colon, _ = head.partition(":")
+    return bool(colon) and prefix not in RESERVED_PREFIXES
+
+
+def parse_custom_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
+    """``(target, class name, options)`` of a ``TARGET:Class[,key=value...]`` spec."""
+    head, *items = spec.split(",")
+    target, colon, cls_name = head.strip().rpartition(":")
+    if not colon or not target or not cls_name.isidentifier():
+        raise PluginError(f"--policy {spec!r}: expected MODULE_OR_FILE:ClassName[,key=value...], e.g. mysched.py:Mine")
+    options: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            raise PluginError(f"--policy {spec!r}: option {item.strip()!r} is not key=value")
+        if key in options:
+            raise PluginError(f"--policy {spec!r}: option {key} given twice")
+        options[key] = yaml.safe_load(value.strip()) if value.strip() else ""
+    return target, cls_name, options
+
+
+def load_custom_scheduler(spec: str, seed: int = 0) -> Scheduler:
+    """A fresh scheduler built from ``spec``; raises :class:`PluginError` with a one-line reason."""
+    target, cls_name, options = parse_custom_spec(spec)
+    try:
+        module = import_target(target)
+    except PluginError as err:
+        raise PluginError(f"--policy {spec!r}: {err}") from None
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        found = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and _speaks_protocol(v))
+        hint = f"schedulers it defines: {', '.join(found)}" if found else "it defines no scheduler class"
+        raise PluginError(f"--policy {spec!r}: {target} has no class {cls_name!r}; {hint}")
+    if not inspect.isclass(cls):
+        raise PluginError(f"--policy {spec!r}: {target}:{cls_name} is a {type(cls).__name__}, not a class")
+    missing = [m for m in ("reset", "schedule") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise PluginError(
+            f"--policy {spec!r}: {cls_name} does not speak the scheduler protocol (no {', '.join(missing)}); "
+            f"{PROTOCOL_HINT}"
+        )
+    kwargs = dict(options)
+    if "seed" not in kwargs and _accepts(cls, "seed"):
+        kwargs["seed"] = seed
+    try:
+        sched = cls(**kwargs)
+    except TypeError as err:
+        raise PluginError(f"--policy {spec!r}: {cls_name}({_show(kwargs)}) failed: {err}") from None
+    if not isinstance(getattr(sched, "name", None), str):
+        raise PluginError(f"--policy {spec!r}: {cls_name} has no `name` string; {PROTOCOL_HINT}")
+    return sched
+
+
+def absolute_custom_spec(spec: str) -> str:
+    """The spec with a file target made absolute (for Ray workers in another directory)."""
+    head, comma, rest = spec.partition(",")
+    target, _, cls_name = head.rpartition(":")
+    return f"{absolute_target(target)}:{cls_name}{comma}{rest}"
+
+
+def _speaks_protocol(cls: type) -> bool:
+    return callable(getattr(cls, "schedule", None)) and callable(getattr(cls, "reset", None))
+
+
+def _accepts(cls: type, name: str) -> bool:
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _show(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
