@@ -1,0 +1,246 @@
+"""Extension points: a scheduler from a file of one's own, plugins that register placements, workload
+kinds and interference models, the README's Python API, and the PettingZoo / Gymnasium interfaces."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "experiments" / "examples"
+SMALLEST_FIRST = f"{EXAMPLES / 'smallest_first.py'}:SmallestRequestFirst"
+CLUSTER_64 = str(REPO / "experiments" / "configs" / "clusters" / "small-64.yaml")
+
+# Two 4-GPU servers; four jobs at t = 0, 1, 2, 3 s (GPUs, seconds): (6, 100), (4, 50), (1, 10), (2, 20).
+TINY_CLUSTER = "name: tiny\npods: 1\nracks_per_pod: 1\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n"
+TINY_JOBS = (
+    "timestamp,duration,num_gpus,gpu_time,cluster\n"
+    "2017-10-01 00:00:00,100,6,600,vc1\n"
+    "2017-10-01 00:00:01,50,4,200,vc1\n"
+    "2017-10-01 00:00:02,10,1,10,vc1\n"
+    "2017-10-01 00:00:03,20,2,40,vc1\n"
+)
+# By hand. Smallest request first: job 0 starts at 0 (2 GPUs stay free); job 1 (4) waits; job 2 (1) starts
+# at 2 and ends at 12; job 3 (2) cannot start at 3 (1 free), starts at 12 and ends at 32; job 1 starts when
+# job 0 ends at 100 and ends at 150. JCTs 100, 149, 10, 29. FIFO (strict order): jobs 1-3 all wait for
+# job 0 and start at 100: JCTs 100, 149, 108, 117.
+HAND_JCT = {"smallest-first": [100, 149, 10, 29], "fifo": [100, 149, 108, 117]}
+
+
+@pytest.fixture()
+def tiny(tmp_path: Path) -> tuple[Path, Path]:
+    (tmp_path / "cluster.yaml").write_text(TINY_CLUSTER)
+    (tmp_path / "jobs.csv").write_text(TINY_JOBS)
+    return tmp_path / "cluster.yaml", tmp_path / "jobs.csv"
+
+
+def _jcts(folder: Path) -> list[float]:
+    rows = (folder / "jobs.csv").read_text().splitlines()[1:]
+    return [float(r.split(",")[5]) for r in rows]
+
+
+def test_example_scheduler_runs_from_the_cli_with_the_hand_computed_result(tiny, tmp_path: Path) -> None:
+    cluster, jobs = tiny
+    out = tmp_path / "out"
+    args = ["simulate", "--cluster", str(cluster), "--workload", f"philly:{jobs}", "--no-perf-model", "--quiet"]
+    assert main([*args, "--policy", f"{SMALLEST_FIRST},fifo", "--out", str(out)]) == 0
+    summary = {m["scheduler"]: m for m in json.loads((out / "summary.json").read_text())}
+    assert summary["smallest-first"]["avg_jct"] == pytest.approx(72.0)
+    assert summary["fifo"]["avg_jct"] == pytest.approx(118.5)
+    for name, jct in HAND_JCT.items():
+        np.testing.assert_allclose(_jcts(out / name), jct)
+    # constructor options after the class: another placement, same (placement-blind) JCTs here
+    assert main([*args, "--policy", f"{SMALLEST_FIRST},placement=spread", "--out", str(tmp_path / "o2")]) == 0
+    np.testing.assert_allclose(_jcts(tmp_path / "o2"), HAND_JCT["smallest-first"])
+
+
+def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(tiny, tmp_path: Path, monkeypatch) -> None:
+    from experiments.run import run_experiment
+    from experiments.run_config import parse_experiment_config
+
+    cluster, jobs = tiny
+    monkeypatch.chdir(tmp_path)
+    cfg = parse_experiment_config(
+        {
+            "name": "custom",
+            "cluster": str(cluster),
+            "workload": f"philly:{jobs}",
+            "interference": "none",
+            "perf_model": False,
+            "seeds": [1],
+            "schedulers": ["fifo", f"{SMALLEST_FIRST}"],
+            "baselines": ["fifo"],
+            "timeline_points": 20,
+            "plugins": [str(EXAMPLES / "rack_local_placement.py")],
+            "ray": {"num_cpus": 2},
+        }
+    )
+    summary = run_experiment(cfg, tmp_path / "run", log=lambda _: None)
+    assert summary["tasks_run"] == 2
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    avg = {r.split(",")[header.index("scheduler")]: float(r.split(",")[header.index("avg_jct")]) for r in rows[1:]}
+    assert avg == {"fifo": pytest.approx(118.5), SMALLEST_FIRST: pytest.approx(72.0)}
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("no_such_module_xyz:Sched", "cannot import module 'no_such_module_xyz'"),
+        ("missing/file.py:Sched", "missing/file.py: no such file"),
+        (f"{EXAMPLES / 'smallest_first.py'}:Nope", "has no class 'Nope'; schedulers it defines: SmallestRequestFirst"),
+        ("cluster_sim.placement:FreePool", "does not speak the scheduler protocol (no reset, schedule)"),
+        (f"{SMALLEST_FIRST},colour=red", "unexpected keyword argument 'colour'"),
+        (f"{SMALLEST_FIRST},oops", "unknown scheduler 'oops'"),  # a second name, not an option
+    ],
+)
+def test_bad_policy_spec_gets_a_one_line_error(tiny, capsys, policy: str, expected: str) -> None:
+    cluster, jobs = tiny
+    code = main(["simulate", "--cluster", str(cluster), "--workload", f"philly:{jobs}", "--policy", policy])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("marlsched simulate: error:") and expected in err, err
+
+
+def test_bad_custom_scheduler_in_a_run_config_names_its_entry() -> None:
+    from experiments.run_config import ExperimentConfigError, parse_experiment_config
+
+    with pytest.raises(ExperimentConfigError, match=r"schedulers\.1.*no class 'Nope'"):
+        parse_experiment_config({"schedulers": ["fifo", f"{EXAMPLES / 'smallest_first.py'}:Nope"]}, "exp.yaml")
+    with pytest.raises(ExperimentConfigError, match=r"plugins\.0.*no such file"):
+        parse_experiment_config({"plugins": ["nowhere/plugin.py"]}, "exp.yaml")
+
+
+def test_plugins_register_a_placement_a_workload_kind_and_an_interference_model(tmp_path: Path) -> None:
+    (tmp_path / "my.csv").write_text("arrival_s,gpus,duration_s,tenant\n0,8,100,a\n5,4,50,b\n6,1,10,a\n")
+    plugins = [f"--plugin={EXAMPLES / n}.py" for n in ("rack_local_placement", "jobs_csv_workload")]
+    plugins.append(f"--plugin={EXAMPLES / 'neighbour_count_interference.py'}")
+    out = tmp_path / "out"
+    code = main(
+        [*plugins, "simulate", "--cluster", "small", "--workload", f"jobs:{tmp_path / 'my.csv'},model=bert-squad",
+         "--policy", "fifo+rack-local,gandiva", "--interference", "per-neighbour", "--interference-model", "0.1",
+         "--no-perf-model", "--quiet", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    # rack-local keeps every job on its own servers: nobody shares, nobody slows down
+    np.testing.assert_allclose(_jcts(out / "fifo_rack-local"), [100, 50, 10])
+    # gandiva packs the 1-GPU job (t=6) next to the 4-GPU one (t=5): both run at 0.9 while they share;
+    # job 1 did 1 s alone, 10/0.9 s shared (10 s of work), then its last 39 s alone (jobs.csv: 3 decimals)
+    np.testing.assert_allclose(_jcts(out / "gandiva"), [100, 1 + 10 / 0.9 + 39, 10 / 0.9], atol=1e-3)
+
+
+def test_registries_refuse_a_taken_name_and_plugins_fail_in_one_line(tmp_path: Path) -> None:
+    from cluster_sim.placement import consolidate, register_placement
+    from cluster_sim.plugins import PluginError, import_target
+    from cluster_sim.policies import register_policy
+    from cluster_sim.workload_spec import register_workload_kind
+    from interference import register_interference_model
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_placement("consolidate", consolidate)
+    with pytest.raises(ValueError, match="already registered"):
+        register_policy("fifo", lambda seed: None)
+    with pytest.raises(ValueError, match="already registered"):
+        register_workload_kind("philly", lambda arg, **kw: None, syntax="philly:PATH")
+    with pytest.raises(ValueError, match="already registered"):
+        register_interference_model("oracle", lambda path: None)
+    bad = tmp_path / "bad_plugin.py"
+    bad.write_text("1 / 0\n")
+    with pytest.raises(PluginError, match=r"importing .*bad_plugin.py failed: ZeroDivisionError"):
+        import_target(str(bad))
+
+
+def test_readme_python_api_runs_exactly_as_printed(tmp_path: Path, monkeypatch, capsys) -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Python API", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "__readme__"})
+    printed = capsys.readouterr().out
+    fifo, tiresias = (float(re.search(rf"{n}\s+avg JCT\s+(\d+) s", printed).group(1)) for n in ("fifo", "tiresias"))
+    assert fifo > 0 and tiresias > 0
+    metrics = json.loads((tmp_path / "results" / "api-demo" / "metrics.json").read_text())
+    assert metrics["scheduler"] == "tiresias" and metrics["jobs_completed"] == 400
+    assert metrics["avg_jct"] == pytest.approx(tiresias, abs=1)
+
+
+# ------------------------------------------------------------------------------- standard environments
+
+
+def test_pettingzoo_parallel_env_passes_the_api_test() -> None:
+    from pettingzoo.test import parallel_api_test
+
+    from marl.standard_envs import ParallelSchedEnv
+
+    env = ParallelSchedEnv({"cluster": CLUSTER_64, "workload": "synthetic:40,load=10", "num_agents": 4})
+    parallel_api_test(env, num_cycles=1000)
+    # play one episode to its end with masked random actions: every agent ends together, nobody is left
+    obs, _ = env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    total = 0.0
+    while env.agents:
+        acts = {a: int(rng.choice(np.flatnonzero(obs[a]["action_mask"]))) for a in env.agents}
+        obs, rew, term, trunc, infos = env.step(acts)
+        total += rew["p0"]
+    assert all(term.values()) and not any(trunc.values())
+    # the shared reward sums to minus the total JCT (in reward_scale units), as in the RLlib env
+    assert total == pytest.approx(-infos["p0"]["total_jct"] / 3600.0, rel=1e-9)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step({})
+    env.reset(seed=3)
+    forbidden = {a: int(np.flatnonzero(env._obs[a]["action_mask"] == 0)[0]) for a in env.agents[:1]}
+    with pytest.raises(ValueError, match="forbids"):
+        env.step(forbidden)
+
+
+def test_gymnasium_env_passes_check_env_and_replaces_forbidden_actions() -> None:
+    from gymnasium.utils.env_checker import check_env
+
+    from marl.standard_envs import SingleAgentSchedEnv
+
+    env = SingleAgentSchedEnv({"cluster": CLUSTER_64, "workload": "synthetic:40,load=10"})
+    check_env(env, skip_render_check=True)
+    obs, _ = env.reset(seed=1)
+    assert obs["action_mask"].dtype == np.int8 and env.action_masks().dtype == bool
+    with pytest.raises(ValueError, match="one agent"):
+        SingleAgentSchedEnv({"cluster": CLUSTER_64, "num_agents": 2})
+    # a forbidden action does what the first allowed one does: two envs, same seed, same trajectory
+    twin = SingleAgentSchedEnv({"cluster": CLUSTER_64, "workload": "synthetic:40,load=10"})
+    twin.reset(seed=1)
+    done, steps = False, 0
+    while not done:
+        mask = env.action_masks()
+        first = int(np.flatnonzero(mask)[0])
+        bad = int(np.flatnonzero(~mask)[0]) if (~mask).any() else first
+        o1, r1, done, _, _ = env.step(bad)
+        o2, r2, done2, _, _ = twin.step(first)
+        assert r1 == r2 and done == done2
+        assert all(np.array_equal(o1[k], o2[k]) for k in o1)
+        steps += 1
+    assert steps >= 40  # every job is started by one step
+
+
+def test_sb3_example_trains_and_runs_in_marlsched_simulate(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("stable_baselines3")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sb3_example", EXAMPLES / "sb3_single_agent.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    cluster = str(REPO / "experiments" / "configs" / "clusters" / "small-64.yaml")
+    example.main(["--steps", "512", "--out", str(tmp_path / "sb3"), "--cluster", cluster])
+    assert (tmp_path / "sb3" / "model.zip").is_file()
+    out = tmp_path / "eval"
+    policy = f"{EXAMPLES / 'sb3_single_agent.py'}:SB3Scheduler,model={tmp_path / 'sb3'},fifo"
+    code = main(["simulate", "--cluster", cluster, "--workload", "synthetic:80,load=10", "--policy", policy,
+                 "--quiet", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    summary = {m["scheduler"]: m for m in json.loads((out / "summary.json").read_text())}
+    assert summary["sb3-ppo"]["jobs_completed"] == 80 and summary["sb3-ppo"]["decisions"] > 0
