@@ -149,8 +149,12 @@ class SingleAgentSchedEnv(gym.Env):
         a = resolve_action(action, self._obs["action_mask"], self.invalid_action, self.agent)
         obs, rewards, terminated, _, infos = self.env.step({self.agent: a})
         self._obs = obs[self.agent]
-        return int8_mask_obs(self._obs), float(rewards[self.agent]), bool(terminated["__all__"]), False, dict(
-            infos.get(self.agent, {})
+        return (
+            int8_mask_obs(self._obs),
+            float(rewards[self.agent]),
+            bool(terminated["__all__"]),
+            False,
+            dict(infos.get(self.agent, {})),
         )
 
     def action_masks(self) -> np.ndarray:
