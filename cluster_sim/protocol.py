@@ -7,7 +7,6 @@ bad one instead of silently repairing it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -64,13 +63,13 @@ class SchedulerView(Protocol):
     num_free: int
 
     @property
-    def queue(self) -> Sequence[int]:
-        """Waiting jobs (new and preempted), in order of (re)entry to the queue."""
+    def queue(self) -> np.ndarray:
+        """Waiting jobs (new and preempted), in order of (re)entry to the queue: a read-only int64 array."""
         ...
 
     @property
-    def running(self) -> Sequence[int]:
-        """Running jobs, in order of start."""
+    def running(self) -> np.ndarray:
+        """Running jobs, in order of start: a read-only int64 array."""
         ...
 
     def placement(self, job: int) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.model_zoo import model_index
+from cluster_sim.ordered_ids import OrderedIds
 from cluster_sim.protocol import Decision, InvalidDecision, Preempt, Resize, Scheduler, Start
 from cluster_sim.results import SimResult
 from cluster_sim.workload import Workload
@@ -110,8 +111,10 @@ class Simulator:
         self._version = np.zeros(n, dtype=np.int64)
         self._placement: dict[int, np.ndarray] = {}
         self._servers_of: dict[int, dict[int, int]] = {}  # running job -> {server: GPUs held there}
-        self._queue: dict[int, None] = {}
-        self._running: dict[int, None] = {}
+        self._uplinks_of: dict[int, tuple[list[int], list[int]]] = {}  # running multi-rack job -> (racks, pods)
+        self._speed_memo: dict[int, dict[int, float]] = {}  # running job -> {uplink sharers: model speed}
+        self._queue = OrderedIds(n)
+        self._running = OrderedIds(n)
         self._server_jobs: list[dict[int, None]] = [{} for _ in range(s)] if self._interfere else []
         self._rack_uplink: dict[int, dict[int, None]] = {}  # rack -> jobs whose traffic leaves the rack
         self._pod_uplink: dict[int, dict[int, None]] = {}
@@ -136,12 +139,12 @@ class Simulator:
 
     # -------------------------------------------------------- SchedulerView
     @property
-    def queue(self) -> Sequence[int]:
-        return list(self._queue)
+    def queue(self) -> np.ndarray:
+        return self._queue.array()
 
     @property
-    def running(self) -> Sequence[int]:
-        return list(self._running)
+    def running(self) -> np.ndarray:
+        return self._running.array()
 
     @property
     def num_queued(self) -> int:
@@ -261,7 +264,7 @@ class Simulator:
             while self._next_arrival < n and arrival[self._next_arrival] <= t:
                 j = self._next_arrival
                 self._state[j] = QUEUED
-                self._queue[j] = None
+                self._queue.add(j)
                 self._next_arrival += 1
                 self.events += 1
             while self._heap and self._heap[0][0] <= t:
@@ -330,7 +333,7 @@ class Simulator:
                 f"cannot start job {job} on {len(gpus)} GPUs {gpus.tolist()}: it asks for {want}; "
                 "use Resize on a running job to change its GPU count"
             )
-        del self._queue[job]
+        self._queue.remove(job)
         resumed = not np.isnan(self._first_start[job])
         if not resumed:
             self._first_start[job] = self.now
@@ -343,7 +346,7 @@ class Simulator:
             raise InvalidDecision(f"cannot preempt job {job}: it is not running")
         self._release(job, changed)
         self._state[job] = QUEUED
-        self._queue[job] = None
+        self._queue.add(job)
         self._preemptions[job] += 1
 
     def _resize(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
@@ -371,12 +374,15 @@ class Simulator:
         if self.record_history:
             self.history.append((self.now, "start", job, gpus))
         self._state[job] = RUNNING
-        self._running[job] = None
+        self._running.add(job)
         self._run_start[job] = self.now
         self._settled_at[job] = self.now
         level = self.topo.span_level(gpus)
         self._span[job] = int(level)
+        self._speed_memo[job] = {}
+        self._speed[job] = 0.0  # not yet computed for this placement: _refresh_speeds must compute it
         if level >= _POD:
+            self._uplinks_of[job] = self._uplink_groups(per_server)
             self._join_uplinks(job, changed)
         changed[job] = None
 
@@ -394,9 +400,10 @@ class Simulator:
                 for k in self._server_jobs[s]:
                     changed[k] = None
         if self._span[job] >= _POD:
-            self._leave_uplinks(job, per_server, changed)
+            self._leave_uplinks(job, changed)
+        del self._speed_memo[job]
         self.num_free += len(gpus)
-        del self._running[job]
+        self._running.remove(job)
         ran = self.now - self._run_start[job]
         self._executed[job] += ran
         self._attained[job] += len(gpus) * ran
@@ -423,15 +430,15 @@ class Simulator:
         return racks, (pods if len(pods) > 1 else [])
 
     def _join_uplinks(self, job: int, changed: dict[int, None]) -> None:
-        racks, pods = self._uplink_groups(self._servers_of[job])
+        racks, pods = self._uplinks_of[job]
         for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
             for key in keys:
                 members = table.setdefault(key, {})
                 changed.update(members)
                 members[job] = None
 
-    def _leave_uplinks(self, job: int, servers: dict[int, int], changed: dict[int, None]) -> None:
-        racks, pods = self._uplink_groups(servers)
+    def _leave_uplinks(self, job: int, changed: dict[int, None]) -> None:
+        racks, pods = self._uplinks_of.pop(job)
         for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
             for key in keys:
                 members = table[key]
@@ -439,7 +446,7 @@ class Simulator:
                 changed.update(members)
 
     def _uplink_sharers(self, job: int) -> int:
-        racks, pods = self._uplink_groups(self._servers_of[job])
+        racks, pods = self._uplinks_of[job]
         most = 1
         for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
             for key in keys:
@@ -462,14 +469,19 @@ class Simulator:
             return
         factors = self._interference_factors(jobs) if self._interfere else None
         for i, j in enumerate(jobs):
-            self._settle(j)
-            gpus = self._placement[j]
             if self.perf is None:
                 base = 1.0
             else:
                 sharers = self._uplink_sharers(j) if self._span[j] >= _POD else 1
-                base = self.perf.speed(int(self._model[j]), int(self.jobs.batch_size[j]), gpus, sharers)
+                memo = self._speed_memo[j]
+                base = memo.get(sharers)
+                if base is None:
+                    model, batch = int(self._model[j]), int(self.jobs.batch_size[j])
+                    base = memo[sharers] = self.perf.speed(model, batch, self._placement[j], sharers)
             factor = 1.0 if factors is None else float(factors[i])
+            if base * factor == self._speed[j]:
+                continue  # same speed: the pending completion stays right, nothing to settle
+            self._settle(j)
             self._factor[j] = factor
             self._speed[j] = base * factor
             self._version[j] += 1

@@ -2,9 +2,10 @@
 
 Grammar: ``KIND:ARG[,OPTION=VALUE]...`` where ARG is a job count for ``synthetic`` and a trace path for
 the loaders (a path therefore cannot contain a comma). Options every kind takes: ``max_jobs=N``,
-``start=SECONDS``, ``end=SECONDS`` (the window ``[start, end)`` from the trace start) and
-``arrival_scale=F``; each kind in :data:`WORKLOAD_KINDS` lists its own options. Add a kind (a new trace
-format) with :func:`register_workload_kind`.
+``start=SECONDS``, ``end=SECONDS`` (the window ``[start, end)`` from the trace start),
+``arrival_scale=F`` and ``load=F`` (arrivals rescaled so the window offers F x the cluster's GPUs);
+each kind in :data:`WORKLOAD_KINDS` lists its own options. Add a kind (a new trace format) with
+:func:`register_workload_kind`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from cluster_sim.traces import load_gavel, load_openb, load_philly, load_pollux,
 from cluster_sim.workload import Workload
 
 DEFAULT_SYNTHETIC_LOAD = 0.8
-COMMON_OPTIONS: tuple[str, ...] = ("max_jobs", "start", "end", "arrival_scale")
+COMMON_OPTIONS: tuple[str, ...] = ("max_jobs", "start", "end", "arrival_scale", "load")
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def register_workload_kind(
         raise ValueError(f"workload kind {kind!r} must be a plain word (letters, digits, _)")
     if kind in WORKLOAD_KINDS and not replace:
         raise ValueError(f"workload kind {kind!r} is already registered; pass replace=True to override it")
-    clash = sorted(set(options or {}) & set(COMMON_OPTIONS))
+    clash = sorted(set(options or {}) & set(COMMON_OPTIONS) - {"load"})  # a generator may set its load itself
     if clash:
         raise ValueError(f"workload kind {kind!r}: options {clash} are common to every kind; rename them")
     WORKLOAD_KINDS[kind] = WorkloadKind(load, syntax, dict(options or {}))
@@ -96,6 +97,7 @@ _WINDOW_TYPES: dict[str, Callable[[str], object]] = {
     "start": float,
     "end": float,
     "arrival_scale": float,
+    "load": float,
 }
 
 
@@ -132,6 +134,9 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     time_range = None if start is None and end is None else (start or 0.0, math.inf if end is None else end)
     win = {"time_range": time_range, "max_jobs": opts.pop("max_jobs", None)}
     win["arrival_scale"] = opts.pop("arrival_scale", 1.0)
+    if "load" in opts and "load" not in source.options:  # the window offers that load to the cluster
+        win["load"] = opts.pop("load")
+        win["cluster_gpus"] = cluster_gpus
     try:
         return window(source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts), **win)
     except WorkloadSpecError:

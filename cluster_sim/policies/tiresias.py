@@ -62,10 +62,15 @@ class Tiresias(PolicyScheduler):
         self._wait_since = StayCache()
         self._executed = StayCache()
         self._offset = np.zeros(0)  # attained service at the last promotion
+        self._pos = np.zeros(0, dtype=np.int64)
 
     def _left_queue(self, started: list[int]) -> None:
-        for cache in (self._wait_service, self._wait_since, self._executed):
-            cache.forget(started)
+        if not started:
+            return
+        self._wait_service.forget(started)
+        if self.starve_limit is not None:
+            self._wait_since.forget(started)
+            self._executed.forget(started)
 
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
@@ -73,6 +78,7 @@ class Tiresias(PolicyScheduler):
         for cache in (self._wait_service, self._run_service, self._wait_since, self._executed):
             cache.reset(n)
         self._offset = np.zeros(n)
+        self._pos = np.zeros(n, dtype=np.int64)  # scratch: position of each job in this round's ranking
 
     def decide(self, view: SchedulerView, queue: np.ndarray, pool: FreePool) -> list[Decision]:
         now = view.now
@@ -100,12 +106,16 @@ class Tiresias(PolicyScheduler):
         self._run_service.forget(victims)
         self._left_queue([s.job for s in starts])
         if len(starts) < len(queue) or len(victims):
-            # the next threshold crossing among the jobs on the GPUs after this round
-            sorter = np.argsort(queue)
-            started = np.array([s.job for s in starts], dtype=np.int64)
-            keep = ~np.isin(running, victims)
-            on = np.concatenate([running[keep], started])
-            svc = np.concatenate([svc_r[keep], svc_q[sorter[np.searchsorted(queue, started, sorter=sorter)]]])
+            # the next threshold crossing among the jobs on the GPUs after this round: the running jobs
+            # left in place and the started ones, found by their position in ``ids``
+            svc_all = np.concatenate([svc_r, svc_q])
+            pos = self._pos
+            pos[ids] = np.arange(len(ids))
+            on_gpus = np.zeros(len(ids), dtype=bool)
+            on_gpus[: len(running)] = True
+            on_gpus[pos[victims]] = False
+            on_gpus[pos[np.fromiter((s.job for s in starts), dtype=np.int64, count=len(starts))]] = True
+            on, svc = ids[on_gpus], svc_all[on_gpus]
             nxt = self.thresholds[np.searchsorted(self.thresholds, svc + _TOL, side="right")]
             dt = (nxt - svc) / gpus[on]
             if len(dt) and np.isfinite(dt.min()):

@@ -4,6 +4,9 @@ Every loader ends here, so the three options mean the same for every trace: ``ti
 jobs arriving in ``[t0, t1)`` seconds from the trace start and makes ``t0`` the new time zero;
 ``max_jobs=N`` then keeps the first N of those by arrival; ``arrival_scale=F`` finally multiplies every
 arrival time (hence every gap between arrivals) by F, so F < 1 offers the same jobs faster (higher load).
+``load=F`` instead picks that factor so that the kept jobs offer F x the cluster's GPUs: their GPU-time
+divided by the window's length (``end - start``, or first to last arrival without an end) and the GPUs.
+It reads only requests and durations of the jobs as a whole, as an operator sizing a replay would.
 """
 
 from __future__ import annotations
@@ -33,10 +36,20 @@ def window(
     time_range: tuple[float, float] | None = None,
     max_jobs: int | None = None,
     arrival_scale: float = 1.0,
+    load: float | None = None,
+    cluster_gpus: int | None = None,
 ) -> Workload:
-    """``w`` restricted to ``time_range`` and ``max_jobs`` with arrivals scaled by ``arrival_scale``."""
+    """``w`` restricted to ``time_range`` and ``max_jobs`` with arrivals scaled by ``arrival_scale``, or
+    rescaled to offer ``load`` x ``cluster_gpus``."""
     check_window_options(time_range, max_jobs, arrival_scale)
-    if time_range is None and max_jobs is None and arrival_scale == 1.0:
+    if load is not None:
+        if not (math.isfinite(load) and load > 0):
+            raise ValueError(f"load={load} must be a positive number (the fraction of the cluster's GPUs offered)")
+        if arrival_scale != 1.0:
+            raise ValueError("give load=F or arrival_scale=F, not both (load picks the arrival scale itself)")
+        if not cluster_gpus or cluster_gpus < 1:
+            raise ValueError("load=F needs the cluster's GPU count")
+    if time_range is None and max_jobs is None and arrival_scale == 1.0 and load is None:
         return w
     lo, hi, t0 = 0, len(w), 0.0
     if time_range is not None:
@@ -47,10 +60,12 @@ def window(
         hi = min(hi, lo + int(max_jobs))
     sl = slice(lo, hi)
     arrival = w.arrival[sl] - t0 if t0 else w.arrival[sl].copy()
+    if load is not None:
+        arrival_scale = _scale_for_load(arrival, w.num_gpus[sl], w.duration[sl], time_range, t0, load, cluster_gpus)
     if arrival_scale != 1.0:
         arrival = arrival * float(arrival_scale)
     meta = dict(w.meta)
-    meta["window"] = {"time_range": time_range, "max_jobs": max_jobs, "arrival_scale": arrival_scale}
+    meta["window"] = {"time_range": time_range, "max_jobs": max_jobs, "arrival_scale": arrival_scale, "load": load}
     return Workload(
         arrival=arrival,
         num_gpus=w.num_gpus[sl].copy(),
@@ -63,3 +78,23 @@ def window(
         source=w.source,
         meta=meta,
     )
+
+
+def _scale_for_load(
+    arrival: np.ndarray,
+    num_gpus: np.ndarray,
+    duration: np.ndarray,
+    time_range: tuple[float, float] | None,
+    t0: float,
+    load: float,
+    cluster_gpus: int,
+) -> float:
+    """The arrival scale at which these jobs offer ``load`` x ``cluster_gpus`` over the window."""
+    if len(arrival) < 2:
+        raise ValueError("load=F needs a window with at least two jobs")
+    end = time_range[1] if time_range is not None and math.isfinite(time_range[1]) else None
+    span = (end - t0) if end is not None else float(arrival[-1] - arrival[0])
+    if span <= 0:
+        raise ValueError("load=F needs jobs arriving over a time span (all arrivals are at one instant)")
+    offered = float(np.dot(num_gpus.astype(np.float64), duration)) / (span * cluster_gpus)
+    return offered / load
