@@ -400,7 +400,7 @@ def test_spec_strings(philly_path: Path, traces_dir: Path) -> None:
         ("helios:x.csv", "unknown kind 'helios'; use one of: synthetic:N_JOBS"),
         ("synthetic", "unknown kind 'synthetic'"),
         ("synthetic:100,speed=2", "unknown option 'speed=2' for synthetic; allowed: max_jobs=..., start=..."),
-        ("philly:x.csv,load=0.5", "allowed: max_jobs=..., start=..., end=..., arrival_scale=..., pollux_filter="),
+        ("philly:x.csv,tenants=3", "allowed: max_jobs=..., start=..., end=..., arrival_scale=..., load=..., pollux"),
         ("synthetic:many", "option N_JOBS='many' is not an integer"),
         ("synthetic:10,load=high", "option load='high' is not a number"),
         ("synthetic:10,max_jobs=2,max_jobs=3", "option max_jobs given twice"),
@@ -417,3 +417,22 @@ def test_spec_errors(spec: str, message: str) -> None:
 def test_spec_missing_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"nope\.csv"):
         parse_workload_spec(f"philly:{tmp_path / 'nope.csv'}", cluster_gpus=8, seed=0)
+
+
+def test_load_option_rescales_a_trace_window_to_offer_that_load(traces_dir: Path) -> None:
+    """``load=F``: the window's GPU-time over its (rescaled) length equals F x the cluster's GPUs."""
+    philly = traces_dir / "pollux-osdi21" / "traces" / "philly.csv"
+    start, end = 4_973_359.0, 6_182_959.0  # 2017-11-01 .. 2017-11-15
+    base = parse_workload_spec(f"philly:{philly},start={start},end={end}", cluster_gpus=256, seed=0)
+    for load in (0.7, 0.9, 1.1):
+        w = parse_workload_spec(f"philly:{philly},start={start},end={end},load={load}", cluster_gpus=256, seed=0)
+        scale = w.meta["window"]["arrival_scale"]
+        assert float(np.dot(w.num_gpus, w.duration)) / ((end - start) * scale * 256) == pytest.approx(load)
+        np.testing.assert_allclose(w.arrival, base.arrival * scale)  # the same jobs, gaps scaled alike
+        np.testing.assert_array_equal(w.duration, base.duration)
+    with pytest.raises(WorkloadSpecError, match="not both"):
+        parse_workload_spec(f"philly:{philly},end={end},load=0.9,arrival_scale=2", cluster_gpus=256, seed=0)
+    # a generator that sets its own load keeps its meaning of the option
+    own = synthetic_workload(50, load=0.5, cluster_gpus=64, seed=0)
+    spec = parse_workload_spec("synthetic:50,load=0.5", cluster_gpus=64, seed=0)
+    np.testing.assert_array_equal(spec.arrival, own.arrival)
