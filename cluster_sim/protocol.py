@@ -88,6 +88,10 @@ class SchedulerView(Protocol):
         """Oracle: seconds the job still needs under its ideal placement."""
         ...
 
+    def remaining_times(self, jobs: np.ndarray) -> np.ndarray:
+        """Oracle: :meth:`remaining_time` of many jobs at once."""
+        ...
+
     def estimated_speed(self, job: int, gpus: np.ndarray) -> float:
         """Performance-model speed of ``job`` on ``gpus`` relative to its ideal placement (no interference)."""
         ...

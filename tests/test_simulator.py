@@ -207,3 +207,24 @@ def test_results_files_are_written(tmp_path):
     assert [float(row["jct"]) for row in rows] == [100.0, 150.0, 150.0]
     assert rows[1]["placement_span"] == "rack"
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_vectorised_remaining_times_equal_the_one_job_answers() -> None:
+    """``remaining_times`` (used by SRTF on long queues) agrees with ``remaining_time`` at every point,
+    for waiting, stalled and running jobs alike."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    sim = build_simulator("small", "synthetic:300,load=50", seed=3, restart_cost=30)
+    sched = get_policy("srtf", seed=0)
+    sim.reset()
+    sched.reset(sim)
+    checked = 0
+    while sim.advance():
+        jobs = np.flatnonzero((sim.job_states == 1) | (sim.job_states == 2))
+        np.testing.assert_array_equal(sim.remaining_times(jobs), [sim.remaining_time(int(j)) for j in jobs])
+        checked += len(jobs)
+        decisions = sched.schedule(sim)
+        if decisions:
+            sim.apply(decisions)
+    assert checked > 1000 and sim.num_completed == 300

@@ -54,7 +54,7 @@ class SRTF(PolicyScheduler):
         running = np.asarray(view.running, dtype=np.int64)
         doubt = self._bound[running] > key_q.min()
         safe, cand = running[~doubt], running[doubt]
-        rem_c = np.array([view.remaining_time(j) for j in cand.tolist()], dtype=np.float64)
+        rem_c = view.remaining_times(cand)
         self._bound[cand] = rem_c
         ids = np.concatenate([cand, queue])
         keys = np.concatenate([rem_c, key_q])

@@ -1,6 +1,9 @@
 """Simulator throughput: jobs, events, wall seconds, events/s and peak memory per policy and cluster size.
 
 Each run happens in a fresh process so that its peak resident memory is its own. Scenarios:
+  heavy    the Philly dev window (jobs submitted 2017-11-01..11-14, 11,634 jobs) replayed at load 0.9 on
+           small, where the queue reaches thousands, beside the same jobs at their own pace on dc-1k, where
+           nothing queues: per-event cost with and without a long queue, in one run
   philly   the Philly trace (pollux-osdi21/traces/philly.csv) on dc-1k, every policy
   dc10k    100,000 synthetic jobs at load 0.8 on dc-10k
   scaling  20,000 synthetic jobs at load 0.8 on small, dc-1k and dc-10k (load relative to each cluster,
@@ -21,6 +24,8 @@ from pathlib import Path
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
 DEFAULT_POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus", "closest-gpus")
+HEAVY_POLICIES = ("fifo", "tiresias", "srtf", "gandiva", "drf", "qssf")
+DEV_WINDOW = "start=4973359,end=6182959"  # 2017-11-01 00:00 .. 2017-11-15 00:00, seconds from the trace start
 
 
 def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.Queue) -> None:
@@ -42,9 +47,10 @@ def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.
         restart_cost=30.0,
     )
     setup = time.perf_counter() - t0
-    m = sim.run(get_policy(policy, seed=0)).metrics()
+    result = sim.run(get_policy(policy, seed=0))
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    queue.put({**m, "setup_seconds": setup, "peak_mib": peak_mib})
+    max_queue = int(result.timeline_queue.max()) if len(result.timeline_queue) else 0
+    queue.put({**result.metrics(), "setup_seconds": setup, "peak_mib": peak_mib, "max_queue": max_queue})
 
 
 def measure(cluster: str, workload: str, policy: str, interference: str = "none") -> dict:
@@ -58,7 +64,7 @@ def measure(cluster: str, workload: str, policy: str, interference: str = "none"
 
 
 def report(rows: list[dict]) -> None:
-    cols = ("cluster", "scheduler", "jobs_total", "jobs_completed", "events", "wall_seconds", "ev_per_s", "peak_mib")
+    cols = ("cluster", "scheduler", "jobs_total", "events", "max_queue", "wall_seconds", "ev_per_s", "peak_mib")
     print("  ".join(f"{c:>14}" for c in cols))
     for r in rows:
         r["ev_per_s"] = r["events"] / r["wall_seconds"]
@@ -69,10 +75,23 @@ def report(rows: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", nargs="+", default=["philly", "dc10k", "scaling"])
-    ap.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES))
-    ap.add_argument("--interference", default="none", choices=("none", "oracle", "learned"))
+    ap.add_argument("--scenario", nargs="+", default=["heavy", "philly", "dc10k", "scaling"])
+    ap.add_argument("--policies", nargs="+", default=None, help="default: per scenario")
+    ap.add_argument("--interference", default="none", help="none, oracle or learned (default none)")
     args = ap.parse_args()
+    if "heavy" in args.scenario:
+        from cluster_sim.policies import POLICIES
+
+        policies = [p for p in args.policies or HEAVY_POLICIES if p in POLICIES]
+        print("== heavy: Philly dev window, load 0.9 on small (queue in the thousands) vs its own pace on dc-1k")
+        heavy = [measure("small", f"philly:{PHILLY},{DEV_WINDOW},load=0.9", p, args.interference) for p in policies]
+        calm = [measure("dc-1k", f"philly:{PHILLY},{DEV_WINDOW}", p, args.interference) for p in policies]
+        report([*heavy, *calm])
+        for h, c in zip(heavy, calm, strict=True):
+            ratio = h["ev_per_s"] / c["ev_per_s"]
+            name, q, wall = h["scheduler"], h["max_queue"], h["wall_seconds"]
+            print(f"{name:>10}: max queue {q:5d}, {wall:5.1f} s, events/s {ratio:.2f} x no-queue")
+    args.policies = args.policies or list(DEFAULT_POLICIES)
     if "philly" in args.scenario:
         print(f"== Philly trace on dc-1k ({PHILLY})")
         report([measure("dc-1k", f"philly:{PHILLY}", p, args.interference) for p in args.policies])
