@@ -7,11 +7,15 @@ the fast path honest to the readable one.
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from topology.spec import ClusterSpec
 from topology.view import ClusterView
+
+if TYPE_CHECKING:
+    import networkx as nx  # imported where a graph is built: the simulator needs only the view
 
 
 def _starts(counts: np.ndarray) -> np.ndarray:

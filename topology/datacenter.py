@@ -17,14 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 
 from topology.build_view import view_from_spec
 from topology.spec import ClusterSpec, ClusterSpecError, load_spec, parse_spec
 from topology.view import ClusterView
+
+if TYPE_CHECKING:
+    import networkx as nx  # imported where a graph is built: the simulator needs only the view
 
 # Racks hold 16 servers (8 in ``small``). Top-of-rack uplinks are 2:1 oversubscribed and pod spines 4:1
 # in the large presets, typical of Clos data-center fabrics; ``small`` keeps a non-blocking ToR so tests
@@ -89,6 +91,8 @@ def preset_spec(name: str) -> ClusterSpec:
 
 def build_graph(spec: ClusterSpec) -> nx.Graph:
     """The full networkx graph of ``spec`` (one node per GPU; seconds for 80k GPUs)."""
+    import networkx as nx
+
     g = nx.Graph(name=spec.name, gpu_types=spec.gpu_types)
     g.add_node(("datacenter", 0), kind="datacenter", index=0, gpu_type=None)
     rack_groups = spec.rack_groups()
