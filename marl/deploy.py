@@ -1,13 +1,16 @@
-"""Deployment: one Ray actor per partition holds the exported policy; a round asks all agents in parallel.
+"""Deployment: agents grouped into a few Ray actors, each answering its agents in one batched forward pass.
 
-:class:`RayActorPolicy` is a ``policy_fn`` for :class:`marl.scheduler.MarlScheduler`: it sends each
-agent's observation to that agent's actor, waits for all of them, and stacks the logits, so the
-simulator applies the agents' decisions exactly as with in-process inference. Actors are created with
-``max_restarts=-1`` and ``max_task_retries=-1``: an actor that dies (a crashed process, a lost node) is
-restarted from the same policy bytes and its pending call is retried, so an episode loses no decision.
-The policy travels as bytes in the actor's arguments, so actors on other nodes need no shared disk.
-An agent whose mask allows a single action (typically "wait" on a full partition) is not asked: any
-policy takes that action, so skipping the call changes no decision and saves most calls at scale.
+:class:`RayActorPolicy` is a ``policy_fn`` for :class:`marl.scheduler.MarlScheduler`: it splits the
+agents into ``num_actors`` groups (default: one per CPU that Ray has), sends each actor the stacked
+observations of its agents that have a choice, waits for all actors, and puts the logits back in agent
+order, so the simulator applies the agents' decisions exactly as with in-process inference. One actor
+per agent costs a process and a Ray call per agent at every round; grouping keeps the calls to one per
+actor and lets each actor use a batched forward pass. Actors are created with ``max_restarts=-1`` and
+``max_task_retries=-1``: an actor that dies (a crashed process, a lost node) is restarted from the same
+policy bytes and its pending call is retried, so an episode loses no decision. The policy travels as
+bytes in the actors' arguments, so actors on other nodes need no shared disk, and actors are spread
+over the nodes. An agent whose mask allows a single action (typically "wait" on a full partition) is
+not asked: any policy takes that action, so skipping it changes no decision.
 """
 
 from __future__ import annotations
@@ -30,39 +33,56 @@ from marl.scheduler import MarlScheduler
 
 @ray.remote(max_restarts=-1, max_task_retries=-1)
 class PolicyActor:
-    """One agent's policy: TorchScript loaded from bytes, single-threaded inference."""
+    """The policy of a group of agents: TorchScript loaded from bytes, single-threaded batched inference."""
 
-    def __init__(self, policy_bytes: bytes, agent: int, num_threads: int = 1) -> None:
+    def __init__(self, policy_bytes: bytes, agents: list[int], num_threads: int = 1) -> None:
         torch.set_num_threads(num_threads)
-        self.agent = agent
+        self.agents = list(agents)
         self.module = torch.jit.load(io.BytesIO(policy_bytes), map_location="cpu").eval()
         self.calls = 0
+        self.decisions = 0
         self.busy_s = 0.0
 
     def logits(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Masked logits (B, C + 1) of observations with a leading batch axis."""
+        """Masked logits (B, C + 1) of B agents' observations stacked on a leading axis."""
         t0 = time.perf_counter()
         with torch.no_grad():
             # arrays from the object store are read-only views; torch wants its own writable copy
             out, _ = self.module(*(torch.from_numpy(np.array(obs[k], dtype=np.float32)) for k in OBS_KEYS))
         self.calls += 1
+        self.decisions += len(out)
         self.busy_s += time.perf_counter() - t0
         return out.numpy()
 
     def info(self) -> dict[str, Any]:
-        """Process id (changes when the actor is restarted), calls served and seconds spent in inference
-        since (re)start."""
-        return {"agent": self.agent, "pid": os.getpid(), "calls": self.calls, "busy_s": self.busy_s}
+        """Its agents, process id (changes when the actor is restarted), calls and agent decisions served,
+        seconds spent in inference since (re)start, and the node it runs on."""
+        return {
+            "agents": self.agents,
+            "pid": os.getpid(),
+            "calls": self.calls,
+            "decisions": self.decisions,
+            "busy_s": self.busy_s,
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
 
 
 class RayActorPolicy:
-    """``policy_fn`` over ``num_agents`` :class:`PolicyActor` s (needs ``ray.init`` first).
+    """``policy_fn`` over the agents of ``policy_dir``, served by ``num_actors`` :class:`PolicyActor` s
+    (needs ``ray.init`` first).
 
-    ``num_cpus`` is each actor's CPU reservation (fractional values let several agents share a core).
+    ``num_actors``: default one per CPU that Ray has (at most one per agent); agents are split into
+    contiguous groups. ``num_cpus``: each actor's CPU reservation, default Ray's CPUs shared evenly.
     """
 
     def __init__(
-        self, policy_dir: str | Path, num_agents: int | None = None, *, num_cpus: float = 1.0, num_threads: int = 1
+        self,
+        policy_dir: str | Path,
+        num_agents: int | None = None,
+        *,
+        num_actors: int | None = None,
+        num_cpus: float | None = None,
+        num_threads: int = 1,
     ) -> None:
         self.meta = read_metadata(policy_dir)
         self.policy_dir = Path(policy_dir)
@@ -71,11 +91,21 @@ class RayActorPolicy:
             raise ValueError(
                 f"policy in {policy_dir} was trained for {self.meta['num_agents']} agents, not {self.num_agents}"
             )
+        cpus = max(1.0, float(ray.cluster_resources().get("CPU", 1.0)))
+        n = int(num_actors) if num_actors is not None else int(cpus)
+        if n < 1:
+            raise ValueError(f"num_actors={num_actors} must be >= 1")
+        n = min(n, self.num_agents)
+        self.groups = [g.astype(np.int64) for g in np.array_split(np.arange(self.num_agents), n)]
         blob = (self.policy_dir / self.meta["files"]["torchscript"]).read_bytes()
         # Held for the actors' lifetime: a restarted actor re-reads its constructor arguments from here.
         self._blob = ray.put(blob)
+        per_actor = num_cpus if num_cpus is not None else cpus / n
         self.actors = [
-            PolicyActor.options(num_cpus=num_cpus).remote(self._blob, i, num_threads) for i in range(self.num_agents)
+            PolicyActor.options(num_cpus=per_actor, scheduling_strategy="SPREAD").remote(
+                self._blob, g.tolist(), num_threads
+            )
+            for g in self.groups
         ]
         self.calls = 0
         self.agent_calls = 0
@@ -84,12 +114,17 @@ class RayActorPolicy:
         mask = np.asarray(batch["action_mask"])
         # A single allowed action needs no policy: its logit is 0, the forbidden ones are very negative.
         out = np.where(mask > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
-        ask = np.flatnonzero((mask > 0).sum(axis=1) > 1)
-        futures = [self.actors[i].logits.remote({k: batch[k][i : i + 1] for k in OBS_KEYS}) for i in ask.tolist()]
+        asked = (mask > 0).sum(axis=1) > 1
+        futures, rows = [], []
+        for actor, group in zip(self.actors, self.groups, strict=True):
+            idx = group[asked[group]]
+            if len(idx):
+                futures.append(actor.logits.remote({k: batch[k][idx] for k in OBS_KEYS}))
+                rows.append(idx)
         self.calls += 1
-        self.agent_calls += len(futures)
+        self.agent_calls += int(asked.sum())
         if futures:
-            out[ask] = np.concatenate(ray.get(futures), axis=0)
+            out[np.concatenate(rows)] = np.concatenate(ray.get(futures), axis=0)
         return out
 
     def info(self) -> list[dict[str, Any]]:
@@ -106,8 +141,8 @@ class RayActorPolicy:
 
 
 def deploy_policy(
-    policy_dir: str | Path, *, num_cpus: float = 1.0, name: str = "marl-ray"
+    policy_dir: str | Path, *, num_actors: int | None = None, num_cpus: float | None = None, name: str = "marl-ray"
 ) -> tuple[MarlScheduler, RayActorPolicy]:
     """(scheduler, actor policy) for ``policy_dir``; call ``shutdown()`` on the policy when done."""
-    policy = RayActorPolicy(policy_dir, num_cpus=num_cpus)
+    policy = RayActorPolicy(policy_dir, num_actors=num_actors, num_cpus=num_cpus)
     return policy.scheduler(name=name), policy

@@ -1,4 +1,4 @@
-"""Deployment: one Ray actor per agent gives the in-process decisions, and survives an actor crash."""
+"""Deployment: agents grouped into Ray actors give the in-process decisions, and survive an actor crash."""
 
 from __future__ import annotations
 
@@ -51,23 +51,40 @@ def reference(policy_dir: Path):
     return sim, result, sched.policy_calls
 
 
-def test_actor_deployment_matches_in_process_inference(ray_local, policy_dir: Path, reference) -> None:
+@pytest.mark.parametrize(
+    ("num_actors", "groups"), [(4, [[0], [1], [2], [3]]), (2, [[0, 1], [2, 3]]), (1, [[0, 1, 2, 3]])]
+)
+def test_actor_deployment_matches_in_process_inference(
+    ray_local, policy_dir: Path, reference, num_actors: int, groups: list[list[int]]
+) -> None:
     from marl.deploy import RayActorPolicy
 
     sim, ref, calls = reference
-    policy = RayActorPolicy(policy_dir, num_cpus=0.25)
+    policy = RayActorPolicy(policy_dir, num_actors=num_actors, num_cpus=0.25)
     try:
         sched = policy.scheduler()
         result = sim.run(sched)
         _same_results(result, ref)
         assert sched.policy_calls == calls == policy.calls
         served = policy.info()
-        assert [s["agent"] for s in served] == [0, 1, 2, 3]
-        # agents are asked only when they have a choice; every call reached an actor and was served
-        assert sum(s["calls"] for s in served) == policy.agent_calls
+        assert [s["agents"] for s in served] == groups
+        # agents are asked only when they have a choice; every asked agent was answered by its actor
+        assert sum(s["decisions"] for s in served) == policy.agent_calls
         assert 0 < policy.agent_calls < 4 * calls  # some rounds needed no policy for some agent
         assert all(s["calls"] > 0 for s in served)
-        assert len({s["pid"] for s in served}) == 4  # one process per agent
+        assert sum(s["calls"] for s in served) <= num_actors * calls  # at most one call per actor a round
+        assert len({s["pid"] for s in served}) == num_actors  # one process per actor
+    finally:
+        policy.shutdown()
+
+
+def test_actors_default_to_one_per_cpu(ray_local, policy_dir: Path) -> None:
+    from marl.deploy import RayActorPolicy
+
+    policy = RayActorPolicy(policy_dir)
+    try:
+        assert len(policy.actors) == 2  # ray_local has 2 CPUs; 4 agents
+        assert [s["agents"] for s in policy.info()] == [[0, 1], [2, 3]]
     finally:
         policy.shutdown()
 
@@ -77,8 +94,8 @@ def test_killed_agent_actor_is_restarted_and_no_job_is_lost(ray_local, policy_di
     from marl.export import marl_scheduler
 
     sim, ref, calls = reference
-    policy = RayActorPolicy(policy_dir, num_cpus=0.25)
-    victim = 1
+    policy = RayActorPolicy(policy_dir, num_actors=2, num_cpus=0.25)
+    victim = 1  # serves agents 2 and 3
     pid_before = policy.info()[victim]["pid"]
     kill_at = calls // 3
 
