@@ -78,17 +78,29 @@ def gpu_table(gpu_types: np.ndarray) -> dict[str, np.ndarray]:
     """
     gpu_types = np.asarray(gpu_types).astype(str, copy=False)
     code = np.full(len(gpu_types), -1, dtype=np.int64)
-    names = list(GPU_SPECS)
+    names, columns = _spec_columns()
     for i, name in enumerate(names):
         code[gpu_types == name] = i
     if (code < 0).any():  # other spellings: case-insensitive lookup, a clear error for unknown types
         for u in np.unique(gpu_types[code < 0]):
             code[gpu_types == u] = names.index(gpu_spec(str(u)).name)
-    specs = [GPU_SPECS[n] for n in names]
-    return {
-        field: np.array([getattr(s, field) for s in specs], dtype=np.float64)[code]
-        for field in ("fp32_tflops", "mem_bw_gbs", "mem_gb", "pcie_gbs")
-    }
+    return {field: column[code] for field, column in columns.items()}
+
+
+_SPEC_COLUMNS: dict[tuple, tuple[list[str], dict[str, np.ndarray]]] = {}
+
+
+def _spec_columns() -> tuple[list[str], dict[str, np.ndarray]]:
+    """The datasheet as one array per figure (rebuilt only if the known GPUs change)."""
+    key = tuple((name, id(spec)) for name, spec in GPU_SPECS.items())
+    hit = _SPEC_COLUMNS.get(key)
+    if hit is None:
+        specs = list(GPU_SPECS.values())
+        fields = ("fp32_tflops", "mem_bw_gbs", "mem_gb", "pcie_gbs")
+        hit = (list(GPU_SPECS), {f: np.array([getattr(s, f) for s in specs], dtype=np.float64) for f in fields})
+        _SPEC_COLUMNS.clear()
+        _SPEC_COLUMNS[key] = hit
+    return hit
 
 
 def steps_per_s(cols: JobColumns) -> np.ndarray:

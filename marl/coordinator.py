@@ -144,6 +144,7 @@ class Coordinator:
         self.descriptors = DescriptorCache(view.jobs, self.topo, perf)
         self.sync = SyncSensitivity(self.topo)
         self.agents = [_Agent(i, st) for i, st in enumerate(self._statics)]
+        self._shown: list[tuple[tuple[int, int], list[int]] | None] = [None] * self.num_agents
         self._next_job = 0
         self._running: set[int] = set()
         self._seen_done = 0
@@ -228,16 +229,23 @@ class Coordinator:
         never the job's own duration; ties by arrival), then the oldest job if not already shown, so the
         agent can both run likely-short jobs first and keep long ones from starving.
         """
+        key = (int(self.dispatch.version[agent]), self.jobs.estimator.version)
+        cached = self._shown[agent]
+        if cached is not None and cached[0] == key:
+            return cached[1]
         queue = self.dispatch.queues[agent]
         q = self.layout.Q
         if self.queue_order == "arrival" or len(queue) <= q:
-            return queue[:q]
-        ids = np.asarray(queue, dtype=np.int64)
-        est = self.jobs.estimator.estimate_gpu_time(self.jobs.model[ids])
-        order = np.lexsort((np.arange(len(ids)), est))  # queue position breaks ties (arrival to the agent)
-        first = order[: q - 1]
-        last = 0 if 0 not in first else order[q - 1]
-        return [*ids[first].tolist(), int(ids[last])]
+            shown = queue[:q]
+        else:
+            ids = np.asarray(queue, dtype=np.int64)
+            est = self.jobs.estimator.estimate_gpu_time(self.jobs.model[ids])
+            order = np.lexsort((np.arange(len(ids)), est))  # queue position breaks ties (arrival to the agent)
+            first = order[: q - 1]
+            last = 0 if 0 not in first else order[q - 1]
+            shown = [*ids[first].tolist(), int(ids[last])]
+        self._shown[agent] = (key, shown)  # callers never modify it
+        return shown
 
     def observe(self) -> list[dict[str, np.ndarray]]:
         """Every agent's observation (a new dict whenever it changed; never mutated afterwards)."""

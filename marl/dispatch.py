@@ -47,6 +47,7 @@ class Dispatcher:
         self.num_agents = len(self.capacity)
         self.owned = owned_agents(self.num_agents, num_tenants)
         self.queues: list[list[int]] = [[] for _ in range(self.num_agents)]
+        self.version = np.zeros(self.num_agents, dtype=np.int64)  # bumped whenever an agent's queue changes
         self.demand = np.zeros(self.num_agents, dtype=np.int64)  # queued GPUs per agent
         self.spill: list[int] = []
         self.agent_of = np.full(num_jobs, UNASSIGNED, dtype=np.int32)
@@ -69,6 +70,7 @@ class Dispatcher:
         load = (self.demand[eligible] + cap[eligible] - free[eligible]) / cap[eligible]
         agent = int(eligible[int(np.argmin(load))])  # argmin returns the first minimum: lowest index
         self.queues[agent].append(job)
+        self.version[agent] += 1
         self.demand[agent] += gpus
         self.agent_of[job] = agent
         return agent
@@ -76,6 +78,7 @@ class Dispatcher:
     def remove(self, agent: int, job: int, gpus: int) -> None:
         """Take a job that starts off its agent's queue."""
         self.queues[agent].remove(job)
+        self.version[agent] += 1
         self.demand[agent] -= gpus
 
     def hand_off(self, need: np.ndarray, free: np.ndarray) -> list[tuple[int, int, int]]:
@@ -99,6 +102,7 @@ class Dispatcher:
             b = min(targets, key=lambda x: (-int(free[x]), x))
             self.remove(a, job, n)
             self.queues[b].append(job)
+            self.version[b] += 1
             self.demand[b] += n
             self.agent_of[job] = b
             self.handoffs += 1

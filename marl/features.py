@@ -44,8 +44,10 @@ class DurationEstimator:
         self.total = np.zeros(num_models)
         self.gpu_total = np.zeros(num_models)
         self.count = np.zeros(num_models)
+        self.version = 0  # bumped by every observation, so callers can cache what they derived
 
     def observe(self, models: np.ndarray, executed: np.ndarray, num_gpus: np.ndarray | None = None) -> None:
+        self.version += 1
         np.add.at(self.total, models, executed)
         np.add.at(self.gpu_total, models, executed * (1.0 if num_gpus is None else num_gpus))
         np.add.at(self.count, models, 1.0)
@@ -347,8 +349,9 @@ def interference_query(
 ) -> CoLocation:
     """The co-location query of ``job`` placed on local ``gpus``: every job holding a GPU of the same servers."""
     sub = st.sub
-    servers = np.unique(sub.gpu_server[gpus])
-    near = occ[np.isin(sub.gpu_server, servers)]
+    on_servers = np.zeros(sub.num_servers, dtype=bool)
+    on_servers[sub.gpu_server[gpus]] = True
+    near = occ[on_servers[sub.gpu_server]]
     neighbours = np.unique(near[near >= 0])
     mine = descriptors.get(job, st.part.gpus.start + int(gpus[0]))
     others = tuple((descriptors.get(int(k), int(jobs.first_gpu[k])), Sharing.SERVER) for k in neighbours)

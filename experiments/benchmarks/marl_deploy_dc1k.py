@@ -1,5 +1,6 @@
-"""One evaluation episode on dc-1k (1,024 servers, 8,192 GPUs) with 32 agents, each a Ray actor holding
-the exported policy: the episode must complete, and the figures that matter at scale are printed.
+"""One evaluation episode on dc-1k (1,024 servers, 8,192 GPUs) with 32 agents served by Ray actors (by
+default one per CPU, each answering its group of agents in one batched forward pass): the episode must
+complete, and the figures that matter at scale are printed.
 
 The policy's network is built for one partition shape (GPUs, servers, racks per agent). A policy trained
 on ``small`` (one 64-GPU rack per agent) does not fit dc-1k's 32 partitions (two 16-server racks, 256
@@ -7,13 +8,16 @@ GPUs each), so by default the script exports an untrained policy of dc-1k's shap
 ``marl_small.yaml``); the cost of a decision does not depend on the weights. ``--policy DIR`` uses an
 exported policy of the right shape instead.
 
-Figures: agent decisions per second (answers of agents that had a choice; an agent with a single allowed
-action is not asked, see :mod:`marl.deploy`), the latency of one decision inside an actor (forward pass)
-and of one round seen by the simulator (all asked agents in parallel, including Ray's transport), and the
-share of the episode's wall time spent in the coordinator (candidates and features) versus the actors.
+Figures: ``decisions_per_s`` (answers of agents that had a choice, per second of the episode; an agent
+with a single allowed action is not asked, see :mod:`marl.deploy`), ``ms_per_decision`` (forward time
+per agent decision inside the actors), ``ms_per_round`` (one round as the simulator sees it: all asked
+agents, Ray's transport included), and the share of the episode's wall time spent in the actors versus
+the coordinator (candidates and features). ``--check`` replays the episode with in-process inference and
+reports whether every decision was the same.
 
     python -m experiments.benchmarks.marl_deploy_dc1k                  # 5,000 jobs, 32 agents
-    python -m experiments.benchmarks.marl_deploy_dc1k --jobs 200 --json out.json
+    python -m experiments.benchmarks.marl_deploy_dc1k --jobs 200 --check --json out.json
+    python -m experiments.benchmarks.marl_deploy_dc1k --address HEAD:PORT   # an existing (multi-node) cluster
 """
 
 from __future__ import annotations
@@ -107,13 +111,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workload = parse_workload_spec(args.workload, cluster_gpus=view.num_gpus, seed=args.seed)
         truth = interference_model("oracle", args.oracle_data)
         sim = Simulator(view, workload, perf=PerformanceModel(view), interference=truth, record_timeline=False)
-        ray.init(
-            num_cpus=args.num_cpus, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False
-        )
+        if args.address:
+            ray.init(address=args.address, log_to_driver=False)
+        else:
+            ray.init(
+                num_cpus=args.num_cpus, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False
+            )
         try:
             t0 = time.perf_counter()
-            actors = RayActorPolicy(policy_dir, num_cpus=args.num_cpus / meta["num_agents"])
+            actors = RayActorPolicy(policy_dir, num_actors=args.actors)
             actors.info()  # wait until every actor has loaded the policy
+            nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
             start_s = time.perf_counter() - t0
             timed = TimedPolicy(actors, lambda: f"{sim.num_completed}/{len(workload)} jobs done")
             sched = marl_scheduler(timed, meta, policy_dir=policy_dir, name="marl-ray")
@@ -124,6 +132,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             actors.shutdown()
         finally:
             ray.shutdown()
+        identical = None
+        if args.check:
+            from marl.export import load_marl_policy
+
+            print("  replaying the episode with in-process inference ...", flush=True)
+            reference = sim.run(load_marl_policy(policy_dir))
+            identical = bool(
+                np.array_equal(reference.start, result.start, equal_nan=True)
+                and np.array_equal(reference.end, result.end, equal_nan=True)
+                and np.array_equal(reference.span, result.span)
+            )
     m = result.metrics()
     rounds = np.array(timed.round_s)
     asked = np.array(timed.asked)
@@ -145,14 +164,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "export_s": export_s,
         "policy_rounds": len(rounds),
         "agent_decisions": decisions,
+        "actors": len(served),
+        "nodes": nodes,
+        "actor_nodes": len({s["node_id"] for s in served}),
         "decisions_per_s": decisions / episode_s,
-        "actor_forward_ms_mean": 1e3 * busy / max(decisions, 1),
+        "ms_per_decision": 1e3 * busy / max(decisions, 1),
+        "ms_per_round": 1e3 * float(per_round.mean()) if len(per_round) else 0.0,
         "round_latency_ms_p50": 1e3 * float(np.median(per_round)) if len(per_round) else 0.0,
         "round_latency_ms_p99": 1e3 * float(np.quantile(per_round, 0.99)) if len(per_round) else 0.0,
         "agents_asked_per_round_mean": float(asked[asked > 0].mean()) if decisions else 0.0,
         "round_share_of_wall": float(rounds.sum() / episode_s),
         "cpus": args.num_cpus,
         "host": platform.node(),
+        "identical_to_in_process": identical,
     }
 
 
@@ -168,7 +192,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--policy", help="an exported policy folder of the cluster's partition shape")
     ap.add_argument("--predictor-model", help="learned interference model file the agents read (default: none)")
     ap.add_argument("--oracle-data", default="gavel:../shared/traces/gavel/simulation_throughputs.json")
-    ap.add_argument("--num-cpus", type=int, default=2, help="CPUs Ray may use (the actors share them)")
+    ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of the in-process Ray (the actors share them)")
+    ap.add_argument("--actors", type=int, help="Ray actors serving the agents (default: one per CPU)")
+    ap.add_argument("--address", help="an existing Ray cluster (default: start Ray in-process)")
+    ap.add_argument("--check", action="store_true", help="replay in-process and compare every decision")
     ap.add_argument("--json", help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     if args.jobs:
