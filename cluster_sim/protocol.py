@@ -84,6 +84,10 @@ class SchedulerView(Protocol):
         """Wall seconds the job has held GPUs so far."""
         ...
 
+    def executed_times(self, jobs: np.ndarray) -> np.ndarray:
+        """:meth:`executed_time` of many jobs at once."""
+        ...
+
     def remaining_time(self, job: int) -> float:
         """Oracle: seconds the job still needs under its ideal placement."""
         ...

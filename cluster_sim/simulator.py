@@ -169,6 +169,12 @@ class Simulator:
             return float(max(0.0, self._remaining[job] - self._speed[job] * progressing))
         return float(self._remaining[job])
 
+    def executed_times(self, jobs: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`executed_time`."""
+        jobs = np.asarray(jobs, dtype=np.int64)
+        running = self._state[jobs] == RUNNING
+        return self._executed[jobs] + np.where(running, self.now - self._run_start[jobs], 0.0)
+
     def remaining_times(self, jobs: np.ndarray) -> np.ndarray:
         """Vectorised :meth:`remaining_time` (an oracle)."""
         jobs = np.asarray(jobs, dtype=np.int64)

@@ -248,9 +248,14 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
     log(f"evaluation: {len(specs)} runs ({len(specs) - len(todo)} finished before, {len(todo)} to run)")
     if not todo:
         return 0
-    # SPREAD: simulations go to every node of a cluster rather than filling the driver's node first
-    remote = ray.remote(evaluate).options(num_cpus=cfg.ray.task_cpus, max_retries=1, scheduling_strategy="SPREAD")
-    pending = {remote.remote(s): s for s in todo}
+    remote = ray.remote(evaluate)
+    slots = node_slots()
+    pending = {
+        remote.options(
+            num_cpus=cfg.ray.task_cpus, max_retries=1, scheduling_strategy=_on_node(slots[i % len(slots)])
+        ).remote(s): s
+        for i, s in enumerate(todo)
+    }
     t0 = time.perf_counter()
     done = 0
     while pending:
@@ -269,6 +274,27 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
             f"  (elapsed {elapsed:.0f} s, ETA {eta:.0f} s)"
         )
     return done
+
+
+def node_slots() -> list[str]:
+    """Alive nodes with CPUs, each listed once per CPU and interleaved (a, b, a, b, a for 3 + 2 CPUs).
+
+    Tasks go to these nodes in turn. Ray's SPREAD strategy is best-effort: just after connecting, the
+    driver's node may not yet see the other nodes' resources and keeps short tasks to itself.
+    """
+    import ray
+
+    nodes = [(n["NodeID"], int(n.get("Resources", {}).get("CPU", 0))) for n in ray.nodes() if n.get("Alive")]
+    nodes = [(node, cpus) for node, cpus in nodes if cpus > 0]
+    most = max((cpus for _, cpus in nodes), default=0)
+    return [node for c in range(most) for node, cpus in nodes if cpus > c] or [""]
+
+
+def _on_node(node_id: str) -> Any:
+    """Prefer ``node_id``; run elsewhere if that node is gone (soft affinity)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id, soft=True) if node_id else "DEFAULT"
 
 
 def load_task(out: Path, spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

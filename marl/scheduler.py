@@ -21,9 +21,16 @@ from marl.obs_layout import ObsLayout
 PolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
+# Logits this close to a row's best count as tied (the lowest action wins). The same observation scored in
+# batches of different sizes (in-process vs grouped actors) differs by ~1e-8 in float32; without a tolerance
+# such noise could break an exact tie (two identical candidates) differently on the two paths.
+TIE_TOLERANCE = 1e-5
+
+
 def greedy(logits: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """Argmax of the logits over allowed actions, per row."""
-    return np.where(np.asarray(masks) > 0, np.asarray(logits, dtype=np.float64), -np.inf).argmax(axis=1)
+    """Argmax of the logits over allowed actions, per row; near-ties go to the lowest action."""
+    z = np.where(np.asarray(masks) > 0, np.asarray(logits, dtype=np.float64), -np.inf)
+    return (z >= z.max(axis=1, keepdims=True) - TIE_TOLERANCE).argmax(axis=1)
 
 
 class MarlScheduler:

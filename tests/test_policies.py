@@ -325,3 +325,43 @@ def test_preemptions_come_before_starts():
     sim.advance()  # t=10, B arrives
     decisions = sched.schedule(sim)
     assert [type(d) for d in decisions] == [Preempt, Start] and decisions[1].job == 1
+
+
+def test_qssf_expected_remaining_time_is_the_mean_residual_life_of_its_history() -> None:
+    from cluster_sim.policies.qssf import _History
+
+    hist = _History()
+    hist.add(np.array([7, 7, 7, 7]), np.array([10.0, 20.0, 30.0, 100.0]))
+    keys = np.full(4, 7)
+    rem, known = hist.residual(keys, np.array([0.0, 15.0, 30.0, 150.0]))
+    # x=0: mean 40; x=15: (20+30+100)/3 - 15 = 35; x=30: 100 - 30 = 70; older than all: as long again
+    np.testing.assert_allclose(rem, [40.0, 35.0, 70.0, 150.0])
+    assert known.all()
+    assert not hist.residual(np.array([8]), np.array([0.0]))[1].any()
+
+
+def _first_decisions_until(result, t: float) -> tuple[np.ndarray, np.ndarray]:
+    early = result.start < t
+    return np.flatnonzero(early), result.start[early]
+
+
+@pytest.mark.parametrize(("policy", "leaks"), [("qssf", False), ("qssf-np", False), ("srtf", True)])
+def test_qssf_decisions_never_depend_on_a_running_jobs_true_duration(policy: str, leaks: bool) -> None:
+    """Doubling one job's duration changes nothing that happens before it finishes (qssf learns only from
+    finished jobs); the oracle SRTF reacts at once, which shows the test can tell."""
+    from cluster_sim.build import build_simulator
+
+    base = build_simulator("small", "synthetic:400,load=1000", seed=5, restart_cost=30)  # a long queue
+    w = base.jobs
+    ref = base.run(get_policy(policy, seed=0))
+    waited = np.flatnonzero(ref.start > w.arrival)  # its rank mattered: it waited behind others
+    j = int(waited[np.argsort(ref.end[waited])[len(waited) // 2]])  # ... and finished mid-run
+    changed = w.subset(np.arange(len(w)))
+    changed.duration[j] *= 2.0
+    other = build_simulator("small", changed, restart_cost=30).run(get_policy(policy, seed=0))
+    cut = ref.end[j]  # the first moment the two runs may know different things
+    a_jobs, a_start = _first_decisions_until(ref, cut)
+    b_jobs, b_start = _first_decisions_until(other, cut)
+    same = np.array_equal(a_jobs, b_jobs) and np.array_equal(a_start, b_start)
+    assert same != leaks
+    assert len(a_jobs) > 50  # a real stretch of decisions was compared

@@ -420,16 +420,21 @@ def test_spec_missing_file_names_it(tmp_path: Path) -> None:
 
 
 def test_load_option_rescales_a_trace_window_to_offer_that_load(traces_dir: Path) -> None:
-    """``load=F``: the window's GPU-time over its (rescaled) length equals F x the cluster's GPUs."""
+    """``load=F``: the GPU-time the window's jobs can run inside the (rescaled) window equals F x the
+    cluster's GPUs over it."""
     philly = traces_dir / "pollux-osdi21" / "traces" / "philly.csv"
     start, end = 4_973_359.0, 6_182_959.0  # 2017-11-01 .. 2017-11-15
     base = parse_workload_spec(f"philly:{philly},start={start},end={end}", cluster_gpus=256, seed=0)
     for load in (0.7, 0.9, 1.1):
         w = parse_workload_spec(f"philly:{philly},start={start},end={end},load={load}", cluster_gpus=256, seed=0)
         scale = w.meta["window"]["arrival_scale"]
-        assert float(np.dot(w.num_gpus, w.duration)) / ((end - start) * scale * 256) == pytest.approx(load)
+        length = (end - start) * scale
+        inside = np.minimum(w.duration, length - w.arrival)  # run time that fits before the window ends
+        assert float(np.dot(w.num_gpus, inside)) / (length * 256) == pytest.approx(load, rel=1e-6)
         np.testing.assert_allclose(w.arrival, base.arrival * scale)  # the same jobs, gaps scaled alike
         np.testing.assert_array_equal(w.duration, base.duration)
+    with pytest.raises(WorkloadSpecError, match=r"offer at most .* choose a lower load"):
+        parse_workload_spec(f"philly:{philly},start={start},end={start + 3600},load=0.9", cluster_gpus=8192, seed=0)
     with pytest.raises(WorkloadSpecError, match="not both"):
         parse_workload_spec(f"philly:{philly},end={end},load=0.9,arrival_scale=2", cluster_gpus=256, seed=0)
     # a generator that sets its own load keeps its meaning of the option

@@ -13,6 +13,8 @@ Named defaults:
 - ``drf``: dominant resource fairness across tenants, consolidated.
 - ``optimus``: marginal gain per GPU-second with the performance model, consolidated.
 - ``closest-gpus``: strict arrival order with TopDRL's closest-GPUs placement.
+- ``qssf``, ``qssf-np``: expected remaining time from the history of finished jobs of the same tenant
+  and GPU count (no oracle), preemptive like SRTF or not.
 - ``random``: random order, random GPUs.
 """
 
@@ -25,13 +27,14 @@ from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.drf import DRF
 from cluster_sim.policies.fifo import FIFO
 from cluster_sim.policies.optimus import Optimus
+from cluster_sim.policies.qssf import QSSF
 from cluster_sim.policies.randomized import RandomOrder
 from cluster_sim.policies.sjf import SJF
 from cluster_sim.policies.srtf import SRTF
 from cluster_sim.policies.tiresias import Tiresias
 
 ORDERINGS: dict[str, type[PolicyScheduler]] = {
-    cls.ordering: cls for cls in (FIFO, SJF, SRTF, Tiresias, DRF, Optimus, RandomOrder)
+    cls.ordering: cls for cls in (FIFO, SJF, SRTF, Tiresias, DRF, Optimus, QSSF, RandomOrder)
 }
 
 
@@ -62,6 +65,8 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "drf": _named("drf", "consolidate", "drf"),
     "optimus": _named("optimus", "consolidate", "optimus"),
     "closest-gpus": _named("fifo", "closest-gpus", "closest-gpus"),
+    "qssf": _named("qssf", "consolidate", "qssf"),
+    "qssf-np": _named("qssf", "consolidate", "qssf-np", preempt=False),
     "random": _named("random", "random", "random"),
 }
 
@@ -96,6 +101,6 @@ def get_policy(name: str, seed: int = 0) -> PolicyScheduler:
 
 
 __all__ = [
-    "DRF", "FIFO", "ORDERINGS", "POLICIES", "SJF", "SRTF", "Optimus", "PolicyScheduler", "RandomOrder",
+    "DRF", "FIFO", "ORDERINGS", "POLICIES", "QSSF", "SJF", "SRTF", "Optimus", "PolicyScheduler", "RandomOrder",
     "Tiresias", "get_policy", "make_scheduler", "policy_names", "register_policy",
 ]  # fmt: skip

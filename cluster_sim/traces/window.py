@@ -4,9 +4,16 @@ Every loader ends here, so the three options mean the same for every trace: ``ti
 jobs arriving in ``[t0, t1)`` seconds from the trace start and makes ``t0`` the new time zero;
 ``max_jobs=N`` then keeps the first N of those by arrival; ``arrival_scale=F`` finally multiplies every
 arrival time (hence every gap between arrivals) by F, so F < 1 offers the same jobs faster (higher load).
-``load=F`` instead picks that factor so that the kept jobs offer F x the cluster's GPUs: their GPU-time
-divided by the window's length (``end - start``, or first to last arrival without an end) and the GPUs.
-It reads only requests and durations of the jobs as a whole, as an operator sizing a replay would.
+``load=F`` instead picks that factor so that the kept jobs offer F x the cluster's GPUs over the window
+(``end - start``, or up to the last arrival without an end): each job counts with the GPU-time it could
+run inside the rescaled window, ``GPUs x min(duration, window end - arrival)``, so a week-long job in a
+two-day window offers two days at most, not its whole week, and the cluster really is that busy while
+the window lasts. It reads only requests and durations of the jobs as a whole, as an operator sizing a
+replay would.
+
+A window that starts after the trace does keeps the history a scheduler would have at its start:
+``meta["history"]`` holds the tenant, GPU count and run time of the jobs that had finished by then
+(arrived and ran to completion before ``start``), and nothing about the window's own jobs.
 """
 
 from __future__ import annotations
@@ -65,6 +72,14 @@ def window(
     if arrival_scale != 1.0:
         arrival = arrival * float(arrival_scale)
     meta = dict(w.meta)
+    if t0 > 0:
+        done = np.flatnonzero(w.arrival[:lo] + w.duration[:lo] <= t0)
+        meta["history"] = {
+            "tenant": w.tenant[done].copy(),
+            "num_gpus": w.num_gpus[done].copy(),
+            "duration": w.duration[done].copy(),
+            "end": w.arrival[done] + w.duration[done] - t0,  # seconds before the window opened (< 0)
+        }
     meta["window"] = {"time_range": time_range, "max_jobs": max_jobs, "arrival_scale": arrival_scale, "load": load}
     return Workload(
         arrival=arrival,
@@ -89,12 +104,36 @@ def _scale_for_load(
     load: float,
     cluster_gpus: int,
 ) -> float:
-    """The arrival scale at which these jobs offer ``load`` x ``cluster_gpus`` over the window."""
+    """The arrival scale ``s`` at which these jobs offer ``load`` x ``cluster_gpus`` over the window.
+
+    With arrivals ``a`` (from the window start) and window length ``T``, the rescaled window offers
+    ``sum(g * min(d, s * (T - a))) / (cluster_gpus * s * T)``. The numerator minus ``load * G * s * T``
+    is concave in ``s`` and zero at 0, so its positive root is unique: found by bisection.
+    """
     if len(arrival) < 2:
         raise ValueError("load=F needs a window with at least two jobs")
     end = time_range[1] if time_range is not None and math.isfinite(time_range[1]) else None
     span = (end - t0) if end is not None else float(arrival[-1] - arrival[0])
     if span <= 0:
         raise ValueError("load=F needs jobs arriving over a time span (all arrivals are at one instant)")
-    offered = float(np.dot(num_gpus.astype(np.float64), duration)) / (span * cluster_gpus)
-    return offered / load
+    g = num_gpus.astype(np.float64)
+    left = span - (arrival - (0.0 if end is not None else float(arrival[0])))  # time to the window's end
+    target = load * cluster_gpus * span
+    most = float(np.dot(g, left)) / (cluster_gpus * span)  # the load if every job arrived at once
+    if most <= load:
+        raise ValueError(
+            f"load={load}: this window's {len(arrival)} jobs offer at most {most:.3g} x the cluster's GPUs "
+            "(even arriving all at once); choose a lower load, a longer window or a smaller cluster"
+        )
+
+    def excess(s: float) -> float:
+        return float(np.dot(g, np.minimum(duration, s * left))) - target * s
+
+    lo, hi = 0.0, float(np.dot(g, duration)) / target * 1.001 + 1e-12
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
