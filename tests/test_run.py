@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -177,78 +172,14 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Pat
 # ---------------------------------------------------------------------------------------------- cluster
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pids_mentioning(marker: str) -> list[int]:
-    """Processes whose command line names ``marker`` (this test's Ray temp dir), and their children."""
-    found: set[int] = set()
-    parents: dict[int, int] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        if marker in cmd:
-            found.add(int(proc.name))
-    changed = True
-    while changed:
-        kids = {pid for pid, ppid in parents.items() if ppid in found} - found
-        changed = bool(kids)
-        found |= kids
-    return sorted(found - {os.getpid()})
-
-
-def _stop_cluster(marker: str) -> None:
-    """What `ray stop` does, for this test's cluster only (other Ray instances on the machine live on)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in _pids_mentioning(marker):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 10)
-        while _alive(_pids_mentioning(marker)) and time.monotonic() < deadline:
-            time.sleep(0.3)
-
-
-def _alive(pids: list[int]) -> bool:
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                return True
-        except OSError:
-            continue
-    return False
-
-
 @pytest.fixture
-def two_node_cluster(tmp_path_factory):
-    ray_bin = VENV_BIN / "ray"
-    if not ray_bin.is_file():
+def two_node_cluster():
+    from experiments.local_cluster import local_cluster, ray_command
+
+    if not ray_command().is_file():
         pytest.skip(f"no ray command next to {sys.executable}")
-    temp = tmp_path_factory.mktemp("ray")
-    port = _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    common = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats"]
-    try:
-        subprocess.run(
-            [str(ray_bin), "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false",
-             *common],
-            env=env, check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
-        subprocess.run(
-            [str(ray_bin), "start", f"--address=127.0.0.1:{port}", *common],
-            env=env, check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
-        yield f"127.0.0.1:{port}", env
-    finally:
-        _stop_cluster(str(temp))
+    with local_cluster(nodes=2, cpus_per_node=1) as (address, env):
+        yield address, env
 
 
 def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> None:

@@ -117,7 +117,10 @@ def one_process(config: str, steps: int, interference_model: str | None, seed: i
     }
 
 
-def rllib_sampling(config: str, steps: int, runners: int, interference_model: str | None, seed: int) -> dict:
+def rllib_sampling(
+    config: str, steps: int, runners: int, interference_model: str | None, seed: int, address: str | None = None
+) -> dict:
+    """Env steps/s of ``runners`` EnvRunners sampling at once (in-process Ray, or the cluster at ``address``)."""
     import ray
 
     from marl.train import build_ppo_config, module_spec_for, training_env_config
@@ -126,7 +129,12 @@ def rllib_sampling(config: str, steps: int, runners: int, interference_model: st
     spec, _ = module_spec_for(cfg, env_cfg)
     train_env = training_env_config(cfg)
     train_env.update({k: v for k, v in env_cfg.items() if k != "workload"})
-    ray.init(num_cpus=max(2, runners), object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False)
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(
+            num_cpus=max(2, runners), object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False
+        )
     try:
         ppo = build_ppo_config(cfg, train_env, spec).env_runners(num_env_runners=runners, num_cpus_per_env_runner=1)
         algo = ppo.build_algo()
@@ -139,12 +147,16 @@ def rllib_sampling(config: str, steps: int, runners: int, interference_model: st
                 lambda r: sum(ep.env_steps() for ep in r.sample(num_timesteps=per_runner)), local_env_runner=False
             )
             wall = time.perf_counter() - t0
+            nodes = group.foreach_env_runner(lambda r: ray.get_runtime_context().get_node_id(), local_env_runner=False)
         finally:
             algo.stop()
     finally:
         ray.shutdown()
     total = int(sum(counts))
-    return {"runners": runners, "env_steps": total, "wall_s": wall, "env_steps_per_s": total / wall}
+    return {
+        "runners": runners, "env_steps": total, "wall_s": wall, "env_steps_per_s": total / wall,
+        "runner_nodes": len(set(nodes)),
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,104 @@
+"""A throwaway multi-node Ray cluster on this machine (loopback), for tests and benchmarks.
+
+Each node is a ``ray start`` process tree; the head gets its own temporary folder, which every process of
+the cluster names on its command line, so stopping kills exactly this cluster's processes (``ray stop``
+would stop every Ray instance on the machine). Token authentication is off: nothing but loopback
+reaches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ray_command() -> Path:
+    """The ``ray`` script beside this Python (the project's virtual environment)."""
+    return Path(sys.executable).parent / "ray"
+
+
+@contextlib.contextmanager
+def local_cluster(nodes: int = 2, cpus_per_node: int = 1, object_store_bytes: int = 80_000_000) -> Iterator[tuple]:
+    """``(address, env)`` of a running ``nodes``-node cluster; stopped on exit. ``env`` is the environment
+    its clients need (authentication off)."""
+    ray = ray_command()
+    if not ray.is_file():
+        raise FileNotFoundError(f"no ray command next to {sys.executable}; install the project's dependencies")
+    temp = tempfile.mkdtemp(prefix="marlsched-ray-")
+    port = free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    common = [
+        "--node-ip-address=127.0.0.1", f"--num-cpus={cpus_per_node}", f"--object-store-memory={object_store_bytes}",
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    try:
+        subprocess.run(
+            [str(ray), "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *common],
+            env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        for _ in range(nodes - 1):
+            subprocess.run(
+                [str(ray), "start", f"--address=127.0.0.1:{port}", *common],
+                env=env, check=True, capture_output=True, timeout=120,
+            )  # fmt: skip
+        yield f"127.0.0.1:{port}", env
+    finally:
+        stop_cluster(temp)
+
+
+def pids_mentioning(marker: str) -> list[int]:
+    """Processes whose command line names ``marker`` (a cluster's temp folder), and their children."""
+    found: set[int] = set()
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if marker in cmd:
+            found.add(int(proc.name))
+    changed = True
+    while changed:
+        kids = {pid for pid, ppid in parents.items() if ppid in found} - found
+        changed = bool(kids)
+        found |= kids
+    return sorted(found - {os.getpid()})
+
+
+def stop_cluster(marker: str) -> None:
+    """What ``ray stop`` does, for the cluster whose temp folder is ``marker`` only."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids_mentioning(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 10)
+        while _alive(pids_mentioning(marker)) and time.monotonic() < deadline:
+            time.sleep(0.3)
+
+
+def _alive(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        except OSError:
+            continue
+    return False
