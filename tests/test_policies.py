@@ -333,11 +333,11 @@ def test_qssf_expected_remaining_time_is_the_mean_residual_life_of_its_history()
     hist = _History()
     hist.add(np.array([7, 7, 7, 7]), np.array([10.0, 20.0, 30.0, 100.0]))
     keys = np.full(4, 7)
-    rem, known = hist.residual(keys, np.array([0.0, 15.0, 30.0, 150.0]))
+    rem = hist.residual(keys, np.array([0.0, 15.0, 30.0, 150.0]))
     # x=0: mean 40; x=15: (20+30+100)/3 - 15 = 35; x=30: 100 - 30 = 70; older than all: as long again
     np.testing.assert_allclose(rem, [40.0, 35.0, 70.0, 150.0])
-    assert known.all()
-    assert not hist.residual(np.array([8]), np.array([0.0]))[1].any()
+    hist.add(np.full(300, 8), np.arange(1.0, 301.0))  # past the buffer: merged into the sorted history
+    np.testing.assert_allclose(hist.residual(np.array([8, 7]), np.array([100.0, 15.0])), [100.5, 35.0])
 
 
 def _first_decisions_until(result, t: float) -> tuple[np.ndarray, np.ndarray]:

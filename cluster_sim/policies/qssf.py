@@ -30,41 +30,56 @@ PRIOR_S = 3600.0  # expected run time before any job has finished
 
 
 class _History:
-    """Finished run times per key, with the conditional mean residual life answered vectorised."""
+    """Finished run times per key, with the conditional mean residual life answered vectorised.
+
+    All keys share one array sorted by (key, time), searched through the composite value
+    ``key * SPAN + time``, with suffix sums of the times, so a query for any number of jobs of any keys is
+    one binary search. The latest run times wait in a small unsorted buffer that queries compare against
+    directly; a full buffer is inserted into the sorted array in one pass, never re-sorting the history.
+    """
+
+    SPAN = 1e9  # seconds: larger than any run time (about 31 years), so keys never overlap
+    BUFFER = 256
 
     def __init__(self) -> None:
-        self._new: dict[int, list[float]] = {}
-        self._sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # key -> (sorted times, suffix sums)
+        self._value = np.zeros(0)  # key * SPAN + time, sorted
+        self._time = np.zeros(0)
+        self._suffix = np.zeros(1)  # suffix[i] = sum of _time[i:]
+        self._buf_key: list[int] = []
+        self._buf_time: list[float] = []
 
     def add(self, keys: np.ndarray, times: np.ndarray) -> None:
-        for k, t in zip(keys.tolist(), times.tolist(), strict=True):
-            self._new.setdefault(k, []).append(t)
+        times = np.minimum(np.asarray(times, dtype=np.float64), self.SPAN * 0.999)
+        self._buf_key.extend(keys.tolist())
+        self._buf_time.extend(times.tolist())
+        if len(self._buf_key) >= self.BUFFER:
+            self._merge()
 
-    def residual(self, keys: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(E[D - x | D > x], whether the key has any history) per row."""
-        self._merge()
-        out = np.full(len(keys), np.nan)
-        known = np.zeros(len(keys), dtype=bool)
-        for k in np.unique(keys).tolist():
-            hit = self._sorted.get(k)
-            if hit is None:
-                continue
-            rows = np.flatnonzero(keys == k)
-            times, suffix = hit
-            i = np.searchsorted(times, x[rows], side="right")
-            above = len(times) - i
-            mean_above = np.divide(suffix[i], above, out=np.zeros(len(rows)), where=above > 0)
-            out[rows] = np.where(above > 0, mean_above - x[rows], x[rows])  # older than all: as long again
-            known[rows] = True
-        return out, known
+    def residual(self, keys: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """E[D - x | D > x] per row (``x`` itself where no run time of the key exceeds ``x``)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        base = keys * self.SPAN
+        lo = np.searchsorted(self._value, base + x, side="right")
+        hi = np.searchsorted(self._value, base + self.SPAN, side="left")
+        above = (hi - lo).astype(np.float64)
+        total = self._suffix[lo] - self._suffix[hi]
+        if self._buf_key:
+            bk, bt = np.asarray(self._buf_key), np.asarray(self._buf_time)
+            longer = (bk[None, :] == keys[:, None]) & (bt[None, :] > x[:, None])
+            above += longer.sum(axis=1)
+            total += (longer * bt[None, :]).sum(axis=1)
+        mean_above = np.divide(total, above, out=np.zeros(len(keys)), where=above > 0)
+        return np.where(above > 0, mean_above - x, x)  # older than all: as long again
 
     def _merge(self) -> None:
-        for k, new in self._new.items():
-            old = self._sorted.get(k)
-            times = np.sort(np.concatenate([old[0], new]) if old is not None else np.asarray(new))
-            suffix = np.concatenate([np.cumsum(times[::-1])[::-1], [0.0]])  # suffix[i] = sum of times[i:]
-            self._sorted[k] = (times, suffix)
-        self._new.clear()
+        bk, bt = np.asarray(self._buf_key, dtype=np.int64), np.asarray(self._buf_time)
+        new = bk * self.SPAN + bt
+        order = np.argsort(new, kind="stable")
+        at = np.searchsorted(self._value, new[order])
+        self._value = np.insert(self._value, at, new[order])
+        self._time = np.insert(self._time, at, bt[order])
+        self._suffix = np.concatenate([np.cumsum(self._time[::-1])[::-1], [0.0]])
+        self._buf_key, self._buf_time = [], []
 
 
 class QSSF(PolicyScheduler):
@@ -157,20 +172,20 @@ class QSSF(PolicyScheduler):
             k = keys[jobs[todo]]
             enough = counts[k] >= self.min_history
             if enough.any():
-                r, _ = hist.residual(k[enough], x[todo[enough]])
-                est[todo[enough]] = r
+                est[todo[enough]] = hist.residual(k[enough], x[todo[enough]])
         missing = np.isnan(est)
         est[missing] = np.maximum(PRIOR_S - x[missing], x[missing])
         return est
 
     def decide(self, view: SchedulerView, queue: np.ndarray, pool: FreePool) -> list[Decision]:
-        key_q = (1.0 + self.margin) * self.expected_remaining(view, queue) + self.min_gain
         gpus = view.jobs.num_gpus
         if not self.preemptive or int(gpus[queue].sum()) <= pool.num_free:
+            key_q = (1.0 + self.margin) * self.expected_remaining(view, queue) + self.min_gain
             return list(self.start_in_order(view, queue[np.lexsort((queue, key_q))], pool, backfill=True))
         running = np.asarray(view.running, dtype=np.int64)
-        key_r = self.expected_remaining(view, running)
         ids = np.concatenate([running, queue])
+        est = self.expected_remaining(view, ids)
+        key_r, key_q = est[: len(running)], (1.0 + self.margin) * est[len(running) :] + self.min_gain
         waits = np.concatenate([np.zeros(len(running), dtype=np.int8), np.ones(len(queue), dtype=np.int8)])
         order = np.lexsort((ids, waits, np.concatenate([key_r, key_q])))
         decisions, _, _ = admit_by_rank(self, view, pool, ids[order], waits[order] == 0)
