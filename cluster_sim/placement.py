@@ -454,6 +454,21 @@ def best_fit(view: SchedulerView, job: int, n: int, free: FreePool | None = None
     return _gather(pool, servers, takes)
 
 
+def most_free(view: SchedulerView, job: int, n: int, free: FreePool | None = None) -> np.ndarray | None:
+    """As many GPUs as possible from the server with the most free GPUs (ties: lowest id), then the next:
+    the placement of Pollux's Tiresias baseline (adaptdl ``simulator/tiresias.py``)."""
+    pool = _pool(view, n, free)
+    if pool is None:
+        return None
+    sf = pool.server_free[: pool.topo.num_servers]
+    order = np.argsort(-sf, kind="stable")  # most free first; a stable sort keeps the lowest id first
+    counts = sf[order]
+    k = int(np.searchsorted(np.cumsum(counts), n))  # servers 0..k hold n together
+    takes = counts[: k + 1].copy()
+    takes[-1] -= int(takes.sum()) - n
+    return _gather(pool, order[: k + 1], takes)
+
+
 def gandiva(view: SchedulerView, job: int, n: int, free: FreePool | None = None) -> np.ndarray | None:
     """Gandiva-style affinity packing: the fullest server that already runs jobs of the same model and
     has room, else an empty server (keeping unrelated models apart), else :func:`consolidate`.
@@ -494,6 +509,7 @@ PLACEMENTS: dict[str, Placement] = {
     "spread": spread,
     "first-fit": first_fit,
     "best-fit": best_fit,
+    "most-free": most_free,
     "gandiva": gandiva,
     "random": random_gpus,
 }

@@ -20,8 +20,9 @@ from topology.view import Level
 
 METRIC_KEYS = (
     "jobs_total", "jobs_completed", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay",
-    "makespan", "gpu_utilization", "fragmentation", "mean_slowdown", "mean_interference_slowdown",
-    "preemptions", "events", "decisions", "decisions_per_second", "wall_seconds",
+    "avg_first_start_delay", "makespan", "gpu_utilization", "fragmentation", "mean_slowdown",
+    "mean_interference_slowdown", "preemptions", "preemptions_per_job", "avg_gpus_held", "events", "decisions",
+    "decisions_per_second", "wall_seconds",
 )  # fmt: skip
 
 
@@ -35,6 +36,8 @@ class SimResult:
     end: np.ndarray  # completion time per job (nan if unfinished)
     span: np.ndarray  # topology Level of the last placement
     preemptions: np.ndarray
+    executed: np.ndarray  # wall seconds each job held GPUs (restart stalls included), over all its stints
+    attained: np.ndarray  # GPU-seconds each job held
     interference_slowdown: np.ndarray  # mean fraction of throughput lost to interference while running
     busy_gpu_seconds: float
     fragmented_gpu_seconds: float
@@ -52,7 +55,17 @@ class SimResult:
 
     @property
     def queue_delay(self) -> np.ndarray:
+        """Seconds each job spent waiting, before its first start and after every preemption."""
+        return self.jct - self.executed
+
+    @property
+    def first_start_delay(self) -> np.ndarray:
         return self.start - self.workload.arrival
+
+    @property
+    def gpus_held(self) -> np.ndarray:
+        """Average GPUs each job held while it ran (its request, unless it was resized)."""
+        return np.divide(self.attained, self.executed, out=np.zeros_like(self.executed), where=self.executed > 0)
 
     @property
     def slowdown(self) -> np.ndarray:
@@ -79,13 +92,16 @@ class SimResult:
             "p50_jct": pct(50),
             "p95_jct": pct(95),
             "p99_jct": pct(99),
-            "avg_queue_delay": float(np.nanmean(self.queue_delay)) if n else float("nan"),
+            "avg_queue_delay": float(self.queue_delay[done].mean()) if done.any() else float("nan"),
+            "avg_first_start_delay": float(np.nanmean(self.first_start_delay)) if n else float("nan"),
             "makespan": makespan,
             "gpu_utilization": float(self.busy_gpu_seconds) / capacity if capacity > 0 else 0.0,
             "fragmentation": float(self.fragmented_gpu_seconds) / capacity if capacity > 0 else 0.0,
             "mean_slowdown": float(self.slowdown[done].mean()) if done.any() else float("nan"),
             "mean_interference_slowdown": float(self.interference_slowdown[done].mean()) if done.any() else 0.0,
             "preemptions": int(self.preemptions.sum()),
+            "preemptions_per_job": float(self.preemptions.mean()) if n else 0.0,
+            "avg_gpus_held": float(self.gpus_held[done].mean()) if done.any() else float("nan"),
             "events": self.events,
             "decisions": self.decisions,
             "decisions_per_second": self.decisions / self.scheduler_seconds if self.scheduler_seconds > 0 else 0.0,
@@ -100,14 +116,15 @@ class SimResult:
         write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         w = self.workload
         rows = [["id", "arrival", "start", "end", "gpus", "jct", "queue_delay", "slowdown", "placement_span",
-                 "preemptions", "model", "tenant"]]  # fmt: skip
-        jct, qd, sd = self.jct, self.queue_delay, self.slowdown
+                 "preemptions", "model", "tenant", "first_start_delay", "executed", "gpus_held"]]  # fmt: skip
+        jct, qd, sd, fs, held = self.jct, self.queue_delay, self.slowdown, self.first_start_delay, self.gpus_held
         for j in range(len(w)):
             rows.append([
                 j, f"{w.arrival[j]:.3f}", f"{self.start[j]:.3f}", f"{self.end[j]:.3f}", int(w.num_gpus[j]),
                 f"{jct[j]:.3f}", f"{qd[j]:.3f}", f"{sd[j]:.6f}",
                 Level(int(self.span[j])).name.lower() if self.span[j] >= 0 else "",
                 int(self.preemptions[j]), w.models[int(w.model[j])], w.tenants[int(w.tenant[j])],
+                f"{fs[j]:.3f}", f"{self.executed[j]:.3f}", f"{held[j]:.3f}",
             ])  # fmt: skip
         write_atomic(out / "jobs.csv", rows)
         return metrics

@@ -553,6 +553,8 @@ class Simulator:
             end=self._end.copy(),
             span=self._span.copy(),
             preemptions=self._preemptions.copy(),
+            executed=executed.copy(),
+            attained=self._attained.copy(),
             interference_slowdown=np.divide(self._slow_time, executed, out=np.zeros_like(executed), where=executed > 0),
             busy_gpu_seconds=self._busy_integral,
             fragmented_gpu_seconds=self._frag_integral,

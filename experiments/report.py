@@ -19,7 +19,7 @@ REPORT_METRICS = (
     ("p50_jct", "p50 JCT (s)", "{:.0f}", True),
     ("p95_jct", "p95 JCT (s)", "{:.0f}", True),
     ("p99_jct", "p99 JCT (s)", "{:.0f}", True),
-    ("avg_queue_delay", "queue delay (s)", "{:.0f}", True),
+    ("avg_queue_delay", "time waiting (s)", "{:.0f}", True),
     ("makespan", "makespan (s)", "{:.0f}", True),
     ("gpu_utilization", "GPU util", "{:.3f}", False),
     ("mean_slowdown", "slowdown", "{:.2f}", True),
@@ -199,16 +199,15 @@ def scaling_markdown(scaling: Mapping[str, Any]) -> list[str]:
 
 
 def _console_table(cfg: ExperimentConfig, rows: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> str:
-    from experiments.simulate import summary_table
+    from experiments.simulate import SUMMARY_COLUMNS, summary_table
 
     means = []
     for name in cfg.schedulers:
         runs = list(rows[name].values())
         m: dict[str, Any] = {"scheduler": name}
-        for key in ("avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay", "makespan", "gpu_utilization",
-                    "mean_slowdown", "wall_seconds"):  # fmt: skip
+        for key, _, _ in SUMMARY_COLUMNS:
             m[key] = float(np.mean([r[key] for r in runs]))
-        m["jobs_completed"] = int(np.mean([r["jobs_completed"] for r in runs]))
+        m["jobs_completed"] = int(m["jobs_completed"])
         means.append(m)
     means.sort(key=lambda m: m["avg_jct"])
     return summary_table(means, title=f"{cfg.name}: means over seeds {cfg.seeds}")

@@ -177,6 +177,17 @@ def occupied(view, holds: list[np.ndarray], extra: list[int]) -> Simulator:
     return sim
 
 
+def test_most_free_takes_whole_servers_with_the_most_free_gpus_first():
+    view = build_cluster("small").view
+    # every server is busy except server 5 (8 free) and server 3 (6 free); server 0 has 2 free
+    held = [np.arange(s * 8, s * 8 + 8) for s in range(32) if s not in (0, 3, 5)]
+    held += [np.arange(0, 6), np.arange(24, 26)]
+    sim = occupied(view, held, [11])
+    gpus = get_placement("most-free")(sim, len(held), 11)
+    assert np.bincount(view.gpu_server[gpus], minlength=32)[[5, 3, 0]].tolist() == [8, 3, 0]
+    assert get_policy("tiresias-pollux").thresholds.tolist() == [16 * 3600.0, np.inf]
+
+
 def test_consolidate_picks_fullest_server_that_fits():
     view = build_cluster("small").view
     # server 0: 6 free, server 1: 3 free, server 2: 4 free, others empty (8 free)

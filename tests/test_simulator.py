@@ -113,6 +113,13 @@ def test_preemption_keeps_progress_and_pays_restart_cost():
         (30.0, "start", 0),
         (125.0, "stop", 0),
     ]
+    # waiting counts every wait, not only the one before the first start: job 0 waited 10..30
+    assert r.first_start_delay.tolist() == [0.0, 0.0]
+    assert r.queue_delay.tolist() == [20.0, 0.0]
+    assert r.executed.tolist() == [105.0, 20.0]  # 10 s, then 5 s of restart stall and 90 s of work
+    m = r.metrics()
+    assert m["avg_queue_delay"] == 10.0 and m["avg_first_start_delay"] == 0.0
+    assert m["preemptions_per_job"] == 0.5 and m["avg_gpus_held"] == 8.0
 
 
 def test_resize_changes_speed_as_the_performance_model_says():
