@@ -112,21 +112,21 @@ class QSSF(PolicyScheduler):
 
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
-        n = len(view.jobs)
         self._on_gpus = np.zeros(0, dtype=np.int64)  # jobs holding GPUs once the last round was applied
-        self._levels = [_History() for _ in range(4)]  # (tenant, GPUs), tenant, GPUs, everything
-        self._counts = [np.zeros(0, dtype=np.int64) for _ in range(4)]
-        g = view.jobs.num_gpus.astype(np.int64)
-        t = view.jobs.tenant.astype(np.int64)
-        self._keys = [t * (int(g.max(initial=1)) + 1) + g, t, g, np.zeros(n, dtype=np.int64)]
+        self._levels = [_History() for _ in range(4)]
+        self._most_gpus = int(view.jobs.num_gpus.max(initial=1))
+        self._keys = self._group_keys(view.jobs.tenant, view.jobs.num_gpus)
         self._counts = [np.zeros(int(k.max(initial=0)) + 1, dtype=np.int64) for k in self._keys]
         past = view.jobs.meta.get("history")
         if past is not None and len(past["duration"]):
-            pg = np.asarray(past["num_gpus"], dtype=np.int64)
-            pt = np.asarray(past["tenant"], dtype=np.int64)
-            known = (pt < len(view.jobs.tenants)) & (pg <= int(g.max(initial=1)))  # keys of this workload
-            self._record([pt[known] * (int(g.max(initial=1)) + 1) + pg[known], pt[known], pg[known],
-                          np.zeros(int(known.sum()), dtype=np.int64)], np.asarray(past["duration"])[known])  # fmt: skip
+            pt, pg = np.asarray(past["tenant"]), np.asarray(past["num_gpus"])
+            known = (pt < len(view.jobs.tenants)) & (pg <= self._most_gpus)  # groups this workload can have
+            self._record(self._group_keys(pt[known], pg[known]), np.asarray(past["duration"])[known])
+
+    def _group_keys(self, tenant: np.ndarray, num_gpus: np.ndarray) -> list[np.ndarray]:
+        """Keys at each back-off level: (tenant, GPUs), tenant, GPUs, everything."""
+        t, g = np.asarray(tenant, dtype=np.int64), np.asarray(num_gpus, dtype=np.int64)
+        return [t * (self._most_gpus + 1) + g, t, g, np.zeros(len(t), dtype=np.int64)]
 
     def schedule(self, view: SchedulerView) -> list[Decision]:
         self._learn(view)
