@@ -120,6 +120,35 @@ def assign_models_by_gpu_time(gpu_time: np.ndarray, rng: np.random.Generator) ->
     return choices[gpu_time_bucket(np.asarray(gpu_time, dtype=np.float64)), coin]
 
 
+MODEL_RULES: tuple[str, ...] = ("independent", "pollux")
+
+
+def assign_models_by_tenant(tenant: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Zoo model index per job from its tenant's model mix, for traces that name no model.
+
+    Every tenant code gets a mix over the six models Pollux measured (a Dirichlet(0.5) draw, so tenants
+    differ as teams do), and each job draws its model from its tenant's mix. Neither durations nor
+    GPU-times are read, so a job's model tells nothing about its size; Pollux's rule
+    (:func:`assign_models_by_gpu_time`) does, through the bucket its GPU-time falls in.
+    """
+    pool = np.array(sorted({model_index(m) for pair in GPU_TIME_BUCKET_MODELS for m in pair}), dtype=np.int16)
+    tenant = np.asarray(tenant, dtype=np.int64)
+    mixes = rng.dirichlet(np.full(len(pool), 0.5), size=int(tenant.max(initial=0)) + 1)
+    cum = np.cumsum(mixes, axis=1)
+    u = rng.random(len(tenant))
+    pick = (u[:, None] > cum[tenant]).sum(axis=1)
+    return pool[np.minimum(pick, len(pool) - 1)]
+
+
+def assign_models(rule: str, tenant: np.ndarray, gpu_time: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Models by ``rule``: ``independent`` (tenant mix, the default) or ``pollux`` (GPU-time buckets)."""
+    if rule == "independent":
+        return assign_models_by_tenant(tenant, rng)
+    if rule == "pollux":
+        return assign_models_by_gpu_time(gpu_time, rng)
+    raise ValueError(f"model_rule={rule!r}; choose one of {', '.join(MODEL_RULES)}")
+
+
 def default_batch_sizes(model: np.ndarray, num_gpus: np.ndarray) -> np.ndarray:
     """Global batch = the model's default batch x GPUs: each data-parallel replica keeps the batch the
     model is tuned for on one GPU (weak scaling), as Gavel's per-worker batch sizes do."""

@@ -152,12 +152,16 @@ def _synthetic(arg: str, *, seed: int, cluster_gpus: int, load: float = DEFAULT_
     return synthetic_workload(n, load=load, cluster_gpus=cluster_gpus, seed=seed, n_tenants=tenants)
 
 
-def _philly(arg: str, *, seed: int, cluster_gpus: int, pollux_filter: bool = False) -> Workload:
-    return load_philly(Path(arg), seed=seed, pollux_filter=pollux_filter)
+def _philly(
+    arg: str, *, seed: int, cluster_gpus: int, pollux_filter: bool = False, model_rule: str = "independent"
+) -> Workload:
+    return load_philly(Path(arg), seed=seed, pollux_filter=pollux_filter, model_rule=model_rule)
 
 
-def _openb(arg: str, *, seed: int, cluster_gpus: int, include_pending: bool = False) -> Workload:
-    return load_openb(Path(arg), seed=seed, include_pending=include_pending)
+def _openb(
+    arg: str, *, seed: int, cluster_gpus: int, include_pending: bool = False, model_rule: str = "independent"
+) -> Workload:
+    return load_openb(Path(arg), seed=seed, include_pending=include_pending, model_rule=model_rule)
 
 
 def _gavel(
@@ -173,8 +177,18 @@ def _pollux(arg: str, *, seed: int, cluster_gpus: int) -> Workload:
 register_workload_kind(
     "synthetic", _synthetic, syntax="synthetic:N_JOBS[,load=F]", options={"load": float, "tenants": int}
 )
-register_workload_kind("philly", _philly, syntax="philly:PATH/philly.csv", options={"pollux_filter": flag})
-register_workload_kind("openb", _openb, syntax="openb:PATH/openb_pod_list_*.csv", options={"include_pending": flag})
+register_workload_kind(
+    "philly",
+    _philly,
+    syntax="philly:PATH/philly.csv[,model_rule=independent|pollux]",
+    options={"pollux_filter": flag, "model_rule": str},
+)
+register_workload_kind(
+    "openb",
+    _openb,
+    syntax="openb:PATH/openb_pod_list_*.csv[,model_rule=independent|pollux]",
+    options={"include_pending": flag, "model_rule": str},
+)
 register_workload_kind(
     "gavel",
     _gavel,

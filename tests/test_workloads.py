@@ -130,13 +130,40 @@ def test_philly_loads_every_job_sorted(philly_file: dict[str, np.ndarray], phill
     )
 
 
-def test_philly_models_follow_gpu_time_rule(philly: Workload, philly_path: Path) -> None:
-    gpu_h = philly.num_gpus * philly.duration / 3600
-    names = np.array(MODEL_NAMES)[philly.model]
+def test_philly_pollux_model_rule_follows_gpu_time(philly_path: Path) -> None:
+    pollux = load_philly(philly_path, seed=0, model_rule="pollux")
+    gpu_h = pollux.num_gpus * pollux.duration / 3600
+    names = np.array(MODEL_NAMES)[pollux.model]
     assert set(names[gpu_h < 1]) == {"resnet18-cifar10", "ncf"}
     assert set(names[(gpu_h >= 1) & (gpu_h < 10)]) == {"deepspeech2", "bert-squad"}
     assert set(names[(gpu_h >= 10) & (gpu_h < 100)]) == {"yolov3"}
     assert set(names[gpu_h >= 100]) == {"resnet50-imagenet"}
+
+
+def test_philly_default_models_tell_nothing_of_a_jobs_size(philly: Workload, philly_path: Path) -> None:
+    """``model_rule=independent``: models come from the tenant's mix; short and long jobs of a tenant
+    share one mix, while tenants differ."""
+    from cluster_sim.synthetic import assign_models, make_rng
+
+    assert philly.meta["model_rule"] == "independent"
+    tenant = philly.tenant.astype(np.int64)
+    gpu_time = philly.num_gpus * philly.duration
+    shuffled = np.random.default_rng(1).permutation(gpu_time)
+    a = assign_models("independent", tenant, gpu_time, make_rng(0))
+    assert np.array_equal(a, assign_models("independent", tenant, shuffled, make_rng(0)))  # sizes never read
+    big = int(np.bincount(tenant).argmax())
+    mine = tenant == big
+    short, long_ = mine & (gpu_time < 3600), mine & (gpu_time >= 36000)
+    share = [np.bincount(philly.model[m], minlength=len(MODEL_NAMES)) / m.sum() for m in (short, long_)]
+    assert np.abs(share[0] - share[1]).max() < 0.05  # one mix for short and long jobs
+    other = tenant == int(np.argsort(np.bincount(tenant))[-2])
+    share_other = np.bincount(philly.model[other], minlength=len(MODEL_NAMES)) / other.sum()
+    assert np.abs(share[0] - share_other).max() > 0.05  # tenants differ
+    with pytest.raises(ValueError, match="model_rule='size'; choose one of independent, pollux"):
+        load_philly(philly_path, model_rule="size")
+
+
+def test_philly_models_are_seeded(philly: Workload, philly_path: Path) -> None:
     again = load_philly(philly_path, seed=0)
     other = load_philly(philly_path, seed=1)
     assert same(philly, again)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from cluster_sim.model_zoo import MODEL_NAMES
-from cluster_sim.synthetic import assign_models_by_gpu_time, default_batch_sizes, make_rng
+from cluster_sim.synthetic import assign_models, default_batch_sizes, make_rng
 from cluster_sim.traces.table import (
     TraceFormatError,
     float_column,
@@ -61,6 +61,7 @@ def load_openb(
     arrival_scale: float = 1.0,
     seed: int = 0,
     include_pending: bool = False,
+    model_rule: str = "independent",
 ) -> Workload:
     """GPU pods sorted by creation time (stable), one job each.
 
@@ -96,8 +97,8 @@ def load_openb(
     order = order[keep[order]]
     g = num_gpu[order].astype(np.int32)
     dur = duration[order]
-    model = assign_models_by_gpu_time(g * dur, make_rng(seed))
     tenant, tenants = tenant_codes(cols["qos"])
+    model = assign_models(model_rule, tenant[order], g * dur, make_rng(seed))
     w = Workload(
         arrival=creation[order],
         num_gpus=g,

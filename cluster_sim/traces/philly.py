@@ -1,9 +1,11 @@
 """Loader for the Microsoft Philly job list as processed by Pollux (``pollux-osdi21/traces/philly.csv``).
 
 Columns ``timestamp,duration,num_gpus,gpu_time,cluster``; the file is not sorted by submit time. The
-trace has no model types, so models come from Pollux's GPU-time rule with a seeded coin
-(:func:`cluster_sim.synthetic.assign_models_by_gpu_time`). The coins are drawn over the whole sorted file
-before any filter or window, so a job keeps its model whichever subset of the trace is loaded.
+trace has no model types, so models come from a seeded rule (:func:`cluster_sim.synthetic.assign_models`):
+``independent`` (default) draws from each virtual cluster's model mix and never looks at a job's size;
+``pollux`` is Pollux's GPU-time rule, which tells any model-based estimator the job's size. The draws are
+made over the whole sorted file before any filter or window, so a job keeps its model whichever subset of
+the trace is loaded.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cluster_sim.model_zoo import MODEL_NAMES
-from cluster_sim.synthetic import assign_models_by_gpu_time, default_batch_sizes, make_rng
+from cluster_sim.synthetic import assign_models, default_batch_sizes, make_rng
 from cluster_sim.traces.table import (
     TraceFormatError,
     float_column,
@@ -54,6 +56,7 @@ def load_philly(
     arrival_scale: float = 1.0,
     seed: int = 0,
     pollux_filter: bool = False,
+    model_rule: str = "independent",
 ) -> Workload:
     """Philly jobs sorted by submit time (stable: ties keep file order).
 
@@ -77,12 +80,12 @@ def load_philly(
 
     order = np.argsort(ts, kind="stable")
     start = int(ts[order[0]]) if n_rows else 0
-    model = assign_models_by_gpu_time(gpu_time[order], make_rng(seed))
+    tenant, tenants = tenant_codes(cols["cluster"])
+    model = assign_models(model_rule, tenant[order], gpu_time[order], make_rng(seed))
     keep = np.ones(n_rows, dtype=bool)
     if pollux_filter:
         keep = (duration[order] >= POLLUX_MIN_DURATION_S) & (gpu_time[order] < POLLUX_MAX_GPU_TIME_S)
     idx = order[keep]
-    tenant, tenants = tenant_codes(cols["cluster"])
     g = num_gpus[idx].astype(np.int32)
     w = Workload(
         arrival=(ts[idx] - start).astype(np.float64),
@@ -99,6 +102,7 @@ def load_philly(
             "rows": n_rows,
             "trace_start": str(np.datetime64(start, "s")),
             "pollux_filter": pollux_filter,
+            "model_rule": model_rule,
             "seed": seed,
         },
     )
