@@ -318,6 +318,13 @@ class Simulator:
     def _check_gpus(self, job: int, gpus: np.ndarray, action: str, own: bool = False) -> np.ndarray:
         job = self._check_job(job, action)
         gpus = np.asarray(gpus)
+        if gpus.shape == (1,) and gpus.dtype.kind in "iu":  # most jobs hold one GPU: check it directly
+            g = int(gpus[0])
+            if 0 <= g < self.topo.num_gpus:
+                holder = int(self._gpu_job[g])
+                if holder < 0 or (own and holder == job):
+                    return gpus.astype(np.int32)
+            # otherwise the general checks below name what is wrong
         if gpus.ndim != 1 or gpus.size == 0 or not np.issubdtype(gpus.dtype, np.integer):
             raise InvalidDecision(
                 f"cannot {action} job {job}: GPUs must be a non-empty 1-D integer array, got {gpus!r}"
