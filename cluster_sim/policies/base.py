@@ -90,9 +90,13 @@ class PolicyScheduler:
             return []
         # Nothing can start and nobody is preempted: skip building the pool. Non-preemptive schedulers
         # may skip their caches' update here, since a job that started never returns to their queue.
-        if not self.preemptive and view.num_free < int(view.jobs.num_gpus[queue].min()):
+        if not self.preemptive and self.blocked(view, queue):
             return []
         return self.decide(view, queue, FreePool(view))
+
+    def blocked(self, view: SchedulerView, queue: np.ndarray) -> bool:
+        """Whether no waiting job can start now (checked before a non-preemptive round): none fits."""
+        return view.num_free < int(view.jobs.num_gpus[queue].min())
 
     def decide(self, view: SchedulerView, queue: np.ndarray, pool: FreePool) -> list[Decision]:
         """Default round: start waiting jobs in :meth:`order` while they fit."""

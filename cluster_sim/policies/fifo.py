@@ -21,3 +21,10 @@ class FIFO(PolicyScheduler):
 
     def order(self, view: SchedulerView, queue: np.ndarray) -> np.ndarray:
         return np.sort(queue)
+
+    def blocked(self, view: SchedulerView, queue: np.ndarray) -> bool:
+        """Strict order: only the oldest waiting job may start next, so the round is blocked when it does
+        not fit (one lookup, however long the queue)."""
+        if self.backfill:
+            return super().blocked(view, queue)
+        return view.num_free < int(view.jobs.num_gpus[int(queue.min())])
