@@ -30,6 +30,8 @@ class JobDescriptor:
 
     ``name`` is only used to look up measured tables; models must not depend on it.
     ``solo_sps`` is the job's isolated throughput in samples per second on one GPU of ``gpu_type``.
+    The last three are optional facts from a short solo profile (as non-intrusive schedulers collect
+    them); models use them when present and estimate them from the other fields when not.
     """
 
     params_m: float  # parameters, millions
@@ -39,30 +41,22 @@ class JobDescriptor:
     amp: bool = False  # mixed precision
     gpu_type: str = "V100"
     name: str = ""
+    gpu_util: float | None = None  # solo GPU utilisation, % of time a kernel runs (nvidia-smi)
+    mem_util: float | None = None  # solo memory-bandwidth utilisation, % of peak
+    mem_gb: float | None = None  # device memory the job holds, GB
 
     def __post_init__(self) -> None:
         # queries are hashed at every scheduling event (prediction caches); hash the fields once
         object.__setattr__(self, "_hash", hash(self._key()))
 
     def _key(self) -> tuple:
-        return (self.params_m, self.gflops, self.batch, self.solo_sps, self.amp, self.gpu_type, self.name)
+        return (
+            self.params_m, self.gflops, self.batch, self.solo_sps, self.amp, self.gpu_type, self.name,
+            self.gpu_util, self.mem_util, self.mem_gb,
+        )  # fmt: skip
 
     def __hash__(self) -> int:
         return self._hash
-
-    def features(self) -> np.ndarray:
-        """Log-scaled numeric features, the representation learned models consume."""
-        return np.array(
-            [
-                np.log1p(self.params_m),
-                np.log1p(self.gflops),
-                np.log1p(self.batch),
-                np.log1p(self.solo_sps),
-                float(self.amp),
-                np.log1p(self.gflops * self.solo_sps),  # achieved GFLOP/s: how hard it drives the GPU
-            ],
-            dtype=np.float32,
-        )
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from interference.gavel_jobs import SPLITS
-from interference.pairs_csv import REQUIRED
+from interference.pairs_csv import OUTPUT_COLUMNS, REQUIRED
+from interference.pairs_csv import __doc__ as PAIRS_DOC
 
 # torch, scipy and the training code load inside the commands, so `marlsched --help` starts fast
-
-DEFAULT_ORACLE_SAMPLES = 20000
 
 
 def _say(msg: str) -> None:
@@ -30,6 +29,14 @@ def _threads(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
 
+def _gpu_specs(args: argparse.Namespace) -> None:
+    if getattr(args, "gpu_specs", None):
+        from interference.gpu_specs import load_gpu_specs
+
+        specs = load_gpu_specs(args.gpu_specs)
+        _say(f"GPU types from {args.gpu_specs}: {', '.join(s.name for s in specs)}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from interference.evaluation import metrics
     from interference.gavel_data import load_gavel_pairs
@@ -39,14 +46,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     pairs = load_gavel_pairs(args.data)
     default = TrainConfig()
     cfg = TrainConfig(
-        hidden=args.hidden or default.hidden,
         members=args.members or default.members,
         steps=args.steps or default.steps,
-        oracle_samples=args.oracle_samples,
+        type_rank=default.type_rank if args.type_rank is None else args.type_rank,
         seed=args.seed,
     )
-    _say(f"training on {int(pairs.feasible.sum())} feasible Gavel pairs + {cfg.oracle_samples} oracle samples")
-    model = fit(pairs, cfg, progress=lambda s, loss: _say(f"step {s + 1}/{cfg.steps} loss {loss:.5f}"))
+    _say(f"training on {int(pairs.feasible.sum())} feasible Gavel pairs ({cfg.members} ensemble members)")
+    total = cfg.steps * (2 if cfg.type_rank else 1)  # the structure, then the measured types' residual
+    model = fit(pairs, cfg, progress=lambda s, loss: _say(f"step {s + 1}/{total} loss {loss:.5f}"))
     queries, y, _ = gavel_queries(pairs)
     fit_metrics = metrics(model.throughput_factors(queries), y)
     model.meta["fit_on_gavel"] = fit_metrics
@@ -80,7 +87,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     write_json(out / "eval.json", result)
     title = (
         f"{args.split}: MAE {result['mae']:.3f} (mean predictor {result['mean_predictor_mae']:.3f}), "
-        f"Spearman {result['spearman']:.2f}, n={result['n']}"
+        f"Spearman {result['spearman']:.2f}, n={result['n']}\npartner ranking: pairwise order accuracy "
+        f"{result['pairwise_order_accuracy']:.2f}, per-job Spearman {result['per_job_spearman']:.2f}"
     )
     parity_plot(out / "parity.png", cv["pred"], cv["y"], cv["gpu"], title)
     _say(f"{title}\nwrote {out / 'eval.json'} and {out / 'parity.png'}")
@@ -93,13 +101,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from interference.learned import LearnedInterference
     from interference.pairs_csv import read_pairs_csv, write_predictions
 
-    _threads(args)
+    _gpu_specs(args)
     model = LearnedInterference.load(args.model)
     rows, header, a, b, level = read_pairs_csv(args.pairs)
-    pred_a = model.predict_pairs(a, b, level)
-    pred_b = model.predict_pairs(b, a, level)
-    write_predictions(args.out, rows, header, pred_a, pred_b)
-    _say(f"wrote {len(rows)} predictions to {args.out} (mean factor of A {np.mean(pred_a):.3f})")
+    pa = model.predict_pairs(a, b, level)
+    pb = model.predict_pairs(b, a, level)
+    write_predictions(args.out, rows, header, pa.factor, pb.factor, pa.std, pb.std, pa.out_of_range)
+    n_out = int(pa.out_of_range.sum())
+    if n_out:
+        lines = ", ".join(str(i + 2) for i in np.flatnonzero(pa.out_of_range)[:10])
+        _say(
+            f"warning: {n_out} of {len(rows)} pairs have a job outside the range the model was fitted on "
+            f"(lines {lines}{', ...' if n_out > 10 else ''}; column out_of_range): trust those less"
+        )
+    _say(f"wrote {len(rows)} predictions to {args.out} (mean factor of A {np.mean(pa.factor):.3f})")
     return 0
 
 
@@ -123,20 +138,18 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
     )
     sub = p.add_subparsers(dest="interference_command", required=True, metavar="{train,eval,predict}")
 
-    t = sub.add_parser("train", help="train the set model on Gavel's pairs (+ ground-truth samples)")
+    t = sub.add_parser("train", help="fit the contention model to Gavel's measured GPU-sharing pairs")
     t.add_argument("--data", required=True, help="gavel:PATH, PATH a Gavel throughput JSON or its folder")
-    t.add_argument(
-        "--oracle-samples",
-        type=int,
-        default=DEFAULT_ORACLE_SAMPLES,
-        help="extra samples of the ground truth at server/uplink levels and with several neighbours "
-        f"(default {DEFAULT_ORACLE_SAMPLES}; 0 for Gavel's pairs only)",
-    )
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--out", required=True, help="model file to write")
-    t.add_argument("--steps", type=int, default=None, help="optimiser steps (default: TrainConfig's)")
-    t.add_argument("--hidden", type=int, default=None, help="hidden width (default: TrainConfig's)")
+    t.add_argument("--out", required=True, help="model file to write (JSON)")
+    t.add_argument("--steps", type=int, default=None, help="optimiser steps per stage (default: TrainConfig's)")
     t.add_argument("--members", type=int, default=None, help="ensemble members (default: TrainConfig's)")
+    t.add_argument(
+        "--type-rank",
+        type=int,
+        default=None,
+        help="rank of the residual of measured job types (default: TrainConfig's; 0: descriptors only)",
+    )
     t.add_argument(
         "--threads",
         type=int,
@@ -155,11 +168,22 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
     e.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     e.set_defaults(func=_guard(cmd_eval))
 
-    r = sub.add_parser("predict", help="predict normalised throughputs of job pairs given by descriptors")
+    r = sub.add_parser(
+        "predict",
+        help="predict normalised throughputs of job pairs given by descriptors",
+        description=PAIRS_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     r.add_argument("--model", required=True)
-    r.add_argument("--pairs", required=True, help="CSV with columns " + ",".join(REQUIRED))
-    r.add_argument("--out", required=True, help="CSV to write (input columns + pred_norm_a, pred_norm_b)")
-    r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--pairs", required=True, help="CSV with columns " + ",".join(REQUIRED) + " (see above)")
+    r.add_argument("--out", required=True, help="CSV to write: input columns + " + ", ".join(OUTPUT_COLUMNS))
+    r.add_argument(
+        "--gpu-specs",
+        default=None,
+        metavar="FILE",
+        help="YAML of datasheet figures for GPU types beyond the built-in ones, e.g. "
+        "'L40S: {fp32_tflops: 91.6, mem_bw_gbs: 864, mem_gb: 48, pcie_gbs: 31.5}'",
+    )
     r.set_defaults(func=_guard(cmd_predict))
     return p
 

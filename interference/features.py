@@ -1,9 +1,15 @@
-"""Numeric features of jobs, GPUs and sharing levels, computed column-wise for many jobs at once.
+"""Numeric facts of jobs on their GPU, computed column-wise for many jobs at once.
 
-Learned models see only these numbers, never a job's name, so they apply to job types no table measured.
-Besides the raw facts of :meth:`JobDescriptor.features` they include quantities relative to the GPU the
-job runs on (achieved fraction of peak FLOP/s, parameter traffic relative to the host link, model state
-relative to device memory): the same job is a heavy tenant on a K80 and a light one on an H100.
+Predictors see only these numbers, never a job's name, so they apply to job types no table measured.
+Each is relative to the GPU the job runs on (the same job is a heavy tenant on a K80 and a light one on
+an H100):
+
+- ``INTENSITY_FEATURES``: how hard a job uses the resources a GPU's tenants share. Achieved fraction of
+  peak FLOP/s (compute), GPU seconds of work per step at peak (how long it holds the GPU each time it
+  runs), and FLOPs per parameter (activation volume relative to the weights: memory traffic).
+  Interference predictors are monotone in a partner's intensity.
+- ``OWN_FEATURES``: what else shapes how much a job suffers (batch size, step rate, mixed precision).
+- Profile columns (``gpu_util``, ``mem_util`` in %, ``mem_gb``), NaN where the user has none.
 """
 
 from __future__ import annotations
@@ -13,29 +19,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from interference.base import JobDescriptor, Sharing
+from interference.base import JobDescriptor
 from interference.gpu_specs import GPU_SPECS, gpu_spec
 
-JOB_FEATURES = (
-    "log1p_params_m",
-    "log1p_gflops",
-    "log1p_batch",
-    "log1p_solo_sps",
-    "amp",
-    "log1p_achieved_gflops",
-    "log_frac_peak_flops",
-    "log_steps_per_s",
-    "log_param_traffic_vs_pcie",
-    "log_model_state_vs_mem",
-)
-GPU_FEATURES = ("log_fp32_tflops", "log_mem_bw", "log_mem_gb")
-NUM_LEVELS = len(Sharing)
-_EPS = 1e-6
+INTENSITY_FEATURES = ("log_frac_peak_flops", "log_step_gpu_seconds", "log_flops_per_param")
+OWN_FEATURES = ("log_batch", "log_steps_per_s", "amp")
+PROFILE_COLUMNS = ("gpu_util", "mem_util", "mem_gb")
+_EPS = 1e-9
 
 
 @dataclass(frozen=True, eq=False)
 class JobColumns:
-    """Descriptor facts as columns (one row per job)."""
+    """Descriptor facts as columns (one row per job); profile columns are NaN where unknown."""
 
     params_m: np.ndarray
     gflops: np.ndarray
@@ -43,23 +38,27 @@ class JobColumns:
     solo_sps: np.ndarray
     amp: np.ndarray
     gpu_type: np.ndarray  # str
+    gpu_util: np.ndarray | None = None  # %, NaN = not profiled
+    mem_util: np.ndarray | None = None  # %
+    mem_gb: np.ndarray | None = None  # GB
+
+    def __post_init__(self) -> None:
+        for c in PROFILE_COLUMNS:
+            if getattr(self, c) is None:
+                object.__setattr__(self, c, np.full(len(self.params_m), np.nan))
 
     def __len__(self) -> int:
         return len(self.params_m)
 
     def take(self, idx: np.ndarray) -> JobColumns:
         """The rows at ``idx``."""
-        return JobColumns(
-            params_m=self.params_m[idx],
-            gflops=self.gflops[idx],
-            batch=self.batch[idx],
-            solo_sps=self.solo_sps[idx],
-            amp=self.amp[idx],
-            gpu_type=self.gpu_type[idx],
-        )
+        return JobColumns(**{f: getattr(self, f)[idx] for f in self.__dataclass_fields__})
 
     @staticmethod
     def from_descriptors(jobs: Sequence[JobDescriptor]) -> JobColumns:
+        def opt(field: str) -> np.ndarray:
+            return np.array([np.nan if getattr(j, field) is None else getattr(j, field) for j in jobs], dtype=float)
+
         return JobColumns(
             params_m=np.array([j.params_m for j in jobs], dtype=np.float64),
             gflops=np.array([j.gflops for j in jobs], dtype=np.float64),
@@ -67,6 +66,7 @@ class JobColumns:
             solo_sps=np.array([j.solo_sps for j in jobs], dtype=np.float64),
             amp=np.array([float(j.amp) for j in jobs], dtype=np.float64),
             gpu_type=np.array([j.gpu_type.upper() for j in jobs]),
+            **{c: opt(c) for c in PROFILE_COLUMNS},
         )
 
 
@@ -117,42 +117,22 @@ def param_traffic_gbs(cols: JobColumns) -> np.ndarray:
     return 8.0 * cols.params_m * 1e6 * steps_per_s(cols) / 1e9
 
 
-def job_features(cols: JobColumns, gpu: dict[str, np.ndarray] | None = None) -> np.ndarray:
-    """(N, len(JOB_FEATURES)) float32; the first six equal :meth:`JobDescriptor.features`.
-
-    ``gpu`` is ``gpu_table(cols.gpu_type)`` when the caller already has it.
-    """
+def intensity_features(cols: JobColumns, gpu: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """(N, len(INTENSITY_FEATURES)) float64 (``gpu``: ``gpu_table(cols.gpu_type)`` if already computed)."""
     gpu = gpu_table(cols.gpu_type) if gpu is None else gpu
-    out = np.empty((len(cols), len(JOB_FEATURES)), dtype=np.float64)
-    out[:, 0] = np.log1p(cols.params_m)
-    out[:, 1] = np.log1p(cols.gflops)
-    out[:, 2] = np.log1p(cols.batch)
-    out[:, 3] = np.log1p(cols.solo_sps)
-    out[:, 4] = cols.amp
-    out[:, 5] = np.log1p(cols.gflops * cols.solo_sps)
-    out[:, 6] = np.log(frac_peak_flops(cols, gpu) + _EPS)
-    out[:, 7] = np.log(steps_per_s(cols) + _EPS)
-    out[:, 8] = np.log(param_traffic_gbs(cols) / gpu["pcie_gbs"] + _EPS)
-    out[:, 9] = np.log(16.0 * cols.params_m * 1e6 / (gpu["mem_gb"] * 1e9) + _EPS)  # weights+grads+Adam
-    return out.astype(np.float32)
-
-
-def gpu_features(gpu_types: np.ndarray, gpu: dict[str, np.ndarray] | None = None) -> np.ndarray:
-    """(N, len(GPU_FEATURES)) float32 (``gpu``: ``gpu_table(gpu_types)`` if already computed)."""
-    gpu = gpu_table(gpu_types) if gpu is None else gpu
-    return np.stack([np.log(gpu["fp32_tflops"]), np.log(gpu["mem_bw_gbs"]), np.log(gpu["mem_gb"])], axis=1).astype(
-        np.float32
+    return np.stack(
+        [
+            np.log(frac_peak_flops(cols, gpu) + _EPS),
+            np.log(cols.gflops * cols.batch / (gpu["fp32_tflops"] * 1e3) + _EPS),
+            np.log(cols.gflops * 1e3 / cols.params_m + _EPS),
+        ],
+        axis=1,
     )
 
 
-def level_onehot(levels: np.ndarray) -> np.ndarray:
-    """(N, NUM_LEVELS) float32 one-hot of :class:`Sharing` values."""
-    levels = np.asarray(levels, dtype=np.int64)
-    if levels.size and (levels.min() < 0 or levels.max() >= NUM_LEVELS):
-        raise ValueError(f"sharing level must be one of {[int(s) for s in Sharing]}, got {sorted(set(levels))}")
-    out = np.zeros((len(levels), NUM_LEVELS), dtype=np.float32)
-    out[np.arange(len(levels)), levels] = 1.0
-    return out
+def own_features(cols: JobColumns) -> np.ndarray:
+    """(N, len(OWN_FEATURES)) float64."""
+    return np.stack([np.log(np.maximum(cols.batch, 1.0)), np.log(steps_per_s(cols) + _EPS), cols.amp], axis=1)
 
 
 def known_gpu_types() -> tuple[str, ...]:

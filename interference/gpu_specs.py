@@ -9,6 +9,7 @@ parts Gavel measured on, A100 and H100 are the SXM parts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,55 @@ def gpu_spec(gpu_type: str) -> GpuSpec:
     if spec is None:
         raise KeyError(
             f"unknown GPU type {gpu_type!r}; known types: {', '.join(GPU_SPECS)} "
-            "(add its datasheet figures to interference/gpu_specs.py)"
+            "(describe it in a YAML file of datasheet figures and pass --gpu-specs FILE)"
         )
     return spec
+
+
+SPEC_FIELDS = {
+    "fp32_tflops": "peak dense FP32 TFLOP/s",
+    "mem_bw_gbs": "memory bandwidth, GB/s",
+    "mem_gb": "device memory, GB",
+    "pcie_gbs": "host link bandwidth per direction, GB/s",
+}
+
+
+def load_gpu_specs(path: str | Path) -> list[GpuSpec]:
+    """Add (or replace) GPU types from a YAML file of datasheet figures, so any GPU can be described::
+
+        L40S: {fp32_tflops: 91.6, mem_bw_gbs: 864, mem_gb: 48, pcie_gbs: 31.5}
+
+    Every field is required and positive; errors name the file, the GPU and the field.
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"GPU specs file {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML ({e})") from None
+    example = "L40S: {fp32_tflops: 91.6, mem_bw_gbs: 864, mem_gb: 48, pcie_gbs: 31.5}"
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"{path}: expected a mapping of GPU name to datasheet figures, e.g. {example}")
+    specs = []
+    for name, fields in data.items():
+        where = f"{path}: {name}"
+        if not isinstance(fields, dict):
+            raise ValueError(f"{where}: expected a mapping with {', '.join(SPEC_FIELDS)}, e.g. {example}")
+        unknown = sorted(set(fields) - set(SPEC_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown field(s) {', '.join(map(str, unknown))}; fields: {', '.join(SPEC_FIELDS)}"
+            )
+        values = {}
+        for f, meaning in SPEC_FIELDS.items():
+            v = fields.get(f)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ValueError(f"{where}.{f}: is {v!r}; expected a positive number ({meaning})")
+            values[f] = float(v)
+        specs.append(GpuSpec(str(name).upper(), **values))
+    for s in specs:
+        GPU_SPECS[s.name] = s
+    return specs

@@ -11,12 +11,7 @@ Per neighbour, the closest level it shares with the job decides the mechanism:
   ask :meth:`GroundTruthInterference.feasible`.
 - SERVER and UPLINK: the contention models of :mod:`interference.contention`.
 
-Composition for a job with several neighbours: the factor is the product of a GPU term, a server term and
-an uplink term. The GPU term is the product of the pairwise GPU factors (time slicing compounds: each
-extra tenant takes its share again). The server and uplink terms are contention sums: the neighbours'
-pressures (communication shares) add up, bounded by the host's (uplink's) capacity, see
-:func:`~interference.contention.server_factor` and :func:`~interference.contention.uplink_factor`.
-For one neighbour the factor is exactly the pairwise value.
+Several neighbours combine as :mod:`interference.composition` says (shared with the learned model).
 """
 
 from __future__ import annotations
@@ -26,22 +21,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from interference.base import CoLocation, JobDescriptor, Sharing
-from interference.contention import (
-    GPU_SHARE_COEF,
-    comm_share,
-    gpu_share_factor,
-    host_pressure,
-    server_factor,
-    uplink_factor,
-)
+from interference.composition import INFEASIBLE_GPU_FACTOR, compose
+from interference.contention import GPU_SHARE_COEF, gpu_share_factor
 from interference.gavel_data import GavelPairs
 from interference.gavel_jobs import gavel_job_type_of
 from interference.queries import FactorCache, flatten
-
-# Two jobs that do not fit in one GPU's memory together: one of them would page or fail. Modelled as
-# a near stall so that a scheduler sharing GPUs learns to avoid the pair; it is not a measured value.
-INFEASIBLE_GPU_FACTOR = 0.05
-MIN_FACTOR = 1e-3
 
 
 class GroundTruthInterference:
@@ -106,41 +90,20 @@ class GroundTruthInterference:
 
     def _compute(self, queries: list[CoLocation]) -> np.ndarray:
         flat = flatten(queries)
-        nq = flat.num_queries
-        out = np.ones(nq, dtype=np.float64)
-        if len(flat.nbr) == 0:
-            return out
         cols = flat.columns()
         descs = flat.descriptors
-        jrow = flat.job[flat.nbr_query]  # descriptor of the query's job, per neighbour row
 
-        # GPU level: measured where possible, parametric otherwise; product over neighbours.
-        on_gpu = flat.nbr_level == int(Sharing.GPU)
-        if on_gpu.any():
-            rows = np.flatnonzero(on_gpu)
-            vals = np.full(len(rows), np.nan)
-            known = np.zeros(len(rows), dtype=bool)
-            for k, m in enumerate(rows):
-                v = self.measured_factor(descs[jrow[m]], descs[flat.nbr[m]])
+        def gpu_pairs(job: np.ndarray, nbr: np.ndarray) -> np.ndarray:
+            """Measured where possible, parametric otherwise."""
+            vals = np.full(len(job), np.nan)
+            known = np.zeros(len(job), dtype=bool)
+            for k, (j, n) in enumerate(zip(job.tolist(), nbr.tolist(), strict=True)):
+                v = self.measured_factor(descs[j], descs[n])
                 if v is not None:
                     known[k] = True
                     vals[k] = INFEASIBLE_GPU_FACTOR if np.isnan(v) else v
             if (~known).any():
-                todo = rows[~known]
-                vals[~known] = gpu_share_factor(cols.take(jrow[todo]), cols.take(flat.nbr[todo]), self.gpu_share_coef)
-            np.multiply.at(out, flat.nbr_query[rows], vals)  # exact: one neighbour gives its value
+                vals[~known] = gpu_share_factor(cols.take(job[~known]), cols.take(nbr[~known]), self.gpu_share_coef)
+            return vals
 
-        # SERVER level: contention sum of host pressures.
-        on_server = flat.nbr_level == int(Sharing.SERVER)
-        if on_server.any():
-            pressure = host_pressure(cols)
-            total = np.bincount(flat.nbr_query[on_server], weights=pressure[flat.nbr[on_server]], minlength=nq)
-            out *= server_factor(pressure[flat.job], total)
-
-        # UPLINK level: contention sum of communication shares.
-        on_uplink = flat.nbr_level == int(Sharing.UPLINK)
-        if on_uplink.any():
-            share = comm_share(cols)
-            total = np.bincount(flat.nbr_query[on_uplink], weights=share[flat.nbr[on_uplink]], minlength=nq)
-            out *= uplink_factor(share[flat.job], total)
-        return np.clip(out, MIN_FACTOR, 1.0)
+        return compose(flat, cols, gpu_pairs)

@@ -1,267 +1,269 @@
-"""Learned interference predictor: a permutation-invariant set model over a job's neighbours.
+"""Learned interference predictor: a contention model with a few fitted, sign-constrained parameters.
 
-For a job ``j`` on GPU type ``g`` with neighbours ``(n_k, level_k)``:
+Two jobs time-slice a GPU. Job ``a`` next to partner ``b`` keeps the fraction
 
-    factor = sigmoid(rho([x_j, x_g, Σ_k phi([x_j, x_{n_k}, x_g, onehot(level_k)])]))
+    f_a = 1 / (1 + s_a · p_b),     p_b = g_b · (λ u_b + (1 − λ) m_b),     s_a = S · sigmoid(c + v · x_a)
 
-(DeepSets, Zaheer et al., NeurIPS'17). The sum makes the prediction independent of neighbour order and
-defined for any number of neighbours; conditioning ``phi`` on the job lets a neighbour's effect depend on
-who suffers it. A job without neighbours has factor 1 by definition and never reaches the network.
+of its solo throughput, where
 
-The model is a small ensemble whose members are evaluated together as batched matrix products, so
-inference over thousands of queries is a handful of BLAS calls. Inputs are the numeric features of
-:mod:`interference.features`, standardised with statistics stored alongside the weights.
+- ``u`` is a job's GPU (SM) use and ``m`` its memory-bandwidth use, both in (0, 1]: the profiled
+  ``gpu_util`` and ``mem_util`` (%) when the user has them, otherwise estimated from the descriptor as
+  ``sigmoid(c + w · z)`` over the intensity features ``z`` (achieved fraction of peak FLOP/s, GPU seconds
+  per step, FLOPs per parameter; see :mod:`interference.features`) with every weight ``w ≥ 0``;
+- ``p_b`` is the partner's pressure in [0, 1] (a fitted mix ``λ`` of its two uses), times the gate
+  ``g_b`` that silences partners which issue almost no GPU work (see :func:`partner_gate`);
+- ``s_a`` is the job's sensitivity, bounded by ``S = MAX_SENSITIVITY``, any sign on its features ``x_a``
+  (intensity, batch size, step rate, precision, and its own ``u`` and ``m``).
+
+Why this form rather than a free network (the previous set model was no better than predicting the mean
+on a held-out model family): the structure holds on jobs no table measured. A heavier partner never
+predicts less slowdown (``p`` is monotone in every intensity feature and in the profile columns), a
+partner that barely uses the GPU barely slows anyone down, the factor lies in (0, 1], and two equal jobs
+get equal factors. On Gavel's measurements a rank-one latent model of this form (one sensitivity and one
+pressure per job type) fits with MAE 0.061; what remains is how well descriptors predict those two
+numbers, which is what the fitted parameters learn. If both jobs' ``mem_gb`` are known and together
+exceed the GPU's memory, the pair is infeasible (:data:`~interference.composition.INFEASIBLE_GPU_FACTOR`).
+
+Job types the model was fitted on (recognised by their descriptor facts) also carry a residual, fitted
+after the structure with the structure frozen: per-type log-scales of sensitivity and pressure and a
+non-negative rank-R interaction, ``slow_ab = s_a p_b exp(α_a + β_b) + Σ_r e_ar g_br``. It lets pairs of
+measured types that were never run together be predicted from how each behaved with others (the
+random-split accuracy); a pair with any unmeasured job gets none of it, so every guarantee above holds
+for new jobs.
+
+The parameters are an ensemble of ``K`` members fitted on bootstrap resamples of the job types; the
+prediction is their mean and ``std`` their spread, the uncertainty the CLI reports. Inputs outside the
+range the model was fitted on are flagged, never clipped: the monotone structure extrapolates safely.
+Jobs sharing a server or an uplink follow the physical contention models of
+:mod:`interference.contention`, composed as :mod:`interference.composition` says, exactly as the ground
+truth does. Inference is plain NumPy; the model file is JSON.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
-from functools import cached_property
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import nn
 
 from interference.base import CoLocation
+from interference.composition import INFEASIBLE_GPU_FACTOR, compose
 from interference.features import (
-    GPU_FEATURES,
-    JOB_FEATURES,
-    NUM_LEVELS,
+    INTENSITY_FEATURES,
+    OWN_FEATURES,
     JobColumns,
-    gpu_features,
     gpu_table,
-    job_features,
-    level_onehot,
+    intensity_features,
+    own_features,
 )
-from interference.queries import FactorCache, flatten
+from interference.queries import FactorCache, FlatQueries, flatten
 
-FORMAT = "marlsched-interference-set-model/1"
-
-# Below this many neighbour rows a call runs on one thread: the simulator asks a few queries per event, and
-# several intra-op threads then cost more in wake-ups than they save (7x slower on a busy 2-core machine).
-SMALL_BATCH = 2048
-
-
-@contextlib.contextmanager
-def _one_thread_if(small: bool) -> Iterator[None]:
-    before = torch.get_num_threads()
-    if not small or before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+FORMAT = "marlsched-interference-contention/2"
+MIN_USE = 1e-3  # a profiled utilisation of 0 % still means the job is resident
+# A partner's pressure is gated by the work it issues: gate = x^n / (x^n + h^n), x its achieved fraction of
+# peak FLOP/s. A job at 1% of peak keeps 0.4% of its pressure, one at 3% keeps 96%. Fixed, not fitted:
+# Gavel's only such job (A3C, 0.02% of peak, whose CPU workers contend with the partner's input
+# pipeline) would teach the opposite, and measurements elsewhere show tiny partners barely slow a job.
+GATE_FRAC = 0.02
+GATE_POWER = 8.0
+# Bound on the sensitivity: no job slows below 1 / (1 + S) next to one partner (Gavel's lowest feasible
+# normalised throughput is about 0.1). With the gate it bounds a tiny partner's effect: at 1% of peak the
+# slowdown is at most S x 0.0039 = 4%.
+MAX_SENSITIVITY = 10.0
 
 
-@dataclass(frozen=True)
-class NetConfig:
-    hidden: int = 32
-    members: int = 4
-    activation: str = "silu"
+def partner_gate(frac_peak: np.ndarray, gpu_util: np.ndarray) -> np.ndarray:
+    """How much of its pressure a partner exerts; 1 when its GPU use was profiled (that is its pressure)."""
+    x = np.asarray(frac_peak, dtype=np.float64) ** GATE_POWER
+    return np.where(np.isnan(gpu_util), x / (x + GATE_FRAC**GATE_POWER), 1.0)
 
 
-class _EnsembleLinear(nn.Module):
-    """``members`` independent linear layers, weight (members, in, out)."""
-
-    def __init__(self, members: int, fan_in: int, fan_out: int):
-        super().__init__()
-        bound = 1.0 / np.sqrt(fan_in)
-        self.weight = nn.Parameter(torch.empty(members, fan_in, fan_out).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(members, 1, fan_out).uniform_(-bound, bound))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (K, N, in) -> (K, N, out)
-        return torch.baddbmm(self.bias, x, self.weight)
-
-    def shared(self, x: torch.Tensor, rows: slice = slice(None), bias: bool = True) -> torch.Tensor:
-        """All members on one input (N, in'), using weight rows ``rows``: one wide GEMM -> (K, N, out)."""
-        k, _, out = self.weight.shape
-        w = self.weight[:, rows, :].permute(1, 0, 2).reshape(-1, k * out)
-        y = torch.addmm(self.bias.reshape(1, k * out), x, w) if bias else x @ w
-        return y.view(x.shape[0], k, out).transpose(0, 1)
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
 
 
-_ACTIVATIONS = {"silu": nn.functional.silu, "relu": torch.relu}
-_ACTIVATIONS_INPLACE = {"silu": lambda x: nn.functional.silu(x, inplace=True), "relu": torch.relu_}
-
-
-class SetInterferenceNet(nn.Module):
-    """Ensemble of DeepSets members; returns per-member logits of shape (members, queries)."""
-
-    def __init__(self, cfg: NetConfig):
-        super().__init__()
-        j, g, h, k = len(JOB_FEATURES), len(GPU_FEATURES), cfg.hidden, cfg.members
-        if cfg.activation not in _ACTIVATIONS:
-            raise ValueError(f"unknown activation {cfg.activation!r}; choose one of {', '.join(_ACTIVATIONS)}")
-        self.cfg = cfg
-        self.ctx_dim = j + g
-        self.phi1 = _EnsembleLinear(k, 2 * j + g + NUM_LEVELS, h)
-        self.phi2 = _EnsembleLinear(k, h, h)
-        self.rho1 = _EnsembleLinear(k, j + g + h, h)  # rows: [job, gpu] context, then pooled neighbours
-        self.rho2 = _EnsembleLinear(k, h, 1)
-        self._act = _ACTIVATIONS[cfg.activation]
-        self._act_inplace = _ACTIVATIONS_INPLACE[cfg.activation]
-
-    def act(self, x: torch.Tensor) -> torch.Tensor:
-        """The activation; in place when no gradient is needed (inference is memory-bound at 10k pairs)."""
-        return self._act(x) if torch.is_grad_enabled() else self._act_inplace(x)
-
-    def forward(
-        self,
-        job_x: torch.Tensor,  # (Q, J) standardised
-        gpu_x: torch.Tensor,  # (Q, G) standardised
-        nbr_x: torch.Tensor,  # (M, J) standardised
-        nbr_level: torch.Tensor,  # (M, L) one-hot
-        nbr_query: torch.Tensor,  # (M,) int64 in [0, Q)
-        one_each: bool = False,  # every query has exactly one neighbour and nbr_query == arange(Q)
-    ) -> torch.Tensor:
-        q = job_x.shape[0]
-        if one_each:
-            pair_in = torch.cat([job_x, nbr_x, gpu_x, nbr_level], dim=1)
-        else:
-            pair_in = torch.cat([job_x[nbr_query], nbr_x, gpu_x[nbr_query], nbr_level], dim=1)
-        h = self.act(self.phi2(self.act(self.phi1.shared(pair_in))))  # (K, M, H)
-        pooled = h if one_each else h.new_zeros(h.shape[0], q, h.shape[2]).index_add_(1, nbr_query, h)
-        ctx = torch.cat([job_x, gpu_x], dim=1)
-        z = self.rho1.shared(ctx, slice(0, self.ctx_dim))
-        z = torch.baddbmm(z, pooled, self.rho1.weight[:, self.ctx_dim :, :])
-        return self.rho2(self.act(z))[..., 0]
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
 @dataclass(frozen=True)
-class Standardiser:
-    """Feature standardisation, with inputs first clipped to the range seen in training.
+class ContentionParams:
+    """Fitted parameters of ``K`` ensemble members (lists for JSON; arrays via :meth:`arrays`).
 
-    Clipping keeps a job type far outside the training data (a new family) from being extrapolated by
-    the network's linear tails: it is treated like the most extreme job the model has seen.
+    ``z`` (intensity) and ``o`` (own features) are standardised with ``z_mean/z_std`` and
+    ``o_mean/o_std`` before use; ``z_lo/z_hi`` and ``o_lo/o_hi`` are the raw ranges seen in training.
+    Non-negative parameters are stored raw and passed through softplus.
     """
 
-    job_mean: tuple[float, ...]
-    job_std: tuple[float, ...]
-    gpu_mean: tuple[float, ...]
-    gpu_std: tuple[float, ...]
-    job_lo: tuple[float, ...] | None = None
-    job_hi: tuple[float, ...] | None = None
+    z_mean: list[float]
+    z_std: list[float]
+    o_mean: list[float]
+    o_std: list[float]
+    z_lo: list[float]
+    z_hi: list[float]
+    o_lo: list[float]
+    o_hi: list[float]
+    wu: list[list[float]]  # (K, Z) raw; GPU-use weights = softplus(wu)
+    cu: list[float]  # (K,)
+    wm: list[list[float]]  # (K, Z) raw; memory-bandwidth-use weights = softplus(wm)
+    cm: list[float]  # (K,)
+    mix: list[float]  # (K,) raw; λ = sigmoid(mix), the weight of GPU use in the pressure
+    v: list[list[float]]  # (K, Z + O + 2) sensitivity weights on [z, o, u, m]
+    c: list[float]  # (K,)
+    # measured job types: their facts, and a rank-R residual (K, T, R) raw, softplus'd; see the module doc
+    type_keys: list[list] = field(default_factory=list)
+    type_scale: list = field(default_factory=list)  # (K, T, 2): log-scale of sensitivity and pressure
+    type_sens: list = field(default_factory=list)
+    type_pres: list = field(default_factory=list)
 
-    @staticmethod
-    def fit(job_x: np.ndarray, gpu_x: np.ndarray, clip: bool = True) -> Standardiser:
-        return Standardiser(
-            job_mean=tuple(job_x.mean(0).tolist()),
-            job_std=tuple(np.maximum(job_x.std(0), 1e-3).tolist()),
-            gpu_mean=tuple(gpu_x.mean(0).tolist()),
-            gpu_std=tuple(np.maximum(gpu_x.std(0), 1e-3).tolist()),
-            job_lo=tuple(job_x.min(0).tolist()) if clip else None,
-            job_hi=tuple(job_x.max(0).tolist()) if clip else None,
-        )
+    @property
+    def members(self) -> int:
+        return len(self.c)
 
-    @cached_property
-    def _job(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
-        lo = None if self.job_lo is None else np.asarray(self.job_lo, np.float32)
-        hi = None if self.job_hi is None else np.asarray(self.job_hi, np.float32)
-        return np.asarray(self.job_mean, np.float32), np.asarray(self.job_std, np.float32), lo, hi
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(val, dtype=np.float64) for k, val in asdict(self).items() if k != "type_keys"}
 
-    @cached_property
-    def _gpu(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(self.gpu_mean, np.float32), np.asarray(self.gpu_std, np.float32)
 
-    def job(self, x: np.ndarray) -> torch.Tensor:
-        m, s, lo, hi = self._job
-        if lo is not None:
-            x = np.clip(x, lo, hi)
-        return torch.from_numpy(((x - m) / s).astype(np.float32, copy=False))
+def type_key(params_m: float, gflops: float, batch: float, solo_sps: float, amp: float, gpu_type: str) -> tuple:
+    """The identity of a measured job type: its descriptor facts, rounded so that JSON round trips match."""
+    return (*(float(f"{x:.9g}") for x in (params_m, gflops, batch, solo_sps, amp)), str(gpu_type).upper())
 
-    def gpu(self, x: np.ndarray) -> torch.Tensor:
-        m, s = self._gpu
-        return torch.from_numpy(((x - m) / s).astype(np.float32, copy=False))
+
+def type_keys_of(cols: JobColumns) -> list[tuple]:
+    return [
+        type_key(*row)
+        for row in zip(cols.params_m, cols.gflops, cols.batch, cols.solo_sps, cols.amp, cols.gpu_type, strict=True)
+    ]
+
+
+@dataclass(frozen=True, eq=False)
+class PairPrediction:
+    """Factor of each job next to its partner: ensemble mean, spread, and the out-of-range flag."""
+
+    factor: np.ndarray
+    std: np.ndarray
+    out_of_range: np.ndarray  # bool: a job's descriptor lies outside the fitted range
 
 
 class LearnedInterference:
-    """:class:`~interference.base.InterferenceModel` backed by :class:`SetInterferenceNet`."""
+    """:class:`~interference.base.InterferenceModel` backed by fitted :class:`ContentionParams`."""
 
     name = "learned"
 
-    def __init__(self, net: SetInterferenceNet, standardiser: Standardiser, meta: dict | None = None):
-        self.net = net.eval()
-        self.standardiser = standardiser
+    def __init__(self, params: ContentionParams, meta: dict | None = None):
+        self.params = params
         self.meta = dict(meta or {})
+        self._p = params.arrays()
+        self._types = {type_key(*k): i for i, k in enumerate(params.type_keys)}
+        self._type_params = np.unique([float(k[0]) for k in params.type_keys])
         self._cache = FactorCache(self._compute)
 
-    # -- inference ---------------------------------------------------------------------------------
-    def predict_flat(
-        self,
-        job_feats: np.ndarray,
-        gpu_feats: np.ndarray,
-        nbr_feats: np.ndarray,
-        nbr_level: np.ndarray,
-        nbr_query: np.ndarray,
-    ) -> np.ndarray:
-        """Factors for Q queries from raw (unstandardised) features; queries without neighbours get 1."""
-        out = np.ones(len(job_feats), dtype=np.float64)
-        if len(nbr_feats) == 0:
-            return out
-        s = self.standardiser
-        nbr_query = np.asarray(nbr_query, dtype=np.int64)
-        one_each = len(nbr_query) == len(out) and bool((nbr_query == np.arange(len(out))).all())
-        with torch.inference_mode(), _one_thread_if(len(nbr_feats) < SMALL_BATCH):
-            z = self.net(
-                s.job(job_feats),
-                s.gpu(gpu_feats),
-                s.job(nbr_feats),
-                torch.from_numpy(level_onehot(nbr_level)),
-                torch.from_numpy(nbr_query),
-                one_each=one_each,
-            )
-            pred = torch.sigmoid(z).mean(0).numpy().astype(np.float64)
-        if one_each:
-            return pred
-        has = np.bincount(nbr_query, minlength=len(out)) > 0
-        out[has] = pred[has]
-        return out
+    # -- the model -----------------------------------------------------------------------------------
+    def _raw(self, cols: JobColumns) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Raw intensity and own features, and the GPU datasheet rows of ``cols``."""
+        gpu = gpu_table(cols.gpu_type)
+        return intensity_features(cols, gpu), own_features(cols), gpu
 
-    def predict_pairs(self, job: JobColumns, other: JobColumns, level: np.ndarray) -> np.ndarray:
-        """Factor of each ``job[i]`` with the single neighbour ``other[i]`` at ``level[i]`` (vectorised)."""
+    def _type_index(self, cols: JobColumns) -> np.ndarray:
+        """Index of each row's measured type in the residual tables, -1 for jobs no table measured."""
+        t = np.full(len(cols), -1, dtype=np.int64)
+        if not self._types:
+            return t
+        maybe = np.flatnonzero(np.isin(cols.params_m, self._type_params))  # cheap pre-filter
+        for i, key in zip(maybe.tolist(), type_keys_of(cols.take(maybe)), strict=True):
+            t[i] = self._types.get(key, -1)
+        return t
+
+    def gpu_members(self, cols: JobColumns, job: np.ndarray, other: np.ndarray, raw: tuple | None = None) -> np.ndarray:
+        """(K, n) factor of each row ``job[i]`` of ``cols`` sharing its GPU with row ``other[i]``
+        (``raw``: :meth:`_raw` of ``cols`` when the caller has it)."""
+        p = self._p
+        z_raw, o_raw, gpu = self._raw(cols) if raw is None else raw
+        z = (z_raw - p["z_mean"]) / p["z_std"]
+        o = (o_raw - p["o_mean"]) / p["o_std"]
+        u = sigmoid(p["cu"][:, None] + softplus(p["wu"]) @ z.T)  # (K, N)
+        m = sigmoid(p["cm"][:, None] + softplus(p["wm"]) @ z.T)
+        gu, mu = cols.gpu_util / 100.0, cols.mem_util / 100.0
+        u = np.where(np.isnan(gu), u, np.clip(gu, MIN_USE, 1.0))
+        m = np.where(np.isnan(mu), m, np.clip(mu, MIN_USE, 1.0))
+        gate = partner_gate(np.exp(z_raw[:, 0]), cols.gpu_util)
+        lam = sigmoid(p["mix"])[:, None]
+        pressure = (lam * u[:, other] + (1.0 - lam) * m[:, other]) * gate[other]
+        v, nf = p["v"], z.shape[1] + o.shape[1]
+        logit = (np.concatenate([z, o], axis=1) @ v[:, :nf].T).T + v[:, nf : nf + 1] * u + v[:, nf + 1 :] * m
+        sens = MAX_SENSITIVITY * sigmoid(p["c"][:, None] + logit[:, job])
+        slow = sens * pressure
+        t = self._type_index(cols)
+        ta, tb = t[job], t[other]
+        both = (ta >= 0) & (tb >= 0)
+        if both.any():
+            a, b, scale = ta[both], tb[both], p["type_scale"]
+            ts, tp = softplus(p["type_sens"]), softplus(p["type_pres"])  # (K, T, R)
+            slow[:, both] = slow[:, both] * np.exp(scale[:, a, 0] + scale[:, b, 1]) + (ts[:, a] * tp[:, b]).sum(2)
+        f = 1.0 / (1.0 + slow)
+        over = cols.mem_gb[job] + cols.mem_gb[other] > gpu["mem_gb"][job]  # NaN compares False: feasible
+        return np.where(over[None, :], INFEASIBLE_GPU_FACTOR, f)
+
+    def out_of_range(self, cols: JobColumns, raw: tuple | None = None) -> np.ndarray:
+        """Rows whose descriptor features lie outside the range the model was fitted on."""
+        p = self._p
+        z, o, _ = self._raw(cols) if raw is None else raw
+        outside = (z < p["z_lo"]) | (z > p["z_hi"]) | (o < p["o_lo"]) | (o > p["o_hi"])
+        return outside.any(axis=1)
+
+    # -- queries -------------------------------------------------------------------------------------
+    def predict_pairs(self, job: JobColumns, other: JobColumns, level: np.ndarray) -> PairPrediction:
+        """Factor of each ``job[i]`` with the single neighbour ``other[i]`` at ``level[i]`` (vectorised).
+
+        ``std`` is the ensemble spread of the GPU-sharing term; server and uplink levels are physical
+        formulas without fitted parts (std 0).
+        """
         n = len(job)
-        gpu = gpu_table(job.gpu_type)
-        same_gpu = other.gpu_type is job.gpu_type or np.array_equal(other.gpu_type, job.gpu_type)
-        return self.predict_flat(
-            job_features(job, gpu),
-            gpu_features(job.gpu_type, gpu),
-            job_features(other, gpu if same_gpu else None),
-            np.asarray(level),
-            np.arange(n, dtype=np.int64),
-        )
+        both = JobColumns(**{f: np.concatenate([getattr(job, f), getattr(other, f)]) for f in job.__dataclass_fields__})
+        level = np.asarray(level, dtype=np.int64)
+        idx, nbr = np.arange(n), n + np.arange(n)
+        flat = FlatQueries(descriptors=[], job=idx, nbr=nbr, nbr_query=idx, nbr_level=level)
+        members: dict[str, np.ndarray] = {}
+
+        raw = self._raw(both)
+
+        def gpu_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            members["f"] = self.gpu_members(both, a, b, raw)
+            members["rows"] = a
+            return members["f"].mean(axis=0)
+
+        factor = compose(flat, both, gpu_pairs)
+        std = np.zeros(n)
+        if "f" in members:
+            std[members["rows"]] = members["f"].std(axis=0)
+        oor = self.out_of_range(both, raw)
+        return PairPrediction(factor=factor, std=std, out_of_range=oor[:n] | oor[n:])
 
     def throughput_factors(self, queries: Sequence[CoLocation]) -> np.ndarray:
         return self._cache(queries)
 
     def _compute(self, queries: list[CoLocation]) -> np.ndarray:
         flat = flatten(queries)
-        feats = job_features(flat.columns())
-        gpu = gpu_features(np.array([d.gpu_type for d in flat.descriptors]))
-        return self.predict_flat(feats[flat.job], gpu[flat.job], feats[flat.nbr], flat.nbr_level, flat.nbr_query)
+        cols = flat.columns()
+        return compose(flat, cols, lambda a, b: self.gpu_members(cols, a, b).mean(axis=0))
 
-    # -- persistence -------------------------------------------------------------------------------
+    # -- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        """One file: state dict plus JSON metadata (features, standardisation, architecture, training)."""
+        """One JSON file: parameters, feature names and training metadata (written atomically)."""
         path = Path(path)
-        meta = {
+        doc = {
             **self.meta,
             "format": FORMAT,
-            "net": asdict(self.net.cfg),
-            "standardiser": asdict(self.standardiser),
-            "job_features": list(JOB_FEATURES),
-            "gpu_features": list(GPU_FEATURES),
+            "intensity_features": list(INTENSITY_FEATURES),
+            "own_features": list(OWN_FEATURES),
+            "params": asdict(self.params),
         }
-        payload = {"meta_json": json.dumps(meta, sort_keys=True), "state_dict": self.net.state_dict()}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        torch.save(payload, tmp)
+        tmp.write_text(json.dumps(doc, sort_keys=True) + "\n")
         os.replace(tmp, path)
 
     @staticmethod
@@ -273,16 +275,16 @@ class LearnedInterference:
                 "`marlsched interference train --data gavel:PATH --seed S --out MODEL`"
             )
         try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-            meta = json.loads(payload["meta_json"])
-            state = payload["state_dict"]
-        except Exception as e:  # torch raises several types for files that are not its own
+            doc = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"{path}: not a marlsched interference model ({type(e).__name__}: {e})") from None
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{path}: model format {meta.get('format')!r}, expected {FORMAT!r}")
-        if meta.get("job_features") != list(JOB_FEATURES) or meta.get("gpu_features") != list(GPU_FEATURES):
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            got = doc.get("format") if isinstance(doc, dict) else None
+            raise ValueError(f"{path}: model format {got!r}, expected {FORMAT!r}; retrain it with this version")
+        if doc.get("intensity_features") != list(INTENSITY_FEATURES) or doc.get("own_features") != list(OWN_FEATURES):
             raise ValueError(f"{path}: trained on different features than this version computes; retrain it")
-        net = SetInterferenceNet(NetConfig(**meta["net"]))
-        net.load_state_dict(state)
-        std = Standardiser(**{k: None if v is None else tuple(v) for k, v in meta["standardiser"].items()})
-        return LearnedInterference(net, std, meta)
+        try:
+            params = ContentionParams(**doc.pop("params"))
+        except TypeError as e:
+            raise ValueError(f"{path}: malformed parameters ({e}); retrain it") from None
+        return LearnedInterference(params, {k: v for k, v in doc.items() if k != "format"})

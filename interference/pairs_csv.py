@@ -1,4 +1,22 @@
-"""Reading job pairs given only by descriptors from CSV, and writing predictions next to them."""
+"""Reading job pairs given only by descriptors from CSV, and writing predictions next to them.
+
+Columns (one row per pair; both jobs run on ``gpu_type``):
+
+- ``a_params_m``, ``b_params_m``: parameters, millions;
+- ``a_gflops``, ``b_gflops``: GFLOPs per training sample = 3 x the forward multiply-adds, in billions
+  (forward + backward ~ 3 x forward; the convention of published model figures: ResNet-50 3 x 4.1 = 12.3);
+- ``a_batch``, ``b_batch``: per-GPU batch size, samples;
+- ``a_solo_sps``, ``b_solo_sps``: samples per second the job trains at alone on one GPU of ``gpu_type``;
+- ``a_amp``, ``b_amp``: mixed precision, 0/1;
+- ``gpu_type``: a known GPU (see ``--gpu-specs``); ``level``: ``gpu`` (same GPU), ``server`` or ``uplink``;
+- optional, from a short solo profile, empty where unknown: ``a_gpu_util``/``b_gpu_util`` (% of time a
+  kernel runs, as nvidia-smi reports), ``a_mem_util``/``b_mem_util`` (% of peak memory bandwidth),
+  ``a_mem_gb``/``b_mem_gb`` (device memory held, GB).
+
+Output adds ``pred_norm_a``/``pred_norm_b`` (throughput next to the partner / alone, in (0, 1]),
+``pred_std_a``/``pred_std_b`` (ensemble spread of that figure) and ``out_of_range`` (1 if either job's
+descriptor lies outside the range the model was fitted on: trust the figure less).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +37,9 @@ REQUIRED = (
     "gpu_type",
     "level",
 )
-OUTPUT_COLUMNS = ("pred_norm_a", "pred_norm_b")
+PROFILE = {"gpu_util": (0.0, 100.0), "mem_util": (0.0, 100.0), "mem_gb": (0.0, float("inf"))}
+OPTIONAL = tuple(f"{p}_{c}" for p in "ab" for c in PROFILE)
+OUTPUT_COLUMNS = ("pred_norm_a", "pred_norm_b", "pred_std_a", "pred_std_b", "out_of_range")
 _TRUE = {"1", "true", "yes", "y", "t"}
 _FALSE = {"0", "false", "no", "n", "f"}
 _LEVELS = {s.name.lower(): int(s) for s in Sharing} | {str(int(s)): int(s) for s in Sharing}
@@ -55,6 +75,7 @@ def read_pairs_csv(path: str | Path) -> tuple[list[dict[str, str]], list[str], J
     amp = {"a_amp": np.empty(n), "b_amp": np.empty(n)}
     gpu = np.empty(n, dtype=object)
     level = np.empty(n, dtype=np.int64)
+    prof = {c: np.full(n, np.nan) for c in OPTIONAL}
     for i, r in enumerate(rows):
         line = i + 2
         for c in num:
@@ -74,12 +95,29 @@ def read_pairs_csv(path: str | Path) -> tuple[list[dict[str, str]], list[str], J
             amp[c][i] = 1.0 if low in _TRUE else 0.0
         g = r["gpu_type"].upper()
         if g not in GPU_SPECS:
-            raise _bad(path, line, "gpu_type", r["gpu_type"], "one of " + ", ".join(GPU_SPECS))
+            raise _bad(
+                path, line, "gpu_type", r["gpu_type"],
+                "one of " + ", ".join(GPU_SPECS) + " (describe others in a YAML file: --gpu-specs FILE)",
+            )  # fmt: skip
         gpu[i] = g
         lv = _LEVELS.get(r["level"].lower())
         if lv is None:
             raise _bad(path, line, "level", r["level"], "gpu, server or uplink (or 0, 1, 2)")
         level[i] = lv
+        for c in OPTIONAL:
+            raw = r.get(c, "")
+            if raw == "":
+                prof[c][i] = np.nan
+                continue
+            lo, hi = PROFILE[c[2:]]
+            try:
+                v = float(raw)
+            except ValueError:
+                raise _bad(path, line, c, raw, "a number or empty") from None
+            if not (lo < v <= hi if c.endswith("mem_gb") else lo <= v <= hi):
+                want = "a positive number of GB" if c.endswith("mem_gb") else "a percentage, 0-100"
+                raise _bad(path, line, c, raw, want)
+            prof[c][i] = v
     gpu = gpu.astype(str)
 
     def side(p: str) -> JobColumns:
@@ -90,15 +128,23 @@ def read_pairs_csv(path: str | Path) -> tuple[list[dict[str, str]], list[str], J
             solo_sps=num[f"{p}_solo_sps"],
             amp=amp[f"{p}_amp"],
             gpu_type=gpu,
+            **{c: prof[f"{p}_{c}"] for c in PROFILE},
         )
 
     return rows, header, side("a"), side("b"), level
 
 
 def write_predictions(
-    path: str | Path, rows: list[dict[str, str]], header: list[str], pred_a: np.ndarray, pred_b: np.ndarray
+    path: str | Path,
+    rows: list[dict[str, str]],
+    header: list[str],
+    pred_a: np.ndarray,
+    pred_b: np.ndarray,
+    std_a: np.ndarray,
+    std_b: np.ndarray,
+    out_of_range: np.ndarray,
 ) -> None:
-    """The input rows with ``pred_norm_a`` and ``pred_norm_b`` appended (written atomically)."""
+    """The input rows with :data:`OUTPUT_COLUMNS` appended (written atomically)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fields = [h for h in header if h not in OUTPUT_COLUMNS] + list(OUTPUT_COLUMNS)
@@ -106,6 +152,9 @@ def write_predictions(
     with tmp.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
-        for r, a, b in zip(rows, pred_a, pred_b, strict=True):
-            w.writerow({**r, "pred_norm_a": f"{a:.6f}", "pred_norm_b": f"{b:.6f}"})
+        for r, a, b, sa, sb, oor in zip(rows, pred_a, pred_b, std_a, std_b, out_of_range, strict=True):
+            w.writerow(
+                {**r, "pred_norm_a": f"{a:.6f}", "pred_norm_b": f"{b:.6f}", "pred_std_a": f"{sa:.6f}",
+                 "pred_std_b": f"{sb:.6f}", "out_of_range": int(oor)}
+            )  # fmt: skip
     os.replace(tmp, path)

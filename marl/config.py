@@ -99,12 +99,11 @@ class EvalConfig:
 @dataclass(frozen=True)
 class PredictorTrainingConfig:
     """Used when ``env.interference`` (or ``env.predictor``) is "learned" and no ``env.interference_model``
-    is given: a predictor is trained on Gavel's measured pairs (plus ground-truth samples) into the run
-    folder before anything else (interference.training.fit; about 2-3 minutes on 2 cores)."""
+    is given: a predictor is fitted to Gavel's measured pairs into the run folder before anything else
+    (interference.training.fit; about 10 seconds on 2 cores)."""
 
     data: str | None = None  # gavel:PATH of a Gavel throughput JSON
     steps: int = 800
-    oracle_samples: int = 4000
 
 
 @dataclass(frozen=True)
@@ -307,8 +306,6 @@ def check_train_values(cfg: TrainConfig, chk: ConfigChecker) -> None:
     if cfg.predictor_training.data:
         _check_gavel(chk, ("predictor_training", "data"), cfg.predictor_training.data)
     _positive(chk, ("predictor_training",), cfg.predictor_training, ("steps",))
-    if cfg.predictor_training.oracle_samples < 0:
-        raise chk.fail(("predictor_training", "oracle_samples"), "must be >= 0 (0: Gavel's pairs only)")
     placements = env.get("placements", ("consolidate", "closest-gpus", "spread"))
     if not isinstance(placements, (list, tuple)) or not all(isinstance(p, str) for p in placements):
         raise chk.fail(("env", "placements"), "expected a list of placement strategy names")

@@ -98,7 +98,7 @@ def prepare_predictor(cfg: TrainConfig, run_dir: Path, log: Log) -> TrainConfig:
     env = cfg.env
     if "learned" not in (env.get("interference"), env.get("predictor")) or env.get("interference_model"):
         return cfg
-    path = run_dir / "interference_model.pt"
+    path = run_dir / "interference_model.json"
     if not path.is_file():
         from interference.gavel_data import load_gavel_pairs
         from interference.training import TrainConfig as PredictorConfig
@@ -106,14 +106,8 @@ def prepare_predictor(cfg: TrainConfig, run_dir: Path, log: Log) -> TrainConfig:
 
         pt = cfg.predictor_training
         t0 = time.perf_counter()
-        log(f"interference predictor: training on {pt.data} ({pt.steps} steps, {pt.oracle_samples} oracle samples)")
-        model = fit(
-            load_gavel_pairs(pt.data),
-            PredictorConfig(steps=pt.steps, oracle_samples=pt.oracle_samples, seed=cfg.seed),
-        )
-        tmp = run_dir / ".interference_model.pt.tmp"
-        model.save(tmp)
-        tmp.replace(path)
+        log(f"interference predictor: fitting to {pt.data} ({pt.steps} steps)")
+        fit(load_gavel_pairs(pt.data), PredictorConfig(steps=pt.steps, seed=cfg.seed)).save(path)
         log(f"interference predictor: {path} ({time.perf_counter() - t0:.0f} s)")
     return dataclasses.replace(cfg, env={**env, "interference_model": str(path.resolve())})
 

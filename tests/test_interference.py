@@ -1,4 +1,4 @@
-"""Interference: Gavel loader, ground truth, learned set model, CLI."""
+"""Interference: Gavel loader, ground truth, learned contention model, CLI."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ import torch
 from interference.base import CoLocation, JobDescriptor, NoInterference, Sharing
 from interference.cli import main as cli_main
 from interference.contention import GPU_SHARE_COEF, SERVER_MAX_SLOWDOWN, fit_gpu_share
-from interference.evaluation import folds, global_mean_mae
-from interference.features import JobColumns, job_features
+from interference.evaluation import folds, global_mean_mae, partner_ranking
+from interference.features import JobColumns, frac_peak_flops, gpu_table, intensity_features
 from interference.gavel_data import load_gavel_pairs
 from interference.gavel_jobs import gavel_job_type_of, parse_gavel_job_type
 from interference.ground_truth import INFEASIBLE_GPU_FACTOR, GroundTruthInterference
 from interference.learned import LearnedInterference
 from interference.loader import load_interference_model
 from interference.pairs_csv import REQUIRED
-from interference.training import SampleSet, TrainConfig, build_training_set, gavel_queries, train_model
+from interference.training import TrainConfig, fit_queries, gavel_queries
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -56,10 +56,10 @@ def truth(pairs) -> GroundTruthInterference:
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory, gavel_dir: Path) -> Path:
     """A model trained through the CLI with a short schedule (shared by the CLI tests)."""
-    out = tmp_path_factory.mktemp("model") / "model.pt"
+    out = tmp_path_factory.mktemp("model") / "model.json"
     rc = cli_main(
         [
-            *("interference", "train", "--data", f"gavel:{gavel_dir}", "--oracle-samples", "300"),
+            *("interference", "train", "--data", f"gavel:{gavel_dir}", "--members", "4"),
             *("--seed", "3", "--steps", "150", "--out", str(out)),
         ]
     )
@@ -206,9 +206,13 @@ def test_gpu_share_constants_are_the_fit_on_gavel(pairs):
     np.testing.assert_allclose(fit_gpu_share(job, other, y), GPU_SHARE_COEF, atol=1e-3)
 
 
-def test_features_extend_descriptor_features(pairs):
+def test_intensity_is_relative_to_the_gpu(pairs):
     d = pairs.descriptor("P100", "Transformer (batch size 64)")
-    np.testing.assert_allclose(job_features(JobColumns.from_descriptors([d]))[0, :6], d.features(), rtol=1e-6)
+    on = {g: replace(d, gpu_type=g) for g in ("K80", "P100", "H100")}
+    z = intensity_features(JobColumns.from_descriptors(list(on.values())))
+    assert z[0, 0] > z[1, 0] > z[2, 0]  # the same job is a heavier tenant on an older GPU
+    cols = JobColumns.from_descriptors([d])
+    assert np.exp(z[1, 0]) == pytest.approx(frac_peak_flops(cols, gpu_table(cols.gpu_type))[0])
 
 
 # -- learned model -----------------------------------------------------------------------------------
@@ -217,40 +221,122 @@ def test_features_extend_descriptor_features(pairs):
 def test_learned_model_beats_mean_on_held_out_pairs(pairs):
     v100 = pairs.select(pairs.gpu_type == "V100")
     _, held = folds(v100, "random", seed=0)[0]
-    train = v100.select(v100.feasible & ~held)
-    cfg = TrainConfig(steps=400, seed=0)
-    gavel, oracle = build_training_set(train, cfg, np.random.Generator(np.random.PCG64(0)))
-    assert oracle is None and len(gavel) == 2 * int(train.feasible.sum())
-    model = train_model(gavel, None, cfg)
+    train_q, train_y, _ = gavel_queries(v100.select(v100.feasible & ~held))
+    model = fit_queries(train_q, train_y, TrainConfig(steps=400, members=4, seed=0))
     q, y, _ = gavel_queries(v100.select(held))
     mae = np.abs(model.throughput_factors(q) - y).mean()
-    mean_mae = np.abs(gavel.y.mean() - y).mean()
-    assert mae < 0.8 * mean_mae, (mae, mean_mae)
+    mean_mae = np.abs(train_y.mean() - y).mean()
+    assert mae < 0.6 * mean_mae, (mae, mean_mae)
 
 
-def test_training_is_deterministic_and_oracle_samples_cover_levels(pairs):
-    small = pairs.select(pairs.gpu_type == "K80")
-    cfg = TrainConfig(steps=20, oracle_samples=200, oracle_batch=64, seed=7)
-
-    def run():
-        gavel, oracle = build_training_set(small, cfg, np.random.Generator(np.random.PCG64(cfg.seed)))
-        return oracle, train_model(gavel, oracle, cfg)
-
-    oracle, m1 = run()
-    _, m2 = run()
-    for k, v in m1.net.state_dict().items():
-        assert torch.equal(v, m2.net.state_dict()[k]), k
-    assert {0, 1, 2} >= set(oracle.nbr_level.tolist()) >= {1, 2}
-    counts = np.bincount(oracle.nbr_query, minlength=len(oracle))
-    assert counts.min() >= 1 and counts.max() > 1
-    assert ((oracle.y > 0) & (oracle.y <= 1)).all()
-    sub = oracle.subset(np.array([5, 2]))
-    np.testing.assert_array_equal(sub.job_x, oracle.job_x[[5, 2]])
-    np.testing.assert_array_equal(sub.nbr_x[sub.nbr_query == 0], oracle.nbr_x[oracle.nbr_query == 5])
-    np.testing.assert_array_equal(sub.nbr_x[sub.nbr_query == 1], oracle.nbr_x[oracle.nbr_query == 2])
+def test_training_is_deterministic(pairs):
+    q, y, _ = gavel_queries(pairs.select(pairs.gpu_type == "K80"))
+    cfg = TrainConfig(steps=30, members=3, seed=7)
+    m1, m2 = fit_queries(q, y, cfg), fit_queries(q, y, cfg)
+    assert m1.params == m2.params
+    assert fit_queries(q, y, replace(cfg, seed=8)).params != m1.params
+    with pytest.raises(ValueError, match="exactly one neighbour on the job's GPU"):
+        fit_queries([CoLocation(q[0].job, ((q[0].job, Sharing.SERVER),))], y[:1], cfg)
 
 
-def test_set_model_is_permutation_invariant_and_round_trips(small_model: Path, pairs, tmp_path: Path):
+def _cols(n: int, gpu: str = "V100", **kw) -> JobColumns:
+    """``n`` copies of a ResNet-50-like job, with fields overridden by ``kw``."""
+    base = dict(params_m=25.0, gflops=12.3, batch=64.0, solo_sps=400.0, amp=0.0) | kw
+    out = {k: np.full(n, float(v)) for k, v in base.items()}
+    return JobColumns(**out, gpu_type=np.full(n, gpu))
+
+
+def _victims(pairs) -> JobColumns:
+    """Every measured job type plus jobs no table has, as victims."""
+    measured = list(pairs.descriptors.values())
+    new = [JobDescriptor(110, 253, 12, 95, True, "A100"), JobDescriptor(1.6, 0.01, 1024, 90000, False, "T4")]
+    return JobColumns.from_descriptors(measured + new)
+
+
+def test_physical_sanity(small_model: Path, pairs):
+    """Monotone in the partner's intensity, tiny partners barely matter, symmetric, in (0, 1]."""
+    model = LearnedInterference.load(small_model)
+    victims = _victims(pairs)
+    n = len(victims)
+    gpu_level = np.zeros(n, dtype=np.int64)
+    # a heavier partner (more of peak FLOP/s, longer steps, more FLOPs per parameter) never predicts less
+    for field, values in (("solo_sps", np.geomspace(1, 3000, 12)), ("batch", np.geomspace(1, 512, 10))):
+        prev = np.ones(n)
+        for v in values:
+            partner = _cols(n, **{field: v})
+            f = model.predict_pairs(replace(victims, gpu_type=np.full(n, "V100")), partner, gpu_level).factor
+            assert (f <= prev + 1e-12).all(), (field, v)
+            prev = f
+    for field in ("gpu_util", "mem_util"):
+        prev = np.ones(n)
+        for v in (1, 10, 40, 70, 100):
+            partner = _cols(n, **{field: float(v)})
+            f = model.predict_pairs(replace(victims, gpu_type=np.full(n, "V100")), partner, gpu_level).factor
+            assert (f <= prev + 1e-12).all(), (field, v)
+            prev = f
+    # a partner at <= 1% of peak FLOP/s slows no victim by more than 5%
+    for gpu in ("K80", "V100", "H100"):
+        peak = gpu_table(np.array([gpu]))["fp32_tflops"][0] * 1e3
+        v = replace(victims, gpu_type=np.full(n, gpu))
+        for gflops, params in ((0.1, 1.0), (5.0, 20.0), (50.0, 300.0)):
+            tiny = _cols(n, gflops=gflops, params_m=params, solo_sps=0.01 * peak / gflops, gpu=gpu)
+            assert model.predict_pairs(v, tiny, gpu_level).factor.min() >= 0.95, (gpu, gflops)
+    # symmetric inputs, symmetric outputs; every factor in (0, 1]
+    a, b = model.predict_pairs(victims, victims, gpu_level), model.predict_pairs(victims, victims, gpu_level)
+    np.testing.assert_array_equal(a.factor, b.factor)
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(n)
+    for level in range(3):
+        f = model.predict_pairs(victims, victims.take(perm), np.full(n, level)).factor
+        assert ((f > 0) & (f <= 1)).all()
+
+
+def test_profile_columns_uncertainty_and_range(small_model: Path, pairs):
+    model = LearnedInterference.load(small_model)
+    victims = _victims(pairs)
+    n = len(victims)
+    lvl = np.zeros(n, dtype=np.int64)
+    victims = replace(victims, gpu_type=np.full(n, "V100"))
+    est = model.predict_pairs(victims, _cols(n), lvl)
+    busy = model.predict_pairs(victims, _cols(n, gpu_util=100.0, mem_util=100.0), lvl)
+    idle = model.predict_pairs(victims, _cols(n, gpu_util=1.0, mem_util=1.0), lvl)
+    assert (busy.factor < est.factor).any() and (idle.factor > est.factor).all()
+    assert (busy.factor <= idle.factor).all()
+    # memory: together over the device's 16 GB is infeasible, under it is not
+    over = model.predict_pairs(replace(victims, mem_gb=np.full(n, 9.0)), _cols(n, mem_gb=8.0), lvl).factor
+    under = model.predict_pairs(replace(victims, mem_gb=np.full(n, 7.0)), _cols(n, mem_gb=8.0), lvl).factor
+    assert (over == INFEASIBLE_GPU_FACTOR).all() and (under > INFEASIBLE_GPU_FACTOR).all()
+    # spread across members at the GPU level, none at the physical levels; out of range is flagged
+    assert (est.std > 0).all()
+    assert (model.predict_pairs(victims, _cols(n), np.ones(n, dtype=np.int64)).std == 0).all()
+    huge = _cols(1, params_m=1e5, gflops=1e4, batch=1.0, solo_sps=0.5)
+    fitted = JobColumns.from_descriptors([q.job for q in gavel_queries(pairs)[0]])
+    assert model.out_of_range(huge).all() and not model.out_of_range(fitted).any()
+
+
+def test_measured_types_get_their_residual_new_jobs_do_not(pairs):
+    """The type residual sharpens measured pairs; a job one parameter away from a measured one is new."""
+    q, y, _ = gavel_queries(pairs.select(pairs.gpu_type == "V100"))
+    cfg = TrainConfig(steps=300, members=2, seed=0)
+    with_types, without = fit_queries(q, y, cfg), fit_queries(q, y, replace(cfg, type_rank=0))
+    err = np.abs(with_types.throughput_factors(q) - y).mean()
+    assert err < 0.7 * np.abs(without.throughput_factors(q) - y).mean()
+    nudged = [CoLocation(replace(c.job, params_m=c.job.params_m * 1.001), c.neighbours) for c in q[:50]]
+    np.testing.assert_allclose(
+        with_types.throughput_factors(nudged), without.throughput_factors(nudged), atol=0.02
+    )  # both are the structure alone (its parameters differ only through the residual stage: not at all)
+
+
+def test_partner_ranking_metric():
+    job = np.array(["a"] * 4 + ["b"] * 3)
+    y = np.array([0.9, 0.7, 0.5, 0.52, 0.8, 0.6, 0.4])
+    perfect = partner_ranking(y.copy(), y, job)
+    assert perfect["pairwise_order_accuracy"] == 1.0 and perfect["ranked_pairs"] == 5 + 3
+    reversed_ = partner_ranking(-y, y, job)
+    assert reversed_["pairwise_order_accuracy"] == 0.0 and reversed_["share_jobs_negative"] == 1.0
+
+
+def test_model_is_permutation_invariant_and_round_trips(small_model: Path, pairs, tmp_path: Path):
     model = load_interference_model("learned", str(small_model))
     assert isinstance(model, LearnedInterference)
     a = pairs.descriptor("V100", "LM (batch size 20)")
@@ -259,20 +345,24 @@ def test_set_model_is_permutation_invariant_and_round_trips(small_model: Path, p
     nbrs = ((b, Sharing.GPU), (c, Sharing.SERVER), (a, Sharing.UPLINK), (b, Sharing.SERVER))
     qs = [CoLocation(a, nbrs), CoLocation(a, nbrs[::-1]), CoLocation(a, ()), CoLocation(a, nbrs[:1])]
     f = model.throughput_factors(qs)
-    assert f[0] == pytest.approx(f[1], abs=1e-6)
+    assert f[0] == pytest.approx(f[1], abs=1e-12)
     assert f[2] == 1.0
-    assert ((f > 0) & (f <= 1)).all()
+    assert ((f > 0) & (f <= 1)).all() and f[0] < f[3]
     again = model.throughput_factors(qs)  # from the cache
     np.testing.assert_array_equal(f, again)
     assert model._cache.hits >= len(qs)
-    copy = tmp_path / "copy.pt"
+    copy = tmp_path / "copy.json"
     model.save(copy)
     np.testing.assert_array_equal(LearnedInterference.load(copy).throughput_factors(qs), f)
     assert model.meta["train_config"]["seed"] == 3
-    junk = tmp_path / "junk.pt"
+    junk = tmp_path / "junk.json"
     junk.write_text("not a model")
-    with pytest.raises(ValueError, match=r"junk\.pt: not a marlsched interference model"):
+    with pytest.raises(ValueError, match=r"junk\.json: not a marlsched interference model"):
         LearnedInterference.load(junk)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"format": "marlsched-interference-set-model/1"}))
+    with pytest.raises(ValueError, match="retrain it"):
+        LearnedInterference.load(old)
 
 
 def test_loader_modes(gavel_dir: Path):
@@ -294,14 +384,14 @@ def _write_pairs(path: Path, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
-def test_predict_cli_on_unseen_descriptors(small_model: Path, tmp_path: Path):
+def test_predict_cli_on_unseen_descriptors(small_model: Path, tmp_path: Path, capsys):
     unseen = [  # job types no table measured, on GPUs Gavel never used
         dict(a_params_m=110, a_gflops=253, a_batch=12, a_solo_sps=95, a_amp=1, b_params_m=61.9, b_gflops=198)
         | dict(b_batch=8, b_solo_sps=60, b_amp=0, gpu_type="A100", level="gpu"),
         dict(a_params_m=1300, a_gflops=7800, a_batch=4, a_solo_sps=3.5, a_amp=1, b_params_m=5, b_gflops=0.001)
         | dict(b_batch=256, b_solo_sps=90000, b_amp=0, gpu_type="H100", level="server"),
-        dict(a_params_m=38, a_gflops=30, a_batch=20, a_solo_sps=300, a_amp=0, b_params_m=38, b_gflops=30)
-        | dict(b_batch=20, b_solo_sps=300, b_amp=0, gpu_type="T4", level="uplink"),
+        dict(a_params_m=38, a_gflops=30, a_batch=20, a_solo_sps=100, a_amp=0, b_params_m=38, b_gflops=30)
+        | dict(b_batch=20, b_solo_sps=100, b_amp=0, gpu_type="T4", level="uplink"),
     ]
     src, out = tmp_path / "pairs.csv", tmp_path / "out" / "pred.csv"
     _write_pairs(src, unseen)
@@ -314,6 +404,11 @@ def test_predict_cli_on_unseen_descriptors(small_model: Path, tmp_path: Path):
     for r in got:
         for c in ("pred_norm_a", "pred_norm_b"):
             assert 0.0 < float(r[c]) <= 1.0
+        assert float(r["pred_std_a"]) >= 0 and r["out_of_range"] in ("0", "1")
+    assert float(got[0]["pred_std_a"]) > 0 and float(got[1]["pred_std_a"]) == 0  # fitted GPU level vs physics
+    # mixed precision (Gavel measured none) and 1.3B parameters are beyond anything measured
+    assert [r["out_of_range"] for r in got] == ["1", "1", "0"]
+    assert "2 of 3 pairs have a job outside the range the model was fitted on (lines 2, 3;" in capsys.readouterr().err
     # Identical jobs get identical predictions in both directions.
     assert got[2]["pred_norm_a"] == got[2]["pred_norm_b"]
 
@@ -328,6 +423,8 @@ def test_predict_cli_rejects_bad_csv(small_model: Path, tmp_path: Path):
         (good | {"level": "rack"}, "column 'level' is 'rack'; expected gpu, server or uplink"),
         (good | {"a_amp": "maybe"}, "column 'a_amp' is 'maybe'"),
         (good | {"b_solo_sps": "-3"}, "expected a positive number"),
+        (good | {"a_gpu_util": "150"}, "column 'a_gpu_util' is '150'; expected a percentage, 0-100"),
+        (good | {"b_mem_gb": "0"}, "column 'b_mem_gb' is '0'; expected a positive number of GB"),
     ]
     for i, (row, message) in enumerate(cases):
         src = tmp_path / f"bad{i}.csv"
@@ -338,8 +435,32 @@ def test_predict_cli_rejects_bad_csv(small_model: Path, tmp_path: Path):
         with pytest.raises(SystemExit) as exc:
             cli_main(["interference", "predict", "--model", str(small_model), "--pairs", str(src), "--out", "x.csv"])
         assert f"bad{i}.csv" in str(exc.value) and message in str(exc.value), str(exc.value)
-    with pytest.raises(SystemExit, match=r"interference model .*missing\.pt not found"):
-        cli_main(["interference", "predict", "--model", str(tmp_path / "missing.pt"), "--pairs", "p", "--out", "o"])
+    with pytest.raises(SystemExit, match=r"interference model .*missing\.json not found"):
+        cli_main(["interference", "predict", "--model", str(tmp_path / "missing.json"), "--pairs", "p", "--out", "o"])
+
+
+def test_predict_with_profile_columns_and_gpu_specs_file(small_model: Path, tmp_path: Path):
+    specs = tmp_path / "gpus.yaml"
+    specs.write_text("L40S: {fp32_tflops: 91.6, mem_bw_gbs: 864, mem_gb: 48, pcie_gbs: 31.5}\n")
+    row = dict(a_params_m=25.6, a_gflops=12.3, a_batch=64, a_solo_sps=1500, a_amp=1, b_params_m=25.6)
+    row |= dict(b_gflops=12.3, b_batch=64, b_solo_sps=1500, b_amp=1, gpu_type="L40S", level="gpu")
+    rows = [row, row | {"a_gpu_util": 95, "b_gpu_util": 5}, row | {"a_mem_gb": 30, "b_mem_gb": 30}]
+    src, out = tmp_path / "pairs.csv", tmp_path / "pred.csv"
+    with src.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*REQUIRED, "a_gpu_util", "b_gpu_util", "a_mem_gb", "b_mem_gb"])
+        w.writeheader()
+        w.writerows(rows)
+    args = ["interference", "predict", "--model", str(small_model), "--pairs", str(src), "--out", str(out)]
+    assert cli_main([*args, "--gpu-specs", str(specs)]) == 0
+    got = list(csv.DictReader(out.open()))
+    plain, profiled, too_big = (float(r["pred_norm_a"]) for r in got)
+    assert float(got[1]["pred_norm_b"]) < float(got[0]["pred_norm_b"])  # its partner at 95% GPU
+    assert profiled > plain  # its partner at 5%
+    assert too_big == INFEASIBLE_GPU_FACTOR  # 60 GB on a 48 GB GPU
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("L40S: {fp32_tflops: 91.6, mem_bw_gbs: fast, mem_gb: 48, pcie_gbs: 31.5}\n")
+    with pytest.raises(SystemExit, match=r"bad\.yaml: L40S\.mem_bw_gbs: is 'fast'; expected a positive number"):
+        cli_main([*args, "--gpu-specs", str(bad)])
 
 
 def test_eval_cli_writes_metrics_and_parity_plot(small_model: Path, gavel_dir: Path, tmp_path: Path):
@@ -349,6 +470,7 @@ def test_eval_cli_writes_metrics_and_parity_plot(small_model: Path, gavel_dir: P
     res = json.loads((out / "eval.json").read_text())
     for key in ("mae", "mape", "spearman", "n", "mean_predictor_mae", "issue_mean_predictor_mae"):
         assert key in res, key
+    assert 0.5 < res["pairwise_order_accuracy"] <= 1 and res["ranked_pairs"] > 1000
     assert res["n"] == 2 * 976 and res["issue_mean_predictor_mae"] == 0.144
     assert res["mae"] < res["mean_predictor_mae"]
     assert (out / "parity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -359,12 +481,3 @@ def test_leave_model_out_folds_hide_the_family(pairs):
         fa, fb = pairs.family_a(), pairs.family_b()
         assert ((fa[held] == fam) | (fb[held] == fam)).all()
         assert held.sum() == (pairs.feasible & ((fa == fam) | (fb == fam))).sum()
-
-
-def test_sample_set_from_queries_keeps_queries_apart():
-    j = JobDescriptor(10, 1, 32, 500)
-    k = JobDescriptor(20, 2, 64, 400)
-    qs = [CoLocation(j, ((k, Sharing.SERVER),)), CoLocation(k, ((j, Sharing.GPU), (j, Sharing.UPLINK)))]
-    s = SampleSet.from_queries(qs, np.array([0.9, 0.8]))
-    assert s.nbr_query.tolist() == [0, 1, 1] and s.nbr_level.tolist() == [1, 0, 2]
-    np.testing.assert_allclose(s.y, [0.9, 0.8])

@@ -267,9 +267,9 @@ def test_policy_with_learned_predictor_exports_and_runs_without_ray(tmp_path: Pa
     data = json.loads(json.dumps(TINY))
     data["env"]["interference"] = "learned"  # trains a (tiny) predictor into the run folder
     gavel = traces_dir / "gavel" / "simulation_throughputs.json"
-    data["predictor_training"] = {"data": f"gavel:{gavel}", "steps": 20, "oracle_samples": 0}
+    data["predictor_training"] = {"data": f"gavel:{gavel}", "steps": 20}
     cfg = prepare_predictor(parse_train_config(data), tmp_path, log=lambda m: None)
-    assert Path(cfg.env["interference_model"]) == (tmp_path / "interference_model.pt").resolve()
+    assert Path(cfg.env["interference_model"]) == (tmp_path / "interference_model.json").resolve()
     env_config = training_env_config(cfg)
     spec, _ = module_spec_for(cfg, env_config)
     run_warm_start(cfg, env_config, spec.build(), RunFolder(tmp_path), log=lambda m: None)

@@ -3,14 +3,16 @@
 Three paths are timed, each as the best of ``--repeats`` runs (the machine is shared, so the minimum is
 the figure that reflects the code rather than the neighbours):
 
-- ``pairs``: descriptor columns -> features -> set model, the path of ``marlsched interference predict``;
+- ``pairs``: descriptor columns -> features -> contention model (mean, spread and range flag), the path
+  of ``marlsched interference predict``;
 - ``queries_cold``: 10,000 ``CoLocation`` objects with an empty cache (what the simulator pays once);
 - ``queries_warm``: the same queries again, answered from the cache.
 
-    python experiments/benchmarks/interference_predict.py --model MODEL [--threads 2] [--out result.json]
+    python experiments/benchmarks/interference_predict.py [--model MODEL] [--out result.json]
 
-Without ``--model`` an untrained network of the default architecture is timed (latency does not depend
-on the weights).
+Without ``--model`` a model is fitted for 50 steps to Gavel's pairs (``--data``) first (latency does
+not depend on the fitted values). Inference is NumPy: element-wise work on one thread, the few small
+matrix products in BLAS (set ``OMP_NUM_THREADS`` to bound its threads).
 """
 
 from __future__ import annotations
@@ -19,15 +21,15 @@ import argparse
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from interference.base import CoLocation, JobDescriptor, Sharing
-from interference.features import GPU_FEATURES, JOB_FEATURES, JobColumns
+from interference.features import JobColumns
 from interference.gpu_specs import GPU_SPECS
-from interference.learned import LearnedInterference, NetConfig, SetInterferenceNet, Standardiser
+from interference.learned import LearnedInterference
 
 
 def random_columns(rng: np.random.Generator, n: int) -> JobColumns:
@@ -55,29 +57,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
     ap.add_argument("--pairs", type=int, default=10_000)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data", default="gavel:../shared/traces/gavel/simulation_throughputs.json")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     rng = np.random.Generator(np.random.PCG64(args.seed))
 
     if args.model:
         model = LearnedInterference.load(args.model)
     else:
-        torch.manual_seed(args.seed)
-        std = Standardiser(
-            (0.0,) * len(JOB_FEATURES),
-            (1.0,) * len(JOB_FEATURES),
-            (0.0,) * len(GPU_FEATURES),
-            (1.0,) * len(GPU_FEATURES),
-        )
-        model = LearnedInterference(SetInterferenceNet(NetConfig()), std)
+        from interference.gavel_data import load_gavel_pairs
+        from interference.training import TrainConfig, fit
+
+        model = fit(load_gavel_pairs(args.data), TrainConfig(steps=50, seed=args.seed))
 
     a = random_columns(rng, args.pairs)
     b = random_columns(rng, args.pairs)
-    b = JobColumns(b.params_m, b.gflops, b.batch, b.solo_sps, b.amp, a.gpu_type)  # same GPU type as A
+    b = replace(b, gpu_type=a.gpu_type)  # same GPU type as A
     level = rng.integers(0, 3, args.pairs)
     model.predict_pairs(a, b, level)  # warm-up (allocations, lazy init)
     t_pairs = best_of(lambda: model.predict_pairs(a, b, level), args.repeats)
@@ -104,15 +101,15 @@ def main() -> None:
 
     result = {
         "pairs": args.pairs,
-        "threads": args.threads,
+        "blas_threads": os.environ.get("OMP_NUM_THREADS", "default"),
         "repeats": args.repeats,
-        "model": args.model or "untrained default architecture",
-        "net": vars(model.net.cfg) if hasattr(model.net.cfg, "__dict__") else str(model.net.cfg),
+        "model": args.model or f"fitted for 50 steps to {args.data}",
+        "members": model.params.members,
         "pairs_ms": round(1e3 * t_pairs, 2),
         "queries_cold_ms": round(1e3 * t_cold, 2),
         "queries_warm_ms": round(1e3 * t_warm, 2),
         "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
+        "numpy": np.__version__,
     }
     print(json.dumps(result, indent=2))
     if args.out:
