@@ -23,13 +23,15 @@ def build_simulator(
     restart_cost: float = 30.0,
     perf_model: bool = True,
     record_history: bool = False,
+    gpu_sharing: bool = False,
 ) -> Simulator:
     """A simulator of ``workload`` on ``cluster``.
 
     ``cluster``: a preset name (``small``, ``dc-1k``, ...), a YAML file or a spec mapping. ``workload``: a
     spec string (``philly:PATH,start=...``, ``synthetic:500,load=0.9``; ``seed`` draws its random parts)
     or a :class:`Workload`. ``interference``: a mode of :func:`interference.loader.load_interference_model`
-    with its data file. ``perf_model=False`` runs every placement at ideal speed.
+    with its data file. ``perf_model=False`` runs every placement at ideal speed. ``gpu_sharing`` lets two
+    single-GPU jobs share a GPU (see :class:`~cluster_sim.simulator.Simulator`).
     """
     if isinstance(cluster, Mapping):
         cluster = parse_spec(dict(cluster), source="cluster")
@@ -39,5 +41,11 @@ def build_simulator(
     perf = PerformanceModel(view) if perf_model else None
     model = None if interference == "none" else load_interference_model(interference, interference_data)
     return Simulator(
-        view, workload, perf=perf, interference=model, restart_cost=restart_cost, record_history=record_history
+        view,
+        workload,
+        perf=perf,
+        interference=model,
+        restart_cost=restart_cost,
+        record_history=record_history,
+        gpu_sharing=gpu_sharing,
     )

@@ -50,6 +50,12 @@ class Simulator:
     every placement runs at speed 1. ``interference`` slows down jobs that share a server (or a GPU).
     ``restart_cost`` is the number of seconds a resumed or resized job holds its GPUs before it makes
     progress again (checkpoint restore, process start-up).
+
+    ``gpu_sharing`` lets two single-GPU jobs share one GPU (space sharing, as Gandiva and Lucid do): a
+    1-GPU job may start on a GPU held by a running 1-GPU job with no other guest. The two then slow each
+    other down by the interference model's GPU level, so sharing needs one (``interference`` not none).
+    ``gpu_job`` keeps the first tenant, ``gpu_guest`` the second; when the first leaves, the guest
+    becomes the GPU's holder.
     """
 
     def __init__(
@@ -62,7 +68,14 @@ class Simulator:
         restart_cost: float = 0.0,
         record_timeline: bool = True,
         record_history: bool = False,
+        gpu_sharing: bool = False,
     ) -> None:
+        if gpu_sharing and (interference is None or isinstance(interference, NoInterference)):
+            raise ValueError(
+                "gpu_sharing needs an interference model (jobs sharing a GPU slow each other down); "
+                "pass interference='oracle' (with Gavel's tables) or 'learned'"
+            )
+        self.gpu_sharing = bool(gpu_sharing)
         if restart_cost < 0:
             raise ValueError(f"restart_cost must be >= 0 seconds, got {restart_cost}")
         too_big = np.flatnonzero(workload.num_gpus > view.num_gpus)
@@ -90,6 +103,8 @@ class Simulator:
         n, g, s = len(self.jobs), self.topo.num_gpus, self.topo.num_servers
         self.now = 0.0
         self._gpu_job = np.full(g, -1, dtype=np.int32)
+        self._gpu_guest = np.full(g, -1, dtype=np.int32)  # second tenant of a shared GPU (gpu_sharing)
+        self.gpu_guest = _readonly(self._gpu_guest)
         self._server_free = self.topo.server_num_gpus.astype(np.int32).copy()
         self.gpu_job = _readonly(self._gpu_job)
         self.server_free = _readonly(self._server_free)
@@ -324,6 +339,8 @@ class Simulator:
                 holder = int(self._gpu_job[g])
                 if holder < 0 or (own and holder == job):
                     return gpus.astype(np.int32)
+                if self.gpu_sharing and self._can_share(job, g, holder, own):
+                    return gpus.astype(np.int32)
             # otherwise the general checks below name what is wrong
         if gpus.ndim != 1 or gpus.size == 0 or not np.issubdtype(gpus.dtype, np.integer):
             raise InvalidDecision(
@@ -342,6 +359,20 @@ class Simulator:
             pairs = ", ".join(f"GPU {int(g)} (job {int(h)})" for g, h in zip(gpus[taken], holders[taken], strict=True))
             raise InvalidDecision(f"cannot {action} job {job}: GPUs already held: {pairs}")
         return gpus.astype(np.int32)
+
+    def _can_share(self, job: int, g: int, holder: int, own: bool) -> bool:
+        """Whether 1-GPU ``job`` may join GPU ``g`` as its second tenant."""
+        if int(self.jobs.num_gpus[job]) != 1 or (own and job in (holder, int(self._gpu_guest[g]))):
+            return False
+        other = int(self._gpu_guest[g])
+        if other >= 0:
+            raise InvalidDecision(f"cannot place job {job} on GPU {g}: jobs {holder} and {other} already share it")
+        if len(self._placement.get(holder, ())) != 1:
+            raise InvalidDecision(
+                f"cannot place job {job} on GPU {g}: its holder, job {holder}, spans several GPUs; only single-GPU "
+                "jobs share a GPU"
+            )
+        return True
 
     def _start(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
         state = self._state[job]
@@ -381,16 +412,22 @@ class Simulator:
 
     # ---------------------------------------------------- bookkeeping
     def _occupy(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
-        self._gpu_job[gpus] = job
+        guest = self.gpu_sharing and len(gpus) == 1 and int(self._gpu_job[gpus[0]]) >= 0
+        if guest:
+            self._gpu_guest[gpus] = job
+        else:
+            self._gpu_job[gpus] = job
         per_server = _count(self.topo.gpu_server[gpus].tolist())
         self._servers_of[job] = per_server
         for s, c in per_server.items():
-            self._set_server_free(s, int(self._server_free[s]) - c)
+            if not guest:
+                self._set_server_free(s, int(self._server_free[s]) - c)
             if self._interfere:
                 for k in self._server_jobs[s]:
                     changed[k] = None
                 self._server_jobs[s][job] = None
-        self.num_free -= len(gpus)
+        if not guest:
+            self.num_free -= len(gpus)
         self._placement[job] = gpus
         if self.record_history:
             self.history.append((self.now, "start", job, gpus))
@@ -412,10 +449,18 @@ class Simulator:
         gpus = self._placement.pop(job)
         if self.record_history:
             self.history.append((self.now, "stop", job, gpus))
-        self._gpu_job[gpus] = -1
+        shared = self.gpu_sharing and len(gpus) == 1 and int(self._gpu_guest[gpus[0]]) >= 0
+        if shared:  # the other tenant stays: it holds the GPU alone from now on
+            g = int(gpus[0])
+            if int(self._gpu_job[g]) == job:
+                self._gpu_job[g] = self._gpu_guest[g]
+            self._gpu_guest[g] = -1
+        else:
+            self._gpu_job[gpus] = -1
         per_server = self._servers_of.pop(job)
         for s, c in per_server.items():
-            self._set_server_free(s, int(self._server_free[s]) + c)
+            if not shared:
+                self._set_server_free(s, int(self._server_free[s]) + c)
             if self._interfere:
                 del self._server_jobs[s][job]
                 for k in self._server_jobs[s]:
@@ -423,7 +468,8 @@ class Simulator:
         if self._span[job] >= _POD:
             self._leave_uplinks(job, changed)
         del self._speed_memo[job]
-        self.num_free += len(gpus)
+        if not shared:
+            self.num_free += len(gpus)
         self._running.remove(job)
         ran = self.now - self._run_start[job]
         self._executed[job] += ran
@@ -517,8 +563,13 @@ class Simulator:
             for s in self._servers_of[j]:
                 neighbours.update(self._server_jobs[s])
             neighbours.pop(j, None)
-            mine = desc.get(j, int(self._placement[j][0]))
-            others = tuple((desc.get(k, int(self._placement[k][0])), Sharing.SERVER) for k in neighbours)
+            g = int(self._placement[j][0])
+            mine = desc.get(j, g)
+            tenants = (int(self._gpu_job[g]), int(self._gpu_guest[g])) if len(self._placement[j]) == 1 else ()
+            others = tuple(
+                (desc.get(k, int(self._placement[k][0])), Sharing.GPU if k in tenants else Sharing.SERVER)
+                for k in neighbours
+            )
             queries.append(CoLocation(mine, others))
         return np.asarray(self.interference.throughput_factors(queries), dtype=np.float64)
 

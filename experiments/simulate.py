@@ -61,6 +61,11 @@ def add_simulate_command(subparsers) -> None:
     )
     p.add_argument("--restart-cost", type=float, default=30.0, help="seconds a resumed job stalls (default 30)")
     p.add_argument("--no-perf-model", action="store_true", help="every placement runs at ideal speed")
+    p.add_argument(
+        "--gpu-sharing",
+        action="store_true",
+        help="two single-GPU jobs may share a GPU (needs --interference); the pack-* schedulers use it",
+    )
     p.add_argument("--out", default=None, help="results folder (metrics.json, jobs.csv per policy)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_simulate)
@@ -77,6 +82,7 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
         interference_data=args.interference_model,
         restart_cost=args.restart_cost,
         perf_model=not args.no_perf_model,
+        gpu_sharing=args.gpu_sharing,
     )
 
 

@@ -18,6 +18,9 @@ Named defaults:
 - ``qssf``, ``qssf-np``: expected remaining time from the history of finished jobs of the same tenant
   and GPU count (no oracle), preemptive like SRTF or not.
 - ``random``: random order, random GPUs.
+- ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
+  packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
+  ``cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor=MODEL`` (see that module).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from cluster_sim.placement import PLACEMENTS, placement_names
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.drf import DRF
 from cluster_sim.policies.fifo import FIFO
+from cluster_sim.policies.gpu_packing import GpuPacking
 from cluster_sim.policies.optimus import Optimus
 from cluster_sim.policies.qssf import QSSF
 from cluster_sim.policies.randomized import RandomOrder
@@ -72,6 +76,8 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "qssf": _named("qssf", "consolidate", "qssf"),
     "qssf-np": _named("qssf", "consolidate", "qssf-np", preempt=False),
     "random": _named("random", "random", "random"),
+    "pack-none": lambda seed=0: GpuPacking(mode="none", seed=seed),
+    "pack-blind": lambda seed=0: GpuPacking(mode="blind", seed=seed),
 }
 
 
@@ -105,6 +111,6 @@ def get_policy(name: str, seed: int = 0) -> PolicyScheduler:
 
 
 __all__ = [
-    "DRF", "FIFO", "ORDERINGS", "POLICIES", "QSSF", "SJF", "SRTF", "Optimus", "PolicyScheduler", "RandomOrder",
-    "Tiresias", "get_policy", "make_scheduler", "policy_names", "register_policy",
+    "DRF", "FIFO", "ORDERINGS", "POLICIES", "QSSF", "SJF", "SRTF", "GpuPacking", "Optimus", "PolicyScheduler",
+    "RandomOrder", "Tiresias", "get_policy", "make_scheduler", "policy_names", "register_policy",
 ]  # fmt: skip

@@ -1,0 +1,142 @@
+"""GPU packing: a single-GPU job that finds no free GPU shares one with a running single-GPU job.
+
+Gandiva (Xiao et al., OSDI'18) packs jobs onto GPUs when the cluster is full and keeps a packing only if
+it helps; Lucid (Hu et al., ASPLOS'23) picks partners by how they interfere. One scheduler, three modes,
+so a run shows what the interference predictor buys (the simulator must run with ``gpu_sharing``):
+
+- ``none``: no sharing: arrival order with backfilling on whole GPUs (the baseline);
+- ``blind``: a waiting 1-GPU job joins the first GPU (lowest id) held by a lone 1-GPU job;
+- ``aware``: it joins the GPU whose tenant the predictor pairs it with best, by the pair's combined
+  normalised throughput ``f_new + f_tenant``, and only if that is at least ``min_gain`` (default 1.0:
+  together they do at least one job's worth of work, Gandiva's test for keeping a packing).
+
+In both sharing modes, GPUs left free once the queue is served unpack shared GPUs: the guest moves to a
+free GPU and pays the restart cost. The predictor sees only descriptors (model facts, batch size, solo
+speed), never job durations; with ``--interference oracle`` in the simulator it is judged against the
+ground truth it was not fitted to reproduce exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cluster_sim.job_descriptors import DescriptorCache
+from cluster_sim.placement import FreePool
+from cluster_sim.policies.base import PolicyScheduler
+from cluster_sim.protocol import Decision, Resize, SchedulerView, Start
+from interference.base import CoLocation, InterferenceModel, JobDescriptor, Sharing
+
+MODES = ("none", "blind", "aware")
+
+
+class GpuPacking(PolicyScheduler):
+    """Arrival order with backfilling; 1-GPU jobs share GPUs as ``mode`` says (see the module doc).
+
+    ``predictor``: the learned interference model file (``marlsched interference train``) that ``aware``
+    consults, or ``oracle`` for the ground truth itself (with ``predictor_data=gavel:PATH``): the upper
+    bound on what a predictor can buy.
+    """
+
+    ordering = "pack"
+    default_backfill = True
+
+    def __init__(
+        self,
+        placement: str = "consolidate",
+        *,
+        mode: str = "blind",
+        predictor: str | None = None,
+        predictor_data: str | None = None,
+        min_gain: float = 1.0,
+        seed: int = 0,
+        backfill: bool | None = None,
+        name: str | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown packing mode {mode!r}; choose one of {', '.join(MODES)}")
+        if mode == "aware" and not predictor:
+            raise ValueError(
+                "mode=aware needs predictor=MODEL (a model file from `marlsched interference train`), e.g. "
+                "--policy cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor=results/interference.json"
+            )
+        super().__init__(placement, seed=seed, backfill=backfill, name=name or f"pack-{mode}")
+        self.mode = mode
+        self.needs_gpu_sharing = mode != "none"  # a simulator without gpu_sharing refuses its packings
+        self.wants_all_points = mode != "none"  # unpacking may be due when the queue is empty
+        self.min_gain = float(min_gain)
+        self.model: InterferenceModel | None = None
+        if predictor:
+            from interference.loader import load_interference_model
+
+            if predictor == "oracle":
+                self.model = load_interference_model("oracle", predictor_data)
+            else:
+                self.model = load_interference_model("learned", str(predictor))
+        self._desc: DescriptorCache | None = None
+        self._gain: dict[tuple[JobDescriptor, JobDescriptor], float] = {}
+
+    def reset(self, view: SchedulerView) -> None:
+        super().reset(view)
+        self._desc = DescriptorCache(view.jobs, view.topo, getattr(view, "perf", None))
+        self._gain = {}
+
+    def order(self, view: SchedulerView, queue: np.ndarray) -> np.ndarray:
+        return np.sort(queue)
+
+    def schedule(self, view: SchedulerView) -> list[Decision]:
+        queue = np.sort(np.asarray(view.queue, dtype=np.int64))
+        sharing = self.needs_gpu_sharing
+        guest = getattr(view, "gpu_guest", None) if sharing else None
+        shared = np.flatnonzero(guest >= 0) if guest is not None else np.empty(0, dtype=np.int64)
+        if not len(queue) and not (len(shared) and view.num_free):
+            return []
+        if sharing and not getattr(view, "gpu_sharing", False):
+            raise ValueError(f"{self.name} shares GPUs: run the simulator with gpu_sharing (--gpu-sharing)")
+        pool = FreePool(view)
+        decisions: list[Decision] = list(self.start_in_order(view, queue, pool, backfill=True))
+        if not sharing:
+            return decisions
+        started = {d.job for d in decisions}
+        waiting = [j for j in queue.tolist() if j not in started and int(view.jobs.num_gpus[j]) == 1]
+        if waiting:
+            fresh = {int(d.gpus[0]): d.job for d in decisions if len(d.gpus) == 1}  # hosts from this round
+            decisions += self._pack(view, waiting, fresh)
+        if pool.num_free and len(shared):  # unpack: guests move to GPUs nobody waits for
+            for g in shared.tolist():
+                gpus = self.place(view, int(guest[g]), 1, pool) if pool.num_free else None
+                if gpus is None:
+                    break
+                pool.take(gpus, int(guest[g]))
+                decisions.append(Resize(int(guest[g]), gpus))
+        return decisions
+
+    def _pack(self, view: SchedulerView, waiting: list[int], fresh: dict[int, int]) -> list[Start]:
+        """Guests for GPUs held by one 1-GPU job (running, or ``fresh``: started this round)."""
+        holder = np.array(view.gpu_job)
+        holder[list(fresh)] = list(fresh.values())
+        lone = (holder >= 0) & (np.asarray(view.gpu_guest) < 0)
+        lone[lone] = view.jobs.num_gpus[holder[lone]] == 1
+        hosts = np.flatnonzero(lone).tolist()
+        starts: list[Start] = []
+        if self.mode == "blind":
+            for j, g in zip(waiting, hosts, strict=False):
+                starts.append(Start(j, np.array([g], dtype=np.int32)))
+            return starts
+        for j in waiting:
+            if not hosts:
+                break
+            gains = [self._pair_gain(view, j, int(holder[g]), g) for g in hosts]
+            best = int(np.argmax(gains))
+            if gains[best] < self.min_gain:
+                continue
+            starts.append(Start(j, np.array([hosts.pop(best)], dtype=np.int32)))
+        return starts
+
+    def _pair_gain(self, view: SchedulerView, job: int, tenant: int, gpu: int) -> float:
+        """Predicted f_job + f_tenant on one GPU (cached per pair of descriptors)."""
+        a, b = self._desc.get(job, gpu), self._desc.get(tenant, gpu)
+        gain = self._gain.get((a, b))
+        if gain is None:
+            f = self.model.throughput_factors([CoLocation(a, ((b, Sharing.GPU),)), CoLocation(b, ((a, Sharing.GPU),))])
+            gain = self._gain[(a, b)] = float(f[0] + f[1])
+        return gain

@@ -1,0 +1,111 @@
+"""GPU sharing: two single-GPU jobs on one GPU, the packing schedulers, and what a predictor buys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster_sim.job_descriptors import DescriptorCache
+from cluster_sim.policies import get_policy
+from cluster_sim.policies.gpu_packing import GpuPacking
+from cluster_sim.protocol import InvalidDecision, Start
+from cluster_sim.simulator import Simulator
+from interference.base import Sharing
+from interference.gavel_data import load_gavel_pairs
+from interference.ground_truth import GroundTruthInterference
+from interference.training import TrainConfig, fit
+from tests.test_simulator import Script, gpus, tiny_cluster, workload
+
+
+@pytest.fixture(scope="module")
+def truth(traces_dir: Path) -> GroundTruthInterference:
+    path = traces_dir / "gavel" / "simulation_throughputs.json"
+    if not path.is_file():
+        pytest.skip("Gavel throughput tables not present")
+    return GroundTruthInterference(load_gavel_pairs(f"gavel:{path}"))
+
+
+def _sim(w, truth, **kw) -> Simulator:
+    view = tiny_cluster(servers=1, server="pcie-4").view
+    return Simulator(view, w, interference=truth, gpu_sharing=True, record_history=True, **kw)
+
+
+class Probe(Script):
+    """A script that also records who holds GPU 0 and how many GPUs are free at each scheduling point."""
+
+    def __init__(self, plan, at):
+        super().__init__({**plan, **{t: [] for t in at if t not in plan}})
+        self.seen: dict[float, tuple[int, int, int]] = {}
+
+    def schedule(self, view) -> list:
+        self.seen[view.now] = (int(view.gpu_job[0]), int(view.gpu_guest[0]), int(view.num_free))
+        return super().schedule(view)
+
+
+def test_two_jobs_share_a_gpu_at_the_measured_speeds(truth):
+    w = workload([0, 0], [1, 1], [100.0, 300.0], model="lstm-lm")
+    sim = _sim(w, truth)
+    d = DescriptorCache(w, sim.topo).get(0, 0)
+    f = truth.pair_factor(d, d, Sharing.GPU)  # parametric: Gavel ran the LM at batch 5-80 only
+    assert 0.2 < f < 0.9
+    t_first = 100.0 / f
+    probe = Probe({0.0: [Start(0, gpus(0)), Start(1, gpus(0))]}, at=[1.0, t_first + 1.0])
+    res = sim.run(probe)
+    # job 0 finishes at 100/f; job 1 has done 100 s of work by then and runs its last 200 s alone
+    np.testing.assert_allclose(res.jct, [t_first, t_first + 200.0], rtol=1e-9)
+    assert probe.seen[1.0] == (0, 1, 3)  # one GPU held by two jobs: 3 of 4 free
+    assert probe.seen[t_first + 1.0] == (1, -1, 3)  # the guest became the holder
+
+
+def test_sharing_is_validated(truth):
+    w = workload([0, 0, 0, 0], [1, 1, 1, 2], [100.0] * 4)
+    with pytest.raises(InvalidDecision, match=r"jobs 0 and 1 already share it"):
+        _sim(w, truth).run(Script({0.0: [Start(0, gpus(0)), Start(1, gpus(0)), Start(2, gpus(0))]}))
+    with pytest.raises(InvalidDecision, match=r"GPUs already held"):  # a 2-GPU job never shares
+        _sim(w, truth).run(Script({0.0: [Start(0, gpus(0)), Start(3, gpus(0, 1))]}))
+    with pytest.raises(InvalidDecision, match=r"holder, job 3, spans several GPUs"):
+        _sim(w, truth).run(Script({0.0: [Start(3, gpus(0, 1)), Start(0, gpus(0))]}))
+    view = tiny_cluster(servers=1, server="pcie-4").view
+    with pytest.raises(InvalidDecision, match=r"GPUs already held"):  # without gpu_sharing, as always
+        Simulator(view, w, interference=truth).run(Script({0.0: [Start(0, gpus(0)), Start(1, gpus(0))]}))
+    with pytest.raises(ValueError, match="gpu_sharing needs an interference model"):
+        Simulator(view, w, gpu_sharing=True)
+
+
+def test_packing_modes(truth, tmp_path: Path, traces_dir: Path):
+    # 4 GPUs, 8 one-GPU jobs at once: without sharing half of them wait; blind packing starts all eight
+    w = workload([0.0] * 8, [1] * 8, [1000.0] * 8, model="resnet18-cifar10")
+    none = _sim(w, truth).run(get_policy("pack-none"))
+    blind = _sim(w, truth).run(get_policy("pack-blind"))
+    assert (np.sort(none.jct)[4:] >= 2000.0).all()  # the second four waited for the first
+    assert (blind.jct > 1000.0).all() and blind.jct.mean() < none.jct.mean()  # ResNet-18 pairs keep > 0.5 each
+    again = _sim(w, truth).run(get_policy("pack-blind"))
+    np.testing.assert_array_equal(blind.jct, again.jct)
+    # aware: consults the predictor; a threshold no pair reaches means it never shares
+    model = tmp_path / "predictor.json"
+    fit(load_gavel_pairs(f"gavel:{traces_dir / 'gavel'}"), TrainConfig(steps=40, members=2)).save(model)
+    aware = _sim(w, truth).run(GpuPacking(mode="aware", predictor=str(model)))
+    refuse = _sim(w, truth).run(GpuPacking(mode="aware", predictor=str(model), min_gain=2.5))
+    assert aware.jct.mean() < none.jct.mean()
+    np.testing.assert_array_equal(refuse.jct, none.jct)
+    with pytest.raises(ValueError, match="mode=aware needs predictor=MODEL"):
+        GpuPacking(mode="aware")
+    view = tiny_cluster(servers=1, server="pcie-4").view
+    with pytest.raises(ValueError, match="run the simulator with gpu_sharing"):
+        Simulator(view, w).run(get_policy("pack-blind"))
+
+
+def test_guests_move_to_free_gpus(truth):
+    # 4 jobs fill the GPUs, 2 more join GPUs 0 and 1 as guests; when job 2 ends, GPU 2 is free and a guest
+    # moves there
+    w = workload([0.0] * 6, [1] * 6, [5000.0, 5000, 100, 5000, 3000, 3000], model="resnet18-cifar10")
+    sim = Simulator(
+        tiny_cluster(servers=1, server="pcie-4").view, w, interference=truth, gpu_sharing=True, record_history=True
+    )
+    res = sim.run(get_policy("pack-blind"))
+    moves = [(t, j, g.tolist()) for t, kind, j, g in sim.history if kind == "start" and j in (4, 5) and t > 0]
+    assert moves[0] == (pytest.approx(res.jct[2]), 4, [2])
+    assert moves[1] == (pytest.approx(res.jct[4]), 5, [2])  # and when that one ends, the other guest
+    assert res.jct[4] < res.jct[5]
