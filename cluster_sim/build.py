@@ -24,6 +24,7 @@ def build_simulator(
     perf_model: bool = True,
     record_history: bool = False,
     gpu_sharing: bool = False,
+    start_cost: float = 0.0,
 ) -> Simulator:
     """A simulator of ``workload`` on ``cluster``.
 
@@ -31,7 +32,8 @@ def build_simulator(
     spec string (``philly:PATH,start=...``, ``synthetic:500,load=0.9``; ``seed`` draws its random parts)
     or a :class:`Workload`. ``interference``: a mode of :func:`interference.loader.load_interference_model`
     with its data file. ``perf_model=False`` runs every placement at ideal speed. ``gpu_sharing`` lets two
-    single-GPU jobs share a GPU (see :class:`~cluster_sim.simulator.Simulator`).
+    single-GPU jobs share a GPU; ``start_cost`` stalls a job's first start too (see
+    :class:`~cluster_sim.simulator.Simulator`).
     """
     if isinstance(cluster, Mapping):
         cluster = parse_spec(dict(cluster), source="cluster")
@@ -39,6 +41,10 @@ def build_simulator(
     if isinstance(workload, str):
         workload = parse_workload_spec(workload, cluster_gpus=view.num_gpus, seed=seed)
     perf = PerformanceModel(view) if perf_model else None
+    if perf is not None and workload.meta.get("pollux_traces"):  # Pollux's jobs run at its measured speeds
+        from cluster_sim.pollux_apps import PolluxPerformance
+
+        perf = PolluxPerformance(perf, workload.meta["pollux_traces"], view)
     model = None if interference == "none" else load_interference_model(interference, interference_data)
     return Simulator(
         view,
@@ -48,4 +54,5 @@ def build_simulator(
         restart_cost=restart_cost,
         record_history=record_history,
         gpu_sharing=gpu_sharing,
+        start_cost=start_cost,
     )

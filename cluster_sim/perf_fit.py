@@ -87,6 +87,7 @@ class Measurements:
     step_time: np.ndarray  # float, seconds per step
     sync_time: np.ndarray  # float, seconds per step spent synchronising
     from_placements: np.ndarray  # bool, row comes from placements.csv (else scalability.csv)
+    placement: np.ndarray  # str, replicas per node as digits ("22"); "" for scalability.csv rows
 
 
 def parse_placement(text: str, where: str) -> tuple[int, int]:
@@ -119,13 +120,19 @@ def _positive(row: dict[str, str], key: str, where: str) -> float:
 
 def load_pollux(traces_dir: Path, app: str) -> Measurements:
     """Rows of ``placements.csv`` and ``scalability.csv`` of one Pollux application."""
-    base = Path(traces_dir) / POLLUX_DIR / app
-    cols: dict[str, list] = {k: [] for k in ("nodes", "replicas", "b", "step", "sync", "plc")}
+    return load_pollux_app(Path(traces_dir) / POLLUX_DIR / app)
+
+
+def load_pollux_app(base: Path) -> Measurements:
+    """Rows of ``placements.csv`` and ``scalability.csv`` (if present) in one application's folder."""
+    cols: dict[str, list] = {k: [] for k in ("nodes", "replicas", "b", "step", "sync", "plc", "id")}
     for name, layout in (
         ("placements.csv", ("placement", "local_bsz", "step_time", "sync_time")),
         ("scalability.csv", ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")),
     ):
         path = base / name
+        if name == "scalability.csv" and not path.is_file():
+            continue
         for line, row in _read_csv(path, layout):
             where = f"{path}:{line}"
             if name == "placements.csv":
@@ -141,6 +148,7 @@ def load_pollux(traces_dir: Path, app: str) -> Measurements:
             cols["step"].append(step)
             cols["sync"].append(sync)
             cols["plc"].append(name == "placements.csv")
+            cols["id"].append(row["placement"].strip() if name == "placements.csv" else "")
     return Measurements(
         nodes=np.asarray(cols["nodes"], dtype=np.int64),
         replicas=np.asarray(cols["replicas"], dtype=np.int64),
@@ -148,6 +156,7 @@ def load_pollux(traces_dir: Path, app: str) -> Measurements:
         step_time=np.asarray(cols["step"], dtype=np.float64),
         sync_time=np.asarray(cols["sync"], dtype=np.float64),
         from_placements=np.asarray(cols["plc"], dtype=bool),
+        placement=np.asarray(cols["id"], dtype=str),
     )
 
 

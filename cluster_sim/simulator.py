@@ -49,7 +49,8 @@ class Simulator:
     ``perf`` maps a placement to a speed (a :class:`cluster_sim.perf_model.PerformanceModel`); without it
     every placement runs at speed 1. ``interference`` slows down jobs that share a server (or a GPU).
     ``restart_cost`` is the number of seconds a resumed or resized job holds its GPUs before it makes
-    progress again (checkpoint restore, process start-up).
+    progress again (checkpoint restore, process start-up); ``start_cost`` the same for a job's first start
+    (Pollux's simulator charges 30 s on every allocation, the first included).
 
     ``gpu_sharing`` lets two single-GPU jobs share one GPU (space sharing, as Gandiva and Lucid do): a
     1-GPU job may start on a GPU held by a running 1-GPU job with no other guest. The two then slow each
@@ -69,6 +70,7 @@ class Simulator:
         record_timeline: bool = True,
         record_history: bool = False,
         gpu_sharing: bool = False,
+        start_cost: float = 0.0,
     ) -> None:
         if gpu_sharing and (interference is None or isinstance(interference, NoInterference)):
             raise ValueError(
@@ -78,6 +80,9 @@ class Simulator:
         self.gpu_sharing = bool(gpu_sharing)
         if restart_cost < 0:
             raise ValueError(f"restart_cost must be >= 0 seconds, got {restart_cost}")
+        if start_cost < 0:
+            raise ValueError(f"start_cost must be >= 0 seconds, got {start_cost}")
+        self.start_cost = float(start_cost)
         too_big = np.flatnonzero(workload.num_gpus > view.num_gpus)
         if len(too_big):
             j = int(too_big[0])
@@ -390,7 +395,7 @@ class Simulator:
         if not resumed:
             self._first_start[job] = self.now
         self._occupy(job, gpus, changed)
-        self._stall_until[job] = self.now + (self.restart_cost if resumed else 0.0)
+        self._stall_until[job] = self.now + (self.restart_cost if resumed else self.start_cost)
 
     def _preempt(self, job: int, changed: dict[int, None]) -> None:
         job = self._check_job(job, "preempt")

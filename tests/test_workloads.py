@@ -11,6 +11,7 @@ import pytest
 
 from cluster_sim import synthetic
 from cluster_sim.model_zoo import MODEL_NAMES, ZOO
+from cluster_sim.pollux_apps import load_application
 from cluster_sim.synthetic import derive_philly_tables, synthetic_workload
 from cluster_sim.traces import TraceFormatError, load_gavel, load_openb, load_philly, load_pollux
 from cluster_sim.workload import Workload
@@ -377,14 +378,17 @@ def test_pollux_workload(traces_dir: Path) -> None:
     assert [MODEL_NAMES[m] for m in w.model] == [app_model.get(r[2], r[2]) for r in rows]
     assert w.num_gpus.tolist() == [int(r[3]) for r in rows]
     assert w.batch_size.tolist() == [int(r[4]) for r in rows]
-    gpu_h = w.num_gpus * w.duration / 3600
-    bucket = {"resnet18-cifar10": (0, 1), "ncf": (0, 1), "deepspeech2": (1, 10), "bert-squad": (1, 10)}
-    bucket |= {"yolov3": (10, 100), "resnet50-imagenet": (100, 1000)}
-    for m, h in zip(w.model, gpu_h, strict=True):
-        lo, hi = bucket[MODEL_NAMES[m]]
-        assert lo * 0.999 <= h < hi
-    assert same(w, load_pollux(path, seed=0))
-    assert not np.array_equal(w.duration, load_pollux(path, seed=1).duration)
+    # durations follow from the application's measurements, batch size and replicas: no seed involved
+    app = load_application(path.parent.parent / "traces", rows[0][2])
+    assert w.duration[0] == pytest.approx(app.ideal_duration(int(rows[0][4]), int(rows[0][3])))
+    assert same(w, load_pollux(path, seed=0)) and same(w, load_pollux(path, seed=7))
+
+
+def test_pollux_workload_needs_the_measurements(tmp_path: Path) -> None:
+    head = "name,time,application,num_replicas,batch_size\n"
+    p = write(tmp_path, "w.csv", head + "a,1,cifar10,1,128\n")
+    with pytest.raises(FileNotFoundError, match=r"w\.csv: Pollux's application measurements not found"):
+        load_pollux(p)
 
 
 def test_pollux_errors(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ Named defaults:
 - ``fifo``: strict arrival order, consolidated placement.
 - ``sjf``, ``srtf``: oracle shortest job / shortest remaining time first (SRTF preempts), consolidated.
 - ``tiresias``: discretised 2D-LAS with preemption, consolidated.
-- ``tiresias-pollux``: the settings of Pollux's Tiresias baseline: two queues split at 16 GPU-hours and the
-  most-free-GPUs placement. (Pollux orders its second queue by demotion time; this one by arrival.)
+- ``tiresias-pollux``: the settings of Pollux's Tiresias baseline: two queues split at 16 GPU-hours, the
+  most-free-GPUs placement, and decisions every 60 s. (Pollux orders its second queue by demotion time;
+  this one by arrival.)
 - ``gandiva``: arrival order with backfilling and Gandiva's same-model server affinity.
 - ``drf``: dominant resource fairness across tenants, consolidated.
 - ``optimus``: marginal gain per GPU-second with the performance model, consolidated.
@@ -67,8 +68,9 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "sjf": _named("sjf", "consolidate", "sjf"),
     "srtf": _named("srtf", "consolidate", "srtf"),
     "tiresias": _named("tiresias", "consolidate", "tiresias"),
-    # Pollux's Tiresias baseline: two queues, demotion at 16 GPU-hours, most-free-GPUs placement
-    "tiresias-pollux": _named("tiresias", "most-free", "tiresias-pollux", thresholds=(16 * 3600.0,)),
+    # Pollux's Tiresias baseline: two queues, demotion at 16 GPU-hours, most-free-GPUs placement, decisions
+    # every 60 s as in Pollux's simulator
+    "tiresias-pollux": _named("tiresias", "most-free", "tiresias-pollux", thresholds=(16 * 3600.0,), interval=60.0),
     "gandiva": _named("fifo", "gandiva", "gandiva", backfill=True),
     "drf": _named("drf", "consolidate", "drf"),
     "optimus": _named("optimus", "consolidate", "optimus"),

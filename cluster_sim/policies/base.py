@@ -14,6 +14,7 @@ service grows by exactly its GPU count per second, and its remaining time can on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -59,7 +60,8 @@ class PolicyScheduler:
 
     ``backfill``: when a job cannot start, try the jobs behind it (True) or stop there (False: strict
     order, no job overtakes a blocked one). ``seed`` seeds the generator used by random choices, so one
-    seed gives one result bit for bit.
+    seed gives one result bit for bit. ``interval``: decide only every so many seconds (0: at every
+    event), see :meth:`on_tick`.
     """
 
     ordering = "base"
@@ -67,9 +69,18 @@ class PolicyScheduler:
     default_backfill = True
 
     def __init__(
-        self, placement: str = "consolidate", *, seed: int = 0, backfill: bool | None = None, name: str | None = None
+        self,
+        placement: str = "consolidate",
+        *,
+        seed: int = 0,
+        backfill: bool | None = None,
+        name: str | None = None,
+        interval: float = 0.0,
     ) -> None:
         get_placement(placement, np.random.default_rng(0))  # fail now on an unknown name
+        if interval < 0:
+            raise ValueError(f"scheduling interval must be >= 0 seconds (0: at every event), got {interval}")
+        self.interval = float(interval)
         self.placement_name = placement
         self.seed = int(seed)
         self.backfill = self.default_backfill if backfill is None else bool(backfill)
@@ -86,13 +97,24 @@ class PolicyScheduler:
 
     def schedule(self, view: SchedulerView) -> list[Decision]:
         queue = np.asarray(view.queue, dtype=np.int64)
-        if not len(queue):
+        if not len(queue) or not self.on_tick(view):
             return []
         # Nothing can start and nobody is preempted: skip building the pool. Non-preemptive schedulers
         # may skip their caches' update here, since a job that started never returns to their queue.
         if not self.preemptive and self.blocked(view, queue):
             return []
         return self.decide(view, queue, FreePool(view))
+
+    def on_tick(self, view: SchedulerView) -> bool:
+        """With a scheduling ``interval``, decide only at its multiples (as a periodic scheduler such as
+        Pollux's does), asking for a wake-up at the next one; without, at every event."""
+        if self.interval <= 0:
+            return True
+        tick = math.ceil(view.now / self.interval - 1e-9) * self.interval
+        if tick > view.now + 1e-9:
+            view.wake_at(tick)
+            return False
+        return True
 
     def blocked(self, view: SchedulerView, queue: np.ndarray) -> bool:
         """Whether no waiting job can start now (checked before a non-preemptive round): none fits."""

@@ -1,8 +1,9 @@
 """Loader for Pollux's evaluation workloads (``pollux-osdi21/workloads/workload-N.csv``).
 
-Columns ``name,time,application,num_replicas,batch_size``. Pollux runs each job to a target accuracy, so
-these files carry no duration; we have no accuracy model, so a duration is drawn instead (see
-:func:`load_pollux`).
+Columns ``name,time,application,num_replicas,batch_size``. The files carry no duration: a job trains its
+application for a fixed number of epochs, so its length follows from Pollux's measurements of that
+application (:mod:`cluster_sim.pollux_apps`, read from the ``traces/`` folder beside the workloads),
+its batch size and its replicas. Nothing is drawn at random.
 """
 
 from __future__ import annotations
@@ -12,18 +13,13 @@ from pathlib import Path
 import numpy as np
 
 from cluster_sim.model_zoo import MODEL_NAMES, ZOO, model_index
-from cluster_sim.synthetic import GPU_TIME_BUCKET_MODELS, PHILLY_GPU_TIME_QUANTILES, make_rng, sample_log_quantiles
+from cluster_sim.pollux_apps import load_application
 from cluster_sim.traces.table import float_column, int_column, open_trace, read_csv_columns, require
 from cluster_sim.traces.window import check_window_options, window
 from cluster_sim.workload import Workload
 
 POLLUX_COLUMNS: tuple[str, ...] = ("name", "time", "application", "num_replicas", "batch_size")
 APPLICATION_MODELS: dict[str, str] = {s.pollux_name: s.name for s in ZOO.values() if s.pollux_name}
-
-
-def _application_bucket(model: str) -> int:
-    """Pollux GPU-time bucket (0..3) that its workload generator maps to this model."""
-    return next(b for b, pair in enumerate(GPU_TIME_BUCKET_MODELS) if model in pair)
 
 
 def load_pollux(
@@ -33,16 +29,17 @@ def load_pollux(
     max_jobs: int | None = None,
     arrival_scale: float = 1.0,
     seed: int = 0,
+    traces: str | Path | None = None,
 ) -> Workload:
     """Pollux jobs sorted by ``time`` (stable); GPUs = ``num_replicas``, batch = ``batch_size``.
 
     The model comes from ``application`` (cifar10 -> resnet18-cifar10, imagenet -> resnet50-imagenet,
-    bert -> bert-squad; deepspeech2, yolov3, ncf keep their names). Duration: Pollux's generator chose the
-    application from the Philly job's GPU-time (cifar10/ncf below 1 GPU-hour, deepspeech2/bert below 10,
-    yolov3 below 100, imagenet up to 1000), so we invert that rule: each job draws, with ``seed``, a
-    GPU-time from the Philly GPU-time distribution of its application's bucket
-    (:data:`cluster_sim.synthetic.PHILLY_GPU_TIME_QUANTILES`) and runs for that GPU-time divided by its
-    replicas. Tenant: one, ``default`` (the files have none).
+    bert -> bert-squad; deepspeech2, yolov3, ncf keep their names). Duration: the seconds the job needs
+    to train its application's epochs at its batch size on its replicas placed as tightly as the testbed
+    allows (:meth:`~cluster_sim.pollux_apps.PolluxApplication.ideal_duration`); slower placements run
+    at the measured ratio (:class:`~cluster_sim.pollux_apps` via ``meta["pollux_traces"]``). ``traces``:
+    the measurements folder (default: ``traces/`` beside the workload's folder). ``seed`` is unused (kept
+    so every loader takes one). Tenant: one, ``default`` (the files have none).
     """
     check_window_options(time_range, max_jobs, arrival_scale)
     p = open_trace(path, "pollux")
@@ -59,24 +56,35 @@ def load_pollux(
         known, f"is not a Pollux application (known: {', '.join(APPLICATION_MODELS)})", apps, "application", lines, p
     )
 
+    tdir = Path(traces) if traces is not None else p.resolve().parent.parent / "traces"
+    if not tdir.is_dir():
+        raise FileNotFoundError(
+            f"{p}: Pollux's application measurements not found at {tdir}; they sit in pollux-osdi21/traces/ "
+            "beside the workloads folder (or pass traces=PATH)"
+        )
     uniq, inv = np.unique(apps, return_inverse=True)
     model_of = np.array([model_index(APPLICATION_MODELS[str(a)]) for a in uniq], dtype=np.int16)
-    bucket_of = np.array([_application_bucket(APPLICATION_MODELS[str(a)]) for a in uniq], dtype=np.int64)
     inv = inv.reshape(-1)
     order = np.argsort(time, kind="stable")
-    rng = make_rng(seed)
-    gpu_time = sample_log_quantiles(PHILLY_GPU_TIME_QUANTILES, bucket_of[inv[order]], rng.random(len(order)))
     g = replicas[order].astype(np.int32)
+    b = batch[order]
+    duration = np.empty(len(order))
+    for k, (a, n, bs) in enumerate(zip(uniq[inv[order]], g.tolist(), b.tolist(), strict=True)):
+        app = load_application(tdir, str(a))
+        try:
+            duration[k] = app.ideal_duration(int(bs), int(n))
+        except ValueError as e:
+            raise ValueError(f"{p}: line {int(lines[order[k]])}: {e}") from None
     w = Workload(
         arrival=time[order],
         num_gpus=g,
-        duration=gpu_time / g,
+        duration=duration,
         model=model_of[inv[order]],
         batch_size=batch[order].astype(np.int32),
         tenant=np.zeros(len(order), dtype=np.int16),
         models=MODEL_NAMES,
         tenants=("default",),
         source="pollux",
-        meta={"path": str(p), "seed": seed},
+        meta={"path": str(p), "pollux_traces": str(tdir.resolve())},
     )
     return window(w, time_range=time_range, max_jobs=max_jobs, arrival_scale=arrival_scale)

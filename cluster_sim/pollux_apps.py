@@ -1,0 +1,246 @@
+"""Pollux's six training applications from their measurements: how long a job trains, and how fast.
+
+Pollux (Qiao et al., OSDI'21) measured each application (``pollux-osdi21/traces/<app>/``) on its testbed
+of 16 nodes x 4 T4 GPUs:
+
+- ``placements.csv``: step and gradient-sync time per placement (GPUs per node, e.g. ``22`` = two nodes
+  with two GPUs each) and per-GPU batch size;
+- ``scalability.csv``: the same for larger placements, keyed by node and replica counts;
+- ``validation-<B>.csv``: for a run at global batch size ``B``, per epoch, the statistical progress
+  reached (in steps of the smallest measured batch size), the iterations run, and the gradient's squared
+  norm and variance.
+
+A job trains its application for a fixed number of epochs (bert 2, cifar10 100, deepspeech2 80, imagenet 90,
+ncf 10, yolov3 50, as Pollux's simulator does). At batch size ``B`` its statistical efficiency in epoch
+``e`` is ``gain = (var + sqr) / (var / (B / B0) + sqr)`` (gradient statistics interpolated linearly in
+``B`` between measured batch sizes), so the epoch takes ``Δprogress / gain`` iterations, and each
+iteration takes the measured step time of its placement and per-GPU batch (plus the compute part again
+for each gradient-accumulation step). Step times are interpolated in the per-GPU batch for a measured
+placement and, for an unmeasured one, linearly over (nodes, replicas, per-GPU batch) across all
+measurements. With a fixed batch size the iteration count does not depend on the placement, so a job's
+work is its iteration count and a placement's speed is the inverse of its iteration time: exactly the
+simulator's duration and speed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from cluster_sim.perf_fit import Measurements, load_pollux_app
+
+# Epochs each application trains for, and per-GPU batch limits that differ from the measured range.
+EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
+MAX_LOCAL_BSZ = {"yolov3": 8}
+GPUS_PER_NODE = 4  # the testbed's nodes
+MAX_NODES = 16
+
+
+def _read_validation(path: Path) -> dict[str, np.ndarray]:
+    """Columns of one ``validation-<B>.csv`` (progress, iteration, metric, grad_sqr, grad_var)."""
+    header = [h.strip() for h in path.read_text().splitlines()[0].split(",")]
+    missing = [c for c in ("progress", "iteration", "grad_sqr", "grad_var") if c not in header]
+    if missing:
+        raise ValueError(
+            f"{path}: line 1: missing column(s) {', '.join(missing)}; Pollux's validation files have "
+            "progress,iteration,metric,grad_sqr,grad_var"
+        )
+    data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2, dtype=np.float64)
+    return {h: data[:, i] for i, h in enumerate(header)}
+
+
+def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
+    """GPUs per node without empty nodes, rotated to the lexicographically smallest form (how Pollux
+    keys its measurements: ``(1, 3)`` and ``(3, 1)`` are one placement)."""
+    p = tuple(int(x) for x in placement if x)
+    return min(p[i:] + p[:i] for i in range(len(p))) if p else p
+
+
+def consolidated(replicas: int) -> tuple[int, ...]:
+    """The tightest placement of ``replicas`` GPUs on the testbed's 4-GPU nodes."""
+    full, rest = divmod(int(replicas), GPUS_PER_NODE)
+    return (GPUS_PER_NODE,) * full + ((rest,) if rest else ())
+
+
+@dataclass(eq=False)
+class PolluxApplication:
+    """One application's measurements and the job model above."""
+
+    name: str
+    epochs: int
+    validation: dict[int, dict[str, np.ndarray]]  # batch size -> progress, iteration, grad_sqr, grad_var
+    steps: Measurements  # placements.csv and scalability.csv
+    min_local_bsz: int
+    max_local_bsz: int
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def init_batch_size(self) -> int:
+        return min(self.validation)
+
+    @property
+    def max_batch_size(self) -> int:
+        return max(self.validation)
+
+    # -- statistical efficiency -------------------------------------------------------------------------
+    def _bracket(self, batch_size: float) -> tuple[int, int, float]:
+        sizes = sorted(self.validation)
+        if not sizes[0] <= batch_size <= sizes[-1]:
+            raise ValueError(f"{self.name}: batch size {batch_size} outside the measured range {sizes[0]}..{sizes[-1]}")
+        hi = next(b for b in sizes if b >= batch_size)
+        lo = max(b for b in sizes if b <= batch_size)
+        return lo, hi, 0.0 if hi == lo else (batch_size - lo) / (hi - lo)
+
+    def grad_stats(self, batch_size: float, epoch: int) -> tuple[float, float]:
+        """Gradient squared norm and variance in ``epoch`` at ``batch_size`` (linear between measured sizes)."""
+        lo, hi, w = self._bracket(batch_size)
+        a, b = self.validation[lo], self.validation[hi]
+        sqr = (1 - w) * a["grad_sqr"][epoch] + w * b["grad_sqr"][epoch]
+        var = (1 - w) * a["grad_var"][epoch] + w * b["grad_var"][epoch]
+        return float(sqr), float(var)
+
+    def gain(self, batch_size: float, epoch: int) -> float:
+        """Statistical efficiency: progress per iteration at ``batch_size`` relative to the smallest batch."""
+        sqr, var = self.grad_stats(batch_size, epoch)
+        scale = batch_size / self.init_batch_size
+        return (var + sqr) / (var / scale + sqr)
+
+    def progress_at(self, epoch: int) -> float:
+        """Statistical progress that completes ``epoch`` epochs (the least any measured run needed)."""
+        return 0.0 if epoch == 0 else float(min(v["progress"][epoch - 1] for v in self.validation.values()))
+
+    def iterations(self, batch_size: float) -> float:
+        """Iterations a job at ``batch_size`` runs to finish its epochs."""
+        key = ("it", batch_size)
+        if key not in self._cache:
+            total = 0.0
+            for e in range(self.epochs):
+                total += (self.progress_at(e + 1) - self.progress_at(e)) / self.gain(batch_size, e)
+            self._cache[key] = total
+        return self._cache[key]
+
+    # -- throughput ---------------------------------------------------------------------------------------
+    def batch_plan(self, batch_size: int, replicas: int) -> tuple[int, int]:
+        """Per-GPU (atomic) batch and gradient-accumulation steps for a fixed global batch, Pollux's rule."""
+        local = math.ceil(batch_size / replicas - 1e-8)
+        accum = math.ceil(local / self.max_local_bsz - 1e-8) - 1
+        if replicas == 1 and batch_size > self.init_batch_size:
+            accum = max(1, accum)
+        atomic = math.ceil(local / (accum + 1) - 1e-8)
+        atomic = min(atomic, int(self.max_batch_size / (replicas * (accum + 1))))
+        return max(atomic, 1), accum
+
+    def step_time(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
+        """Measured (step, sync) seconds for ``placement`` at per-GPU batch ``local_bsz``."""
+        p = canonical_placement(placement)
+        key = ("st", p, float(local_bsz))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        m = self.steps
+        rows = m.from_placements & (m.placement == "".join(map(str, p)))
+        if rows.any():
+            x = m.local_bsz[rows]
+            order = np.argsort(x, kind="stable")
+            x = x[order]
+            step = float(np.interp(local_bsz, x, m.step_time[rows][order]))
+            sync = float(np.interp(local_bsz, x, m.sync_time[rows][order]))
+        else:
+            step, sync = self._nd_interpolator()([[min(len(p), MAX_NODES), sum(p), local_bsz]])[0]
+            if not (np.isfinite(step) and np.isfinite(sync)):
+                raise ValueError(
+                    f"{self.name}: no measurement near placement {p} at per-GPU batch {local_bsz}; "
+                    "Pollux's measurements cover up to 16 nodes"
+                )
+        self._cache[key] = (float(step), float(sync))
+        return self._cache[key]
+
+    def _nd_interpolator(self):
+        fn = self._cache.get("nd")
+        if fn is None:
+            from scipy.interpolate import LinearNDInterpolator
+
+            m, pl = self.steps, self.steps.from_placements
+            keys = np.stack([m.nodes[pl], m.replicas[pl], m.local_bsz[pl]], axis=1).astype(np.float64)
+            uniq, inv = np.unique(keys, axis=0, return_inverse=True)  # placements averaged per shape
+            inv = inv.reshape(-1)
+            counts = np.bincount(inv)
+            step = np.bincount(inv, weights=m.step_time[pl]) / counts
+            sync = np.bincount(inv, weights=m.sync_time[pl]) / counts
+            sc = ~pl
+            xs = np.concatenate([uniq, np.stack([m.nodes[sc], m.replicas[sc], m.local_bsz[sc]], axis=1)])
+            ys = np.concatenate([np.stack([step, sync], axis=1), np.stack([m.step_time[sc], m.sync_time[sc]], axis=1)])
+            fn = self._cache["nd"] = LinearNDInterpolator(xs, ys)
+        return fn
+
+    def iteration_time(self, placement: tuple[int, ...], batch_size: int) -> float:
+        """Seconds per iteration at global ``batch_size`` on ``placement``, accumulation steps included."""
+        atomic, accum = self.batch_plan(batch_size, sum(placement))
+        step, sync = self.step_time(placement, atomic)
+        return step + accum * (step - sync)
+
+    def ideal_duration(self, batch_size: int, replicas: int) -> float:
+        """Seconds to train at ``batch_size`` on ``replicas`` GPUs placed as tightly as possible."""
+        return self.iterations(batch_size) * self.iteration_time(consolidated(replicas), batch_size)
+
+
+def load_application(traces_dir: str | Path, name: str) -> PolluxApplication:
+    """The measurements of application ``name`` under ``traces_dir`` (``pollux-osdi21/traces``)."""
+    return _load(str(Path(traces_dir).resolve()), name)
+
+
+@cache
+def _load(traces_dir: str, name: str) -> PolluxApplication:
+    if name not in EPOCHS:
+        raise ValueError(f"unknown Pollux application {name!r}; known: {', '.join(EPOCHS)}")
+    d = Path(traces_dir) / name
+    files = {int(f.stem.split("-")[-1]): f for f in d.glob("validation-*.csv") if f.stem.split("-")[-1].isdigit()}
+    validation = {b: _read_validation(files[b]) for b in sorted(files)}
+    if not validation:
+        raise FileNotFoundError(f"{d}: no validation-<batch>.csv files (Pollux measurements)")
+    steps = load_pollux_app(d)
+    measured = steps.local_bsz[steps.from_placements]
+    epochs = min(EPOCHS[name], min(len(v["progress"]) for v in validation.values()))
+    return PolluxApplication(
+        name=name,
+        epochs=epochs,
+        validation=validation,
+        steps=steps,
+        min_local_bsz=int(measured.min()),
+        max_local_bsz=int(MAX_LOCAL_BSZ.get(name, measured.max())),
+    )
+
+
+class PolluxPerformance:
+    """Placement speeds of Pollux's applications from their measured step times; other models from ``base``.
+
+    A job of an application runs at ``iteration_time(tightest placement) / iteration_time(its placement)``
+    at its batch size: its duration was computed for the tightest placement of its GPUs. Everything else
+    (other models, ``iteration_time``, GPU speeds) is ``base``'s, a
+    :class:`~cluster_sim.perf_model.PerformanceModel`.
+    """
+
+    def __init__(self, base, traces_dir: str | Path, view) -> None:
+        from cluster_sim.model_zoo import ZOO, model_index
+
+        self.base = base
+        self.view = view
+        self.apps = {
+            model_index(s.name): load_application(traces_dir, s.pollux_name) for s in ZOO.values() if s.pollux_name
+        }
+
+    def __getattr__(self, name: str):
+        return getattr(self.base, name)
+
+    def speed(self, model: int, global_batch: int, gpus: np.ndarray, uplink_sharers: int = 1) -> float:
+        app = self.apps.get(int(model))
+        if app is None:
+            return self.base.speed(model, global_batch, gpus, uplink_sharers)
+        per_server = np.bincount(self.view.gpu_server[np.asarray(gpus)])
+        placement = tuple(int(c) for c in per_server if c)
+        ideal = app.iteration_time(consolidated(len(gpus)), int(global_batch))
+        return ideal / app.iteration_time(placement, int(global_batch))
