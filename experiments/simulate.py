@@ -60,6 +60,12 @@ def add_simulate_command(subparsers) -> None:
         "(without it GPU sharing is parametric)",
     )
     p.add_argument("--restart-cost", type=float, default=30.0, help="seconds a resumed job stalls (default 30)")
+    p.add_argument(
+        "--start-cost",
+        type=float,
+        default=0.0,
+        help="seconds a job stalls at its first start (default 0; Pollux's simulator charges 30)",
+    )
     p.add_argument("--no-perf-model", action="store_true", help="every placement runs at ideal speed")
     p.add_argument(
         "--gpu-sharing",
@@ -83,6 +89,7 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
         restart_cost=args.restart_cost,
         perf_model=not args.no_perf_model,
         gpu_sharing=args.gpu_sharing,
+        start_cost=args.start_cost,
     )
 
 

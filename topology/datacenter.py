@@ -69,17 +69,6 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
         "rack_oversubscription": 2,
         "pod_oversubscription": 4,
     },
-    # Pollux's testbed (OSDI'21): 16 nodes x 4 T4 GPUs, where its applications' step times were measured.
-    "pollux-testbed": {
-        "name": "pollux-testbed",
-        "pods": 1,
-        "racks_per_pod": 1,
-        "servers_per_rack": 16,
-        "server": "pcie-4",
-        "gpu_type": "T4",
-        "rack_oversubscription": 1,
-        "pod_oversubscription": 1,
-    },
     # 20 pods x 32 racks x 16 servers = 10,240 servers, 81,920 GPUs.
     "dc-10k": {
         "name": "dc-10k",
@@ -90,6 +79,17 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
         "gpu_type": "V100",
         "rack_oversubscription": 2,
         "pod_oversubscription": 4,
+    },
+    # Pollux's testbed (OSDI'21): 16 nodes x 4 T4 GPUs, where its applications' step times were measured.
+    "pollux-testbed": {
+        "name": "pollux-testbed",
+        "pods": 1,
+        "racks_per_pod": 1,
+        "servers_per_rack": 16,
+        "server": "pcie-4",
+        "gpu_type": "T4",
+        "rack_oversubscription": 1,
+        "pod_oversubscription": 1,
     },
 }
 
