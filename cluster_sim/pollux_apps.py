@@ -113,13 +113,50 @@ class PolluxApplication:
         """Statistical progress that completes ``epoch`` epochs (the least any measured run needed)."""
         return 0.0 if epoch == 0 else float(min(v["progress"][epoch - 1] for v in self.validation.values()))
 
-    def iterations(self, batch_size: float) -> float:
-        """Iterations a job at ``batch_size`` runs to finish its epochs."""
-        key = ("it", batch_size)
+    @property
+    def total_progress(self) -> float:
+        """Statistical progress at which a job of this application has trained all its epochs."""
+        return self.progress_at(self.epochs)
+
+    def batch_range(self, replicas: int) -> tuple[int, int]:
+        """Global batch sizes a job may use on ``replicas`` GPUs: at least the smallest measured batch and
+        the smallest per-GPU batch on every GPU, at most the largest measured batch."""
+        return max(self.init_batch_size, self.min_local_bsz * int(replicas)), self.max_batch_size
+
+    def effective_batch(self, batch_size: int, replicas: int) -> int:
+        """The global batch a job asking for ``batch_size`` really runs on ``replicas`` GPUs (per-GPU batch
+        x accumulation steps x GPUs, as :meth:`batch_plan` rounds it), which its efficiency follows."""
+        atomic, accum = self.batch_plan(batch_size, replicas)
+        return int(replicas) * atomic * (accum + 1)
+
+    def rate(self, placement: tuple[int, ...], batch_size: int, epoch: int) -> float:
+        """Statistical progress per second in ``epoch`` on ``placement`` at global ``batch_size``."""
+        gain = self.gain(self.effective_batch(batch_size, sum(placement)), epoch)
+        return gain / self.iteration_time(placement, batch_size)
+
+    def seconds_left(self, placement: tuple[int, ...], batch_size: int, epoch: int, progress: float) -> float:
+        """Seconds to finish from ``progress`` (inside ``epoch``) on ``placement`` at ``batch_size``."""
+        if epoch >= self.epochs:
+            return 0.0
+        key = ("tail", canonical_placement(placement), int(batch_size))
+        tail = self._cache.get(key)
+        if tail is None:
+            per_epoch = [
+                (self.progress_at(e + 1) - self.progress_at(e)) / self.rate(placement, batch_size, e)
+                for e in range(self.epochs)
+            ]
+            tail = self._cache[key] = np.concatenate([np.cumsum(per_epoch[::-1])[::-1], [0.0]])
+        inside = max(0.0, self.progress_at(epoch + 1) - progress) / self.rate(placement, batch_size, epoch)
+        return float(inside + tail[epoch + 1])
+
+    def iterations(self, batch_size: float, replicas: int = 1) -> float:
+        """Iterations a job at ``batch_size`` on ``replicas`` GPUs runs to finish its epochs."""
+        key = ("it", batch_size, replicas)
         if key not in self._cache:
+            eff = self.effective_batch(int(batch_size), replicas)
             total = 0.0
             for e in range(self.epochs):
-                total += (self.progress_at(e + 1) - self.progress_at(e)) / self.gain(batch_size, e)
+                total += (self.progress_at(e + 1) - self.progress_at(e)) / self.gain(eff, e)
             self._cache[key] = total
         return self._cache[key]
 
@@ -185,7 +222,7 @@ class PolluxApplication:
 
     def ideal_duration(self, batch_size: int, replicas: int) -> float:
         """Seconds to train at ``batch_size`` on ``replicas`` GPUs placed as tightly as possible."""
-        return self.iterations(batch_size) * self.iteration_time(consolidated(replicas), batch_size)
+        return self.seconds_left(consolidated(replicas), batch_size, 0, 0.0)
 
 
 def load_application(traces_dir: str | Path, name: str) -> PolluxApplication:
@@ -235,6 +272,11 @@ class PolluxPerformance:
 
     def __getattr__(self, name: str):
         return getattr(self.base, name)
+
+    def application(self, model: int) -> PolluxApplication | None:
+        """The measured application behind ``model`` (the simulator counts its jobs' work in statistical
+        progress), or None for a model Pollux did not measure."""
+        return self.apps.get(int(model))
 
     def speed(self, model: int, global_batch: int, gpus: np.ndarray, uplink_sharers: int = 1) -> float:
         app = self.apps.get(int(model))

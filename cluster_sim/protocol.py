@@ -18,10 +18,16 @@ from topology.view import ClusterView
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    """Start (or resume) waiting job ``job`` on exactly ``gpus`` (free GPU ids)."""
+    """Start (or resume) waiting job ``job`` on exactly ``gpus`` (free GPU ids).
+
+    A rigid job starts on the GPU count it asked for; in an elastic simulation an elastic job may start on
+    any count within :meth:`SchedulerView.gpu_range`. ``batch_size``: the global batch to train with (an
+    elastic job's, within :meth:`SchedulerView.batch_range`); None keeps the job's current one.
+    """
 
     job: int
     gpus: np.ndarray
+    batch_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,17 +39,43 @@ class Preempt:
 
 @dataclass(frozen=True, slots=True)
 class Resize:
-    """Move running job ``job`` to ``gpus`` (any count); it pays the restart cost again."""
+    """Move running job ``job`` to ``gpus``; it pays the restart cost again. Only an elastic job (in an
+    elastic simulation) may change its GPU count or, with ``batch_size``, its batch size."""
 
     job: int
     gpus: np.ndarray
+    batch_size: int | None = None
 
 
-Decision = Start | Preempt | Resize
+@dataclass(frozen=True, slots=True)
+class SetBatch:
+    """Change the global batch size of elastic job ``job`` in place (running or waiting), as AdaptDL does
+    between steps: no restart, unless the simulation charges ``batch_change_cost``."""
+
+    job: int
+    batch_size: int
+
+
+Decision = Start | Preempt | Resize | SetBatch
 
 
 class InvalidDecision(ValueError):
     """A scheduler returned a decision the cluster cannot carry out."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    """Measurements an elastic job reports about itself (AdaptDL's profile and gradient statistics).
+
+    ``profile`` maps (nodes, GPUs, per-GPU batch) to the (step, sync) seconds measured there, one entry per
+    configuration the job has run on. ``grad_sqr``/``grad_var``: the gradient's squared norm and variance
+    at its current batch and epoch. ``app``: the application's static facts (batch limits, initial batch).
+    """
+
+    profile: dict[tuple[int, int, int], tuple[float, float]]
+    grad_sqr: float
+    grad_var: float
+    app: object
 
 
 @runtime_checkable
@@ -102,6 +134,30 @@ class SchedulerView(Protocol):
 
     def wake_at(self, time: float) -> None:
         """Ask for an extra scheduling point at ``time`` (e.g. a Tiresias queue demotion)."""
+        ...
+
+    # -- elastic jobs: limits a user states and figures a running job reports (no oracle) ----------------
+    elastic: bool  # whether elastic jobs may change GPU count and batch size in this simulation
+
+    def is_elastic(self, job: int) -> bool:
+        """Whether ``job`` may change its GPU count and batch size (it trains a measured application)."""
+        ...
+
+    def gpu_range(self, job: int) -> tuple[int, int]:
+        """GPU counts ``job`` may run on (its request twice for a rigid job)."""
+        ...
+
+    def batch_range(self, job: int, gpus: int) -> tuple[int, int]:
+        """Global batch sizes elastic ``job`` may use on ``gpus`` GPUs."""
+        ...
+
+    def batch_size(self, job: int) -> int:
+        """The global batch size ``job`` trains with now."""
+        ...
+
+    def job_report(self, job: int):
+        """What an elastic job's training loop has measured (a :class:`JobReport`), or None: step times
+        on the configurations it ran on and its current gradient statistics, as AdaptDL reports them."""
         ...
 
 

@@ -9,7 +9,11 @@ The simulator is also the :class:`~cluster_sim.protocol.SchedulerView` that sche
 exposed as read-only numpy views, nothing is copied per scheduling point.
 
 Work is measured in seconds at speed 1, the speed of the job's ideal placement on the reference GPU, so a
-job placed ideally with no interference runs exactly as long as its trace duration.
+job placed ideally with no interference runs exactly as long as its trace duration. A job of a measured
+application (Pollux's, :mod:`cluster_sim.pollux_apps`) counts its work in statistical progress instead:
+it runs at ``gain(batch, epoch) / iteration time(placement, batch)`` progress per second, a rate that
+changes at each epoch boundary (an event) and with its batch size, so it can grow, shrink and change its
+batch size while it trains (``elastic=True``) and its work stays exact.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import numpy as np
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.model_zoo import model_index
 from cluster_sim.ordered_ids import OrderedIds
-from cluster_sim.protocol import Decision, InvalidDecision, Preempt, Resize, Scheduler, Start
+from cluster_sim.pollux_apps import consolidated
+from cluster_sim.protocol import Decision, InvalidDecision, JobReport, Preempt, Resize, Scheduler, SetBatch, Start
 from cluster_sim.results import SimResult
 from cluster_sim.workload import Workload
 from interference.base import CoLocation, InterferenceModel, NoInterference, Sharing
@@ -34,7 +39,7 @@ from topology.view import ClusterView, Level
 _POD = int(Level.POD)
 
 WAITING_ARRIVAL, QUEUED, RUNNING, DONE = 0, 1, 2, 3
-_COMPLETION, _WAKEUP = 0, 1
+_COMPLETION, _WAKEUP, _EPOCH = 0, 1, 2
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -57,6 +62,13 @@ class Simulator:
     other down by the interference model's GPU level, so sharing needs one (``interference`` not none).
     ``gpu_job`` keeps the first tenant, ``gpu_guest`` the second; when the first leaves, the guest
     becomes the GPU's holder.
+
+    ``elastic`` lets jobs of measured applications start on any GPU count in their range (1 GPU up to
+    the largest batch over the smallest per-GPU batch), be resized to another count (paying
+    ``restart_cost``) and change their batch size (:class:`~cluster_sim.protocol.SetBatch`, paying
+    ``batch_change_cost``, 0 by default: AdaptDL changes it between steps without a restart). Other jobs
+    stay rigid. ``elastic=None`` (the default) makes a run elastic when its scheduler asks for it (an
+    ``elastic = True`` attribute, as ``pollux`` has), so rigid and elastic schedulers share one setup.
     """
 
     def __init__(
@@ -71,6 +83,8 @@ class Simulator:
         record_history: bool = False,
         gpu_sharing: bool = False,
         start_cost: float = 0.0,
+        elastic: bool | None = None,
+        batch_change_cost: float = 0.0,
     ) -> None:
         if gpu_sharing and (interference is None or isinstance(interference, NoInterference)):
             raise ValueError(
@@ -83,6 +97,11 @@ class Simulator:
         if start_cost < 0:
             raise ValueError(f"start_cost must be >= 0 seconds, got {start_cost}")
         self.start_cost = float(start_cost)
+        if batch_change_cost < 0:
+            raise ValueError(f"batch_change_cost must be >= 0 seconds, got {batch_change_cost}")
+        self.batch_change_cost = float(batch_change_cost)
+        self._elastic_setting = elastic
+        self.elastic = bool(elastic)
         too_big = np.flatnonzero(workload.num_gpus > view.num_gpus)
         if len(too_big):
             j = int(too_big[0])
@@ -101,6 +120,20 @@ class Simulator:
         # model ids as the performance model knows them (the workload may list models in any order)
         self._model = np.array([model_index(m) for m in workload.models], dtype=np.int32)[workload.model]
         self._descriptors = DescriptorCache(workload, view, perf) if self._interfere else None
+        # jobs of measured applications: work in statistical progress (see the module docstring)
+        find_app = getattr(perf, "application", None)
+        apps = [find_app(int(m)) for m in range(int(self._model.max()) + 1)] if find_app and len(workload) else []
+        apps += [None] * (int(self._model.max(initial=-1)) + 1 - len(apps))
+        self._apps = [a for a in apps if a is not None]
+        index = {id(a): i for i, a in enumerate(self._apps)}
+        self._app = np.array([index[id(apps[m])] if apps[m] is not None else -1 for m in self._model], dtype=np.int32)
+        self._max_gpus = np.array(
+            [
+                min(view.num_gpus, a.max_batch_size // a.min_local_bsz) if (a := self.application(j)) else 0
+                for j in range(len(workload))
+            ],
+            dtype=np.int64,
+        )
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -116,6 +149,13 @@ class Simulator:
         self.num_free = g
         self._state = np.zeros(n, dtype=np.int8)
         self._remaining = self.jobs.duration.astype(np.float64).copy()
+        for a, app in enumerate(self._apps):
+            self._remaining[self._app == a] = app.total_progress
+        self._batch = self.jobs.batch_size.astype(np.int64).copy()
+        self._epoch = np.zeros(n, dtype=np.int64)
+        self._held = np.zeros(n, dtype=np.int64)  # GPUs held now (while running)
+        self._resizes = np.zeros(n, dtype=np.int32)
+        self._profiles: dict[int, dict[tuple[int, int, int], tuple[float, float]]] = {}
         self._speed = np.zeros(n)
         self._factor = np.ones(n)  # interference throughput factor
         self._settled_at = np.zeros(n)
@@ -184,10 +224,17 @@ class Simulator:
         return float(self._attained[job])
 
     def remaining_time(self, job: int) -> float:
+        rem = float(self._remaining[job])
         if self._state[job] == RUNNING:
             progressing = max(0.0, self.now - max(self._settled_at[job], self._stall_until[job]))
-            return float(max(0.0, self._remaining[job] - self._speed[job] * progressing))
-        return float(self._remaining[job])
+            rem = max(0.0, rem - self._speed[job] * progressing)
+        app = self.application(job)
+        if app is None or self._state[job] == DONE:
+            return rem
+        # seconds at the job's batch size on its GPU count placed tightly (its request while it waits)
+        gpus = int(self._held[job]) if self._state[job] == RUNNING else int(self.jobs.num_gpus[job])
+        epoch = int(self._epoch[job])
+        return app.seconds_left(consolidated(gpus), int(self._batch[job]), epoch, app.total_progress - rem)
 
     def executed_times(self, jobs: np.ndarray) -> np.ndarray:
         """Vectorised :meth:`executed_time`."""
@@ -198,6 +245,8 @@ class Simulator:
     def remaining_times(self, jobs: np.ndarray) -> np.ndarray:
         """Vectorised :meth:`remaining_time` (an oracle)."""
         jobs = np.asarray(jobs, dtype=np.int64)
+        if self._apps and (self._app[jobs] >= 0).any():
+            return np.array([self.remaining_time(int(j)) for j in jobs.tolist()], dtype=np.float64)
         running = self._state[jobs] == RUNNING
         begin = np.maximum(self._settled_at[jobs], self._stall_until[jobs])
         progressing = np.where(running, np.maximum(0.0, self.now - begin), 0.0)
@@ -206,7 +255,7 @@ class Simulator:
     def estimated_speed(self, job: int, gpus: np.ndarray) -> float:
         if self.perf is None:
             return 1.0
-        return float(self.perf.speed(int(self._model[job]), int(self.jobs.batch_size[job]), gpus))
+        return float(self.perf.speed(int(self._model[job]), int(self._batch[job]), gpus))
 
     def wake_at(self, time: float) -> None:
         if time > self.now and time not in self._wakeups and math.isfinite(time):
@@ -215,6 +264,52 @@ class Simulator:
 
     def job_state(self, job: int) -> int:
         return int(self._state[job])
+
+    # -------------------------------------------------------------- elastic jobs
+    def application(self, job: int):
+        """The measured application ``job`` trains (:class:`~cluster_sim.pollux_apps.PolluxApplication`),
+        or None for a job whose work is a duration."""
+        a = int(self._app[job]) if len(self._app) else -1
+        return self._apps[a] if a >= 0 else None
+
+    def is_elastic(self, job: int) -> bool:
+        return self.elastic and int(self._app[job]) >= 0
+
+    def gpu_range(self, job: int) -> tuple[int, int]:
+        if self.is_elastic(job):
+            return 1, int(self._max_gpus[job])
+        n = int(self.jobs.num_gpus[job])
+        return n, n
+
+    def batch_range(self, job: int, gpus: int) -> tuple[int, int]:
+        app = self.application(job)
+        if app is None or not self.elastic:
+            b = int(self._batch[job])
+            return b, b
+        return app.batch_range(gpus)
+
+    def batch_size(self, job: int) -> int:
+        return int(self._batch[job])
+
+    def job_report(self, job: int) -> JobReport | None:
+        app = self.application(job)
+        profile = self._profiles.get(job)
+        if app is None or not profile:
+            return None
+        gpus = int(self._held[job]) or int(self.jobs.num_gpus[job])
+        epoch = min(int(self._epoch[job]), app.epochs - 1)
+        sqr, var = app.grad_stats(app.effective_batch(int(self._batch[job]), gpus), epoch)
+        return JobReport(profile=dict(profile), grad_sqr=sqr, grad_var=var, app=app)
+
+    @property
+    def job_batch_sizes(self) -> np.ndarray:
+        """(N,) the global batch size each job trains with now."""
+        return _readonly(self._batch)
+
+    @property
+    def job_gpus_held(self) -> np.ndarray:
+        """(N,) GPUs each job holds now (0 unless running)."""
+        return _readonly(self._held)
 
     # ------------------------------------------- vectorised read-only state (for observation builders)
     @property
@@ -236,7 +331,7 @@ class Simulator:
         """Vectorised :meth:`attained_service`."""
         jobs = np.asarray(jobs, dtype=np.int64)
         running = self._state[jobs] == RUNNING
-        extra = np.where(running, self.jobs.num_gpus[jobs] * (self.now - self._run_start[jobs]), 0.0)
+        extra = np.where(running, self._held[jobs] * (self.now - self._run_start[jobs]), 0.0)
         return self._attained[jobs] + extra
 
     def uplink_jobs(self, rack: int) -> int:
@@ -254,6 +349,8 @@ class Simulator:
     # ------------------------------------------------------------- running
     def run(self, scheduler: Scheduler, progress: bool = False) -> SimResult:
         """Simulate the whole workload; returns per-job results and metrics."""
+        if self._elastic_setting is None:
+            self.elastic = bool(getattr(scheduler, "elastic", False))
         self.reset()
         scheduler.reset(self)
         wall0 = _time.perf_counter()
@@ -307,7 +404,10 @@ class Simulator:
                     self._wakeups.discard(t)
                     self.events += 1
                 elif self._version[j] == ver and self._state[j] == RUNNING:
-                    self._complete(j, changed)
+                    if kind == _EPOCH:
+                        self._next_epoch(j, changed)
+                    else:
+                        self._complete(j, changed)
                     self.events += 1
             self._refresh_speeds(changed)
             self._record()
@@ -319,13 +419,15 @@ class Simulator:
         for d in decisions:
             self.decisions += 1
             if isinstance(d, Start):
-                self._start(d.job, self._check_gpus(d.job, d.gpus, "start"), changed)
+                self._start(d.job, self._check_gpus(d.job, d.gpus, "start"), changed, d.batch_size)
             elif isinstance(d, Preempt):
                 self._preempt(d.job, changed)
             elif isinstance(d, Resize):
-                self._resize(d.job, d.gpus, changed)
+                self._resize(d.job, d.gpus, changed, d.batch_size)
+            elif isinstance(d, SetBatch):
+                self._set_batch(d.job, d.batch_size, changed)
             else:
-                raise InvalidDecision(f"unknown decision {d!r}; expected Start, Preempt or Resize")
+                raise InvalidDecision(f"unknown decision {d!r}; expected Start, Preempt, Resize or SetBatch")
         self._refresh_speeds(changed)
         self._record()
 
@@ -379,17 +481,12 @@ class Simulator:
             )
         return True
 
-    def _start(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
+    def _start(self, job: int, gpus: np.ndarray, changed: dict[int, None], batch: int | None = None) -> None:
         state = self._state[job]
         if state != QUEUED:
             what = {WAITING_ARRIVAL: "has not arrived yet", RUNNING: "is already running", DONE: "has finished"}
             raise InvalidDecision(f"cannot start job {job} on GPUs {gpus.tolist()}: it {what[int(state)]}")
-        want = int(self.jobs.num_gpus[job])
-        if len(gpus) != want:
-            raise InvalidDecision(
-                f"cannot start job {job} on {len(gpus)} GPUs {gpus.tolist()}: it asks for {want}; "
-                "use Resize on a running job to change its GPU count"
-            )
+        self._check_elastic(job, len(gpus), batch, "start")
         self._queue.remove(job)
         resumed = not np.isnan(self._first_start[job])
         if not resumed:
@@ -406,14 +503,69 @@ class Simulator:
         self._queue.add(job)
         self._preemptions[job] += 1
 
-    def _resize(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
+    def _resize(self, job: int, gpus: np.ndarray, changed: dict[int, None], batch: int | None = None) -> None:
         job = self._check_job(job, "resize")
         if self._state[job] != RUNNING:
             raise InvalidDecision(f"cannot resize job {job}: it is not running")
         gpus = self._check_gpus(job, gpus, "resize", own=True)
+        self._check_elastic(job, len(gpus), batch, "resize")
+        if len(gpus) != self._held[job]:
+            self._resizes[job] += 1
         self._release(job, changed)
         self._occupy(job, gpus, changed)
         self._stall_until[job] = self.now + self.restart_cost
+
+    def _check_elastic(self, job: int, count: int, batch: int | None, action: str) -> None:
+        """Validate the GPU count and batch size of a start or resize; set the batch size."""
+        lo, hi = self.gpu_range(job)
+        if not lo <= count <= hi:
+            why = (
+                f"it asks for {lo}; only an elastic job (of a measured application, in a simulation with "
+                "elastic=True) runs on another GPU count"
+                if lo == hi
+                else f"elastic job {job} may use {lo}..{hi} GPUs"
+            )
+            raise InvalidDecision(f"cannot {action} job {job} on {count} GPUs: {why}")
+        if batch is not None:
+            self._set_batch(job, batch, None, count)
+        elif self.is_elastic(job):
+            blo, bhi = self.batch_range(job, count)
+            b = int(self._batch[job])
+            if not blo <= b <= bhi:
+                raise InvalidDecision(
+                    f"cannot {action} job {job} on {count} GPUs at its batch size {b}: on {count} GPUs it needs "
+                    f"a global batch in {blo}..{bhi}; pass batch_size"
+                )
+
+    def _set_batch(self, job: int, batch: int, changed: dict[int, None] | None, count: int | None = None) -> None:
+        """Validate and set ``job``'s batch size; with ``changed`` (a SetBatch decision) its rate changes now."""
+        job = self._check_job(job, "change the batch size of")
+        if not self.is_elastic(job):
+            raise InvalidDecision(
+                f"cannot change the batch size of job {job}: only elastic jobs (of a measured application, in a "
+                "simulation with elastic=True) change their batch size"
+            )
+        if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool):
+            raise InvalidDecision(f"cannot set job {job}'s batch size to {batch!r}: it must be an integer")
+        if self._state[job] not in (QUEUED, RUNNING):
+            raise InvalidDecision(f"cannot change the batch size of job {job}: it is not waiting or running")
+        if count is None:
+            count = int(self._held[job]) if self._state[job] == RUNNING else int(self.jobs.num_gpus[job])
+        lo, hi = self.batch_range(job, count)
+        if not lo <= batch <= hi:
+            raise InvalidDecision(
+                f"cannot set job {job}'s batch size to {batch} on {count} GPUs: it must lie in {lo}..{hi} "
+                "(at least the smallest measured batch and the smallest per-GPU batch on every GPU, at most the "
+                "largest measured batch)"
+            )
+        if changed is not None and self._state[job] == RUNNING and int(batch) != self._batch[job]:
+            self._settle(job)
+            self._batch[job] = int(batch)
+            self._speed[job] = 0.0  # recompute
+            if self.batch_change_cost > 0:
+                self._stall_until[job] = max(self._stall_until[job], self.now) + self.batch_change_cost
+            changed[job] = None
+        self._batch[job] = int(batch)
 
     # ---------------------------------------------------- bookkeeping
     def _occupy(self, job: int, gpus: np.ndarray, changed: dict[int, None]) -> None:
@@ -434,6 +586,7 @@ class Simulator:
         if not guest:
             self.num_free -= len(gpus)
         self._placement[job] = gpus
+        self._held[job] = len(gpus)
         if self.record_history:
             self.history.append((self.now, "start", job, gpus))
         self._state[job] = RUNNING
@@ -476,6 +629,7 @@ class Simulator:
         if not shared:
             self.num_free += len(gpus)
         self._running.remove(job)
+        self._held[job] = 0
         ran = self.now - self._run_start[job]
         self._executed[job] += ran
         self._attained[job] += len(gpus) * ran
@@ -488,6 +642,15 @@ class Simulator:
         self._state[job] = DONE
         self._end[job] = self.now
         self._done += 1
+
+    def _next_epoch(self, job: int, changed: dict[int, None]) -> None:
+        """An application job reached its next epoch boundary: its rate changes with the epoch."""
+        self._settle(job)
+        app = self._apps[int(self._app[job])]
+        self._epoch[job] += 1
+        self._remaining[job] = app.total_progress - app.progress_at(int(self._epoch[job]))
+        self._speed[job] = 0.0  # recompute
+        changed[job] = None
 
     def _set_server_free(self, s: int, free: int) -> None:
         cap = int(self.topo.server_num_gpus[s])
@@ -541,6 +704,9 @@ class Simulator:
             return
         factors = self._interference_factors(jobs) if self._interfere else None
         for i, j in enumerate(jobs):
+            if self._apps and self._app[j] >= 0:
+                self._refresh_app(j, 1.0 if factors is None else float(factors[i]))
+                continue
             if self.perf is None:
                 base = 1.0
             else:
@@ -559,6 +725,28 @@ class Simulator:
             self._version[j] += 1
             begin = max(self.now, self._stall_until[j])
             self._push(begin + self._remaining[j] / self._speed[j], _COMPLETION, j, int(self._version[j]))
+
+    def _refresh_app(self, j: int, factor: float) -> None:
+        """Rate of an application job (progress per second) and its next event: the end of its epoch."""
+        app = self._apps[int(self._app[j])]
+        placement = tuple(self._servers_of[j].values())
+        batch, epoch = int(self._batch[j]), int(self._epoch[j])
+        speed = app.rate(placement, batch, epoch) * factor
+        atomic, _ = app.batch_plan(batch, sum(placement))
+        profile = self._profiles.setdefault(j, {})
+        key = (len(placement), sum(placement), atomic)
+        if key not in profile:  # the job measures its step time on each configuration it runs on
+            profile[key] = app.step_time(placement, atomic)
+        if speed == self._speed[j]:
+            return
+        self._settle(j)
+        self._factor[j] = factor
+        self._speed[j] = speed
+        self._version[j] += 1
+        begin = max(self.now, self._stall_until[j])
+        last = epoch + 1 >= app.epochs
+        to_go = self._remaining[j] - (0.0 if last else app.total_progress - app.progress_at(epoch + 1))
+        self._push(begin + max(to_go, 0.0) / speed, _COMPLETION if last else _EPOCH, j, int(self._version[j]))
 
     def _interference_factors(self, jobs: list[int]) -> np.ndarray:
         desc = self._descriptors
@@ -584,7 +772,7 @@ class Simulator:
 
     def _is_stale(self, entry: tuple[float, int, int, int, int]) -> bool:
         _, _, kind, j, ver = entry
-        return kind == _COMPLETION and (self._version[j] != ver or self._state[j] != RUNNING)
+        return kind != _WAKEUP and (self._version[j] != ver or self._state[j] != RUNNING)
 
     def _advance_clock(self, t: float) -> None:
         dt = t - self._last_t

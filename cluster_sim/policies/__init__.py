@@ -18,6 +18,8 @@ Named defaults:
 - ``closest-gpus``: strict arrival order with TopDRL's closest-GPUs placement.
 - ``qssf``, ``qssf-np``: expected remaining time from the history of finished jobs of the same tenant
   and GPU count (no oracle), preemptive like SRTF or not.
+- ``pollux``: Pollux's goodput-based joint allocation of GPUs and batch sizes every 60 s (elastic: jobs of
+  measured applications resize and change batch size; see :mod:`cluster_sim.policies.pollux`).
 - ``random``: random order, random GPUs.
 - ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
   packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
@@ -34,6 +36,7 @@ from cluster_sim.policies.drf import DRF
 from cluster_sim.policies.fifo import FIFO
 from cluster_sim.policies.gpu_packing import GpuPacking
 from cluster_sim.policies.optimus import Optimus
+from cluster_sim.policies.pollux import Pollux
 from cluster_sim.policies.qssf import QSSF
 from cluster_sim.policies.randomized import RandomOrder
 from cluster_sim.policies.sjf import SJF
@@ -78,6 +81,7 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "qssf": _named("qssf", "consolidate", "qssf"),
     "qssf-np": _named("qssf", "consolidate", "qssf-np", preempt=False),
     "random": _named("random", "random", "random"),
+    "pollux": lambda seed=0: Pollux(seed=seed),
     "pack-none": lambda seed=0: GpuPacking(mode="none", seed=seed),
     "pack-blind": lambda seed=0: GpuPacking(mode="blind", seed=seed),
 }
@@ -114,5 +118,5 @@ def get_policy(name: str, seed: int = 0) -> PolicyScheduler:
 
 __all__ = [
     "DRF", "FIFO", "ORDERINGS", "POLICIES", "QSSF", "SJF", "SRTF", "GpuPacking", "Optimus", "PolicyScheduler",
-    "RandomOrder", "Tiresias", "get_policy", "make_scheduler", "policy_names", "register_policy",
+    "Pollux", "RandomOrder", "Tiresias", "get_policy", "make_scheduler", "policy_names", "register_policy",
 ]  # fmt: skip
