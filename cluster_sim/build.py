@@ -25,6 +25,8 @@ def build_simulator(
     record_history: bool = False,
     gpu_sharing: bool = False,
     start_cost: float = 0.0,
+    elastic: bool | None = None,
+    batch_change_cost: float = 0.0,
 ) -> Simulator:
     """A simulator of ``workload`` on ``cluster``.
 
@@ -32,7 +34,8 @@ def build_simulator(
     spec string (``philly:PATH,start=...``, ``synthetic:500,load=0.9``; ``seed`` draws its random parts)
     or a :class:`Workload`. ``interference``: a mode of :func:`interference.loader.load_interference_model`
     with its data file. ``perf_model=False`` runs every placement at ideal speed. ``gpu_sharing`` lets two
-    single-GPU jobs share a GPU; ``start_cost`` stalls a job's first start too (see
+    single-GPU jobs share a GPU; ``start_cost`` stalls a job's first start too; ``elastic`` (None: as the
+    scheduler asks) lets jobs of measured applications resize and change batch size (see
     :class:`~cluster_sim.simulator.Simulator`).
     """
     if isinstance(cluster, Mapping):
@@ -55,4 +58,6 @@ def build_simulator(
         record_history=record_history,
         gpu_sharing=gpu_sharing,
         start_cost=start_cost,
+        elastic=elastic,
+        batch_change_cost=batch_change_cost,
     )

@@ -21,8 +21,8 @@ from topology.view import Level
 METRIC_KEYS = (
     "jobs_total", "jobs_completed", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay",
     "avg_first_start_delay", "makespan", "gpu_utilization", "fragmentation", "mean_slowdown",
-    "mean_interference_slowdown", "preemptions", "preemptions_per_job", "avg_gpus_held", "events", "decisions",
-    "decisions_per_second", "wall_seconds",
+    "mean_interference_slowdown", "preemptions", "preemptions_per_job", "resizes_per_job", "avg_gpus_held",
+    "events", "decisions", "decisions_per_second", "wall_seconds",
 )  # fmt: skip
 
 
@@ -36,6 +36,7 @@ class SimResult:
     end: np.ndarray  # completion time per job (nan if unfinished)
     span: np.ndarray  # topology Level of the last placement
     preemptions: np.ndarray
+    resizes: np.ndarray  # GPU-count changes of a running job (elastic)
     executed: np.ndarray  # wall seconds each job held GPUs (restart stalls included), over all its stints
     attained: np.ndarray  # GPU-seconds each job held
     interference_slowdown: np.ndarray  # mean fraction of throughput lost to interference while running
@@ -101,6 +102,7 @@ class SimResult:
             "mean_interference_slowdown": float(self.interference_slowdown[done].mean()) if done.any() else 0.0,
             "preemptions": int(self.preemptions.sum()),
             "preemptions_per_job": float(self.preemptions.mean()) if n else 0.0,
+            "resizes_per_job": float(self.resizes.mean()) if n else 0.0,
             "avg_gpus_held": float(self.gpus_held[done].mean()) if done.any() else float("nan"),
             "events": self.events,
             "decisions": self.decisions,
@@ -116,7 +118,8 @@ class SimResult:
         write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         w = self.workload
         rows = [["id", "arrival", "start", "end", "gpus", "jct", "queue_delay", "slowdown", "placement_span",
-                 "preemptions", "model", "tenant", "first_start_delay", "executed", "gpus_held"]]  # fmt: skip
+                 "preemptions", "model", "tenant", "first_start_delay", "executed", "gpus_held",
+                 "resizes"]]  # fmt: skip
         jct, qd, sd, fs, held = self.jct, self.queue_delay, self.slowdown, self.first_start_delay, self.gpus_held
         for j in range(len(w)):
             rows.append([
@@ -124,7 +127,7 @@ class SimResult:
                 f"{jct[j]:.3f}", f"{qd[j]:.3f}", f"{sd[j]:.6f}",
                 Level(int(self.span[j])).name.lower() if self.span[j] >= 0 else "",
                 int(self.preemptions[j]), w.models[int(w.model[j])], w.tenants[int(w.tenant[j])],
-                f"{fs[j]:.3f}", f"{self.executed[j]:.3f}", f"{held[j]:.3f}",
+                f"{fs[j]:.3f}", f"{self.executed[j]:.3f}", f"{held[j]:.3f}", int(self.resizes[j]),
             ])  # fmt: skip
         write_atomic(out / "jobs.csv", rows)
         return metrics

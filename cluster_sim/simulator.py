@@ -804,6 +804,7 @@ class Simulator:
             end=self._end.copy(),
             span=self._span.copy(),
             preemptions=self._preemptions.copy(),
+            resizes=self._resizes.copy(),
             executed=executed.copy(),
             attained=self._attained.copy(),
             interference_slowdown=np.divide(self._slow_time, executed, out=np.zeros_like(executed), where=executed > 0),

@@ -1,4 +1,8 @@
-"""The results folder's summary: ``metrics.csv`` (scheduler x seed), ``report.md`` and the plots."""
+"""The results folder's summary: ``metrics.csv`` (scheduler x workload x seed), ``report.md`` and the plots.
+
+Runs are keyed by (workload label, seed): with several workloads, a scheduler's figures are means over
+all its runs, and improvements are computed run by run on the same workload and seed.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +44,12 @@ def _mean_std(values: Sequence[float], fmt: str, std_fmt: str | None = None) -> 
     return f"{fmt.format(np.nanmean(v))} ± {(std_fmt or fmt).format(np.nanstd(v))}"
 
 
-def improvement(rows: Mapping[str, Mapping[int, Mapping[str, Any]]], sched: str, base: str, key: str) -> list[float]:
-    """Per-seed reduction of ``key`` (percent) of ``sched`` relative to ``base`` (positive: sched is better)."""
+Runs = Mapping[str, Mapping[tuple[str, int], Mapping[str, Any]]]  # scheduler -> (workload, seed) -> metrics
+
+
+def improvement(rows: Runs, sched: str, base: str, key: str) -> list[float]:
+    """Per-run reduction of ``key`` (percent) of ``sched`` relative to ``base`` on the same workload and seed
+    (positive: sched is better)."""
     out = []
     for seed, m in rows[sched].items():
         b = rows[base].get(seed, {}).get(key)
@@ -62,17 +70,18 @@ def write_report(
     from experiments import plots
     from experiments.run import PLOTS_DIR, TRAIN_DIR, load_task
 
-    rows: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in cfg.schedulers}
-    series: dict[str, dict[int, dict[str, np.ndarray]]] = {name: {} for name in cfg.schedulers}
+    rows: dict[str, dict[tuple[str, int], dict[str, Any]]] = {name: {} for name in cfg.schedulers}
+    series: dict[str, dict[tuple[str, int], dict[str, np.ndarray]]] = {name: {} for name in cfg.schedulers}
     for spec in specs:
         metrics, s = load_task(out, spec)
-        rows[spec["scheduler"]][spec["seed"]] = metrics
-        series[spec["scheduler"]][spec["seed"]] = s
+        key = (spec.get("workload_label", ""), spec["seed"])
+        rows[spec["scheduler"]][key] = metrics
+        series[spec["scheduler"]][key] = s
     keys = [*METRIC_KEYS, "task_cpu_seconds"]
-    csv_rows: list[list[Any]] = [["scheduler", "seed", *keys]]
+    csv_rows: list[list[Any]] = [["scheduler", "workload", "seed", *keys]]
     for name in cfg.schedulers:
-        for seed, m in sorted(rows[name].items()):
-            csv_rows.append([name, seed, *(m.get(k, "") for k in keys)])
+        for (label, seed), m in rows[name].items():
+            csv_rows.append([name, label, seed, *(m.get(k, "") for k in keys)])
     write_atomic(out / "metrics.csv", csv_rows)
 
     plot_dir = out / PLOTS_DIR
@@ -84,7 +93,8 @@ def write_report(
     }
     plots.jct_cdf({n: [s["jct"] for s in series[n].values()] for n in cfg.schedulers}, plot_dir / "jct_cdf.png")
     first = cfg.seeds[0]
-    plots.timelines({n: series[n][first] for n in cfg.schedulers}, plot_dir / "timeline.png", seed=first)
+    run0 = (next(iter(cfg.workload_specs)), first)
+    plots.timelines({n: series[n][run0] for n in cfg.schedulers}, plot_dir / "timeline.png", seed=first)
     plots.bars(
         {n: [m["avg_jct"] for m in rows[n].values()] for n in cfg.schedulers},
         plot_dir / "avg_jct.png",
@@ -100,6 +110,7 @@ def write_report(
 
     lines = _header(cfg, specs, train_info)
     lines += _metric_table(cfg, rows)
+    lines += _published_table(cfg, rows)
     lines += _improvement_tables(cfg, rows)
     if scaling:
         lines += scaling_markdown(scaling)
@@ -114,11 +125,18 @@ def write_report(
 
 def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | None) -> list[str]:
     cluster = cfg.cluster if isinstance(cfg.cluster, str) else cfg.cluster.get("name", "inline cluster")
+    work = cfg.workload_specs
+    what = (
+        f"Workload `{cfg.workload}`" if len(work) == 1 and "" in work else f"{len(work)} workloads ({', '.join(work)})"
+    )
+    over = "seeds" if len(work) == 1 else "workloads and seeds"
     lines = [
-        f"# {cfg.name}: {len(cfg.schedulers)} schedulers x {len(cfg.seeds)} seeds on {cluster}",
+        f"# {cfg.name}: {len(cfg.schedulers)} schedulers x {len(work)} workload(s) x {len(cfg.seeds)} seeds "
+        f"on {cluster}",
         "",
-        f"Workload `{cfg.workload}` (seeds {cfg.seeds}), interference `{cfg.interference}`, restart cost "
-        f"{cfg.restart_cost:g} s; {len(specs)} simulations, each a Ray task. Values are mean ± std over seeds.",
+        f"{what} (seeds {cfg.seeds}), interference `{cfg.interference}`, restart cost {cfg.restart_cost:g} s, "
+        f"start cost {cfg.start_cost:g} s; {len(specs)} simulations, each a Ray task. Values are mean ± std over "
+        f"{over}.",
         "",
     ]
     if train_info is not None and cfg.train_config is not None:
@@ -134,7 +152,7 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
     return lines
 
 
-def _metric_table(cfg: ExperimentConfig, rows: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> list[str]:
+def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
     order = sorted(cfg.schedulers, key=lambda n: float(np.mean([m["avg_jct"] for m in rows[n].values()])))
     lines = [
         "## Metrics (best average JCT first)",
@@ -148,14 +166,67 @@ def _metric_table(cfg: ExperimentConfig, rows: Mapping[str, Mapping[int, Mapping
     return [*lines, ""]
 
 
-def _improvement_tables(cfg: ExperimentConfig, rows: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> list[str]:
+def published_comparison(cfg: ExperimentConfig, rows: Runs) -> list[dict[str, Any]]:
+    """Per scheduler and workload: our average JCT (mean over seeds), the published one and their ratio;
+    then each scheduler's mean over the workloads both have."""
+    out = []
+    for name, values in (cfg.published or {}).items():
+        ours_all, theirs_all = [], []
+        for label, theirs in values.items():
+            if str(label) == "mean":  # a published mean over all the workloads
+                continue
+            runs = [m["avg_jct"] for (w, _), m in rows[name].items() if w == str(label)]
+            if not runs:
+                continue
+            ours = float(np.mean(runs))
+            ours_all.append(ours)
+            theirs_all.append(float(theirs))
+            out.append({"scheduler": name, "workload": str(label), "ours": ours, "published": float(theirs)})
+        if "mean" in values:
+            per_workload = {}
+            for (w, _), m in rows[name].items():
+                per_workload.setdefault(w, []).append(m["avg_jct"])
+            ours_all = [float(np.mean(v)) for v in per_workload.values()]
+            theirs_all = [float(values["mean"])]
+        if ours_all:
+            out.append({"scheduler": name, "workload": "mean", "ours": float(np.mean(ours_all)),
+                        "published": float(np.mean(theirs_all))})  # fmt: skip
+    for r in out:
+        r["ratio"] = r["ours"] / r["published"]
+    return out
+
+
+def _published_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
+    comp = published_comparison(cfg, rows)
+    if not comp:
+        return []
+    workloads = list(dict.fromkeys(r["workload"] for r in comp))
+    lines = [
+        "## Beside the published figures",
+        "",
+        f"Average JCT (s): ours / published (ratio). Published: {cfg.published_source or 'see the config'}.",
+        "",
+        "| scheduler | " + " | ".join(workloads) + " |",
+        "|---|" + "---:|" * len(workloads),
+    ]
+    for name in dict.fromkeys(r["scheduler"] for r in comp):
+        cell = {r["workload"]: r for r in comp if r["scheduler"] == name}
+        cells = [
+            f"{cell[w]['ours']:.0f} / {cell[w]['published']:.0f} ({cell[w]['ratio']:.2f})" if w in cell else "-"
+            for w in workloads
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _improvement_tables(cfg: ExperimentConfig, rows: Runs) -> list[str]:
     if not cfg.baselines:
         return []
     lines = [
         "## Improvement over the baselines",
         "",
-        "Reduction in percent (positive: the scheduler is better than the baseline), computed per seed on the "
-        "same workload and given as mean ± std over seeds.",
+        "Reduction in percent (positive: the scheduler is better than the baseline), computed run by run on the "
+        "same workload and seed and given as mean ± std over runs.",
         "",
     ]
     for key, label in IMPROVEMENT_METRICS:
@@ -198,7 +269,7 @@ def scaling_markdown(scaling: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _console_table(cfg: ExperimentConfig, rows: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> str:
+def _console_table(cfg: ExperimentConfig, rows: Runs) -> str:
     from experiments.simulate import SUMMARY_COLUMNS, summary_table
 
     means = []

@@ -16,6 +16,7 @@ task returns its results to the driver, which writes them, so workers need no ac
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -107,13 +108,14 @@ def init_ray(cfg: ExperimentConfig, address: str | None, log: Log) -> bool:
 # ---------------------------------------------------------------------------------------------- tasks
 
 
-def task_id(scheduler: str, seed: int) -> str:
+def task_id(scheduler: str, seed: int, workload: str = "") -> str:
     safe = "".join(c if c.isalnum() or c in "-_+" else "_" for c in scheduler)
-    return f"{safe}__seed{seed}"
+    where = "".join(c if c.isalnum() or c in "-_+." else "_" for c in workload)
+    return f"{safe}__{where}__seed{seed}" if workload else f"{safe}__seed{seed}"
 
 
 def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
-    """One self-contained spec (absolute paths) per scheduler x seed."""
+    """One self-contained spec (absolute paths) per scheduler x workload x seed."""
     from cluster_sim.plugins import absolute_target
     from cluster_sim.scheduler_spec import absolute_custom_spec, is_custom_spec
 
@@ -130,17 +132,23 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
             policy = absolute_custom_spec(name)
         else:
             policy = name
-        for seed in cfg.seeds:
+        policy_name, options = cfg.policy_of(name)
+        if options or policy_name != name:
+            policy = policy_name
+        for (label, workload), seed in itertools.product(cfg.workload_specs.items(), cfg.seeds):
             specs.append({
-                "id": task_id(name, seed),
+                "id": task_id(name, seed, label),
                 "scheduler": name,
                 "policy": policy,
+                "options": options,
                 "seed": int(seed),
                 "cluster": cluster,
-                "workload": absolute_spec(cfg.workload),
+                "workload_label": label,
+                "workload": absolute_spec(workload),
                 "interference": cfg.interference,
                 "interference_data": absolute_spec(cfg.interference_data) if cfg.interference_data else None,
                 "restart_cost": cfg.restart_cost,
+                "start_cost": cfg.start_cost,
                 "perf_model": cfg.perf_model,
                 "timeline_points": cfg.timeline_points,
                 "plugins": [absolute_target(t) for t in cfg.plugins],
@@ -161,6 +169,7 @@ def build_eval_simulator(spec: Mapping[str, Any]) -> Any:
         interference_data=spec["interference_data"],
         restart_cost=spec["restart_cost"],
         perf_model=spec["perf_model"],
+        start_cost=spec.get("start_cost", 0.0),
     )
 
 
@@ -187,9 +196,10 @@ def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
 
         load_plugins(spec["plugins"])
     sim = build_eval_simulator(spec)
-    result = sim.run(make_scheduler_by_name(spec["policy"], spec["seed"]))
+    result = sim.run(make_scheduler_by_name(spec["policy"], spec["seed"], **spec.get("options", {})))
     metrics = result.metrics()
     metrics["scheduler"] = spec["scheduler"]
+    metrics["workload"] = spec.get("workload_label", "")
     metrics["task_cpu_seconds"] = time.process_time() - cpu0  # setup + simulation, whatever else shares the CPU
     grid, busy = sample_timeline(result.timeline_t, result.timeline_busy, spec["timeline_points"])
     _, queue = sample_timeline(result.timeline_t, result.timeline_queue, spec["timeline_points"])
@@ -268,7 +278,9 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
         elapsed = time.perf_counter() - t0
         eta = elapsed / done * (len(todo) - done)
         log(
-            f"[{done}/{len(todo)}] {spec['scheduler']} seed {spec['seed']}: avg JCT {m['avg_jct']:.0f} s, "
+            f"[{done}/{len(todo)}] {spec['scheduler']}"
+            f"{' on ' + spec['workload_label'] if spec['workload_label'] else ''} "
+            f"seed {spec['seed']}: avg JCT {m['avg_jct']:.0f} s, "
             f"{m['jobs_completed']}/{m['jobs_total']} jobs, {m['wall_seconds']:.1f} s "
             f"({m['task_cpu_seconds']:.1f} s CPU) on {res['host']}:{res['pid']}"
             f"  (elapsed {elapsed:.0f} s, ETA {eta:.0f} s)"

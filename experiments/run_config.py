@@ -67,18 +67,35 @@ class ExperimentConfig:
     plugins: list[str] = field(default_factory=list)  # modules imported first (they register extensions)
     cluster: str | dict[str, Any] = "small"
     workload: str = "synthetic:300,load=0.9"
+    workloads: dict[str, str] | None = None  # label -> workload spec: every scheduler runs on each (replaces workload)
     interference: str = "oracle"  # ground truth of the evaluation simulator
     interference_data: str | None = None  # oracle: gavel:PATH of measured pairs; learned: model file
     restart_cost: float = 30.0
+    start_cost: float = 0.0  # seconds every job's first start stalls too (Pollux charges 30 s)
     perf_model: bool = True
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     schedulers: list[str] = field(default_factory=lambda: ["fifo", "sjf", "tiresias"])
     baselines: list[str] = field(default_factory=lambda: ["fifo"])
+    # label in schedulers -> {policy: NAME, OPTION: VALUE...}: a named scheduler with its own settings
+    scheduler_options: dict[str, Any] | None = None
+    # published average JCTs to put beside ours: label -> {workload label: seconds}, and where they come from
+    published: dict[str, Any] | None = None
+    published_source: str = ""
     timeline_points: int = 400  # queue/utilisation samples kept per run for the plots
     train: dict[str, Any] | None = None  # validated into train_config
     scaling: dict[str, Any] | None = None  # validated into scaling_config
     ray: RayRunConfig = field(default_factory=RayRunConfig)
     source: str = field(default="<dict>", compare=False)
+
+    @property
+    def workload_specs(self) -> dict[str, str]:
+        """Workload label -> spec: ``workloads``, or the single ``workload`` (label ``""``)."""
+        return dict(self.workloads) if self.workloads else {"": self.workload}
+
+    def policy_of(self, label: str) -> tuple[str, dict[str, Any]]:
+        """The policy name and constructor options a scheduler label stands for."""
+        opts = dict((self.scheduler_options or {}).get(label) or {})
+        return str(opts.pop("policy", label)), opts
 
     @property
     def train_config(self) -> TrainConfig | None:
@@ -188,7 +205,17 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
             raise chk.fail(("interference_data",), f"{path} does not exist (paths are relative to the cwd)")
     if cfg.restart_cost < 0:
         raise chk.fail(("restart_cost",), f"must be >= 0 seconds, got {cfg.restart_cost}")
-    _check_workload(chk, ("workload",), cfg.workload)
+    if cfg.start_cost < 0:
+        raise chk.fail(("start_cost",), f"must be >= 0 seconds, got {cfg.start_cost}")
+    if cfg.workloads is not None:
+        if not cfg.workloads:
+            raise chk.fail(("workloads",), "give at least one `LABEL: WORKLOAD_SPEC`, or drop the key")
+        for label, spec in cfg.workloads.items():
+            if not isinstance(spec, str) or not str(label) or "," in str(label) or "/" in str(label):
+                raise chk.fail(("workloads", str(label)), "expected `LABEL: WORKLOAD_SPEC` (a label without , or /)")
+            _check_workload(chk, ("workloads", str(label)), spec)
+    else:
+        _check_workload(chk, ("workload",), cfg.workload)
     if not cfg.seeds:
         raise chk.fail(("seeds",), "give at least one workload seed")
     if len(set(cfg.seeds)) != len(cfg.seeds):
@@ -196,7 +223,34 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     if not cfg.schedulers:
         raise chk.fail(("schedulers",), "list at least one scheduler")
     allowed = f"{', '.join(policy_names())}, {MARL} (trained by this run), marl:POLICY_DIR, FILE.py:Class"
+    for label, opts in (cfg.scheduler_options or {}).items():
+        if label not in cfg.schedulers:
+            raise chk.fail(("scheduler_options", str(label)), f"not among schedulers: {', '.join(cfg.schedulers)}")
+        if not isinstance(opts, Mapping):
+            raise chk.fail(("scheduler_options", str(label)), "expected a mapping {policy: NAME, OPTION: VALUE...}")
+        policy, options = cfg.policy_of(label)
+        try:
+            get_policy(policy, **options)
+        except (ValueError, TypeError) as err:
+            raise chk.fail(
+                ("scheduler_options", str(label)), f"{err} (policy {policy!r}; allowed: {allowed})"
+            ) from None
+    for label, values in (cfg.published or {}).items():
+        if label not in cfg.schedulers or not isinstance(values, Mapping):
+            raise chk.fail(
+                ("published", str(label)), "expected `SCHEDULER: {WORKLOAD_LABEL: avg JCT}` for a listed scheduler"
+            )
+        for w, v in values.items():
+            known = str(w) in cfg.workload_specs or str(w) == "mean"
+            if not known or isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise chk.fail(
+                    ("published", str(label), str(w)),
+                    f"expected a workload label of `workloads` ({', '.join(cfg.workload_specs)}) or `mean` (over "
+                    "them all) and a number of seconds",
+                )
     for i, name in enumerate(cfg.schedulers):
+        if cfg.scheduler_options and name in cfg.scheduler_options:
+            continue
         if name == MARL:
             if cfg.train_config is None:
                 raise chk.fail(("schedulers", str(i)), f"{MARL!r} is the policy this run trains: add a train section")

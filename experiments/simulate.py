@@ -93,9 +93,10 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
     )
 
 
-def make_scheduler_by_name(name: str, seed: int):
-    """A heuristic by name, ``marl:POLICY_DIR`` for an exported MARL policy (runs without RLlib), or
-    ``MODULE_OR_FILE:ClassName[,key=value...]`` for a scheduler class of the user's own."""
+def make_scheduler_by_name(name: str, seed: int, **options):
+    """A heuristic by name (``options`` to its constructor), ``marl:POLICY_DIR`` for an exported MARL
+    policy (runs without RLlib), or ``MODULE_OR_FILE:ClassName[,key=value...]`` for a scheduler class of
+    the user's own."""
     from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
 
     if is_custom_spec(name):
@@ -109,7 +110,7 @@ def make_scheduler_by_name(name: str, seed: int):
         return load_marl_policy(policy_dir, name=name)
     from cluster_sim.policies import get_policy
 
-    return get_policy(name, seed=seed)
+    return get_policy(name, seed=seed, **options)
 
 
 def run_simulate(args: argparse.Namespace) -> int:

@@ -45,7 +45,13 @@ def _write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
 # ---------------------------------------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "philly_dc1k.yaml", "scaling_dc1k.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "quickstart.yaml", "philly_dc1k.yaml", "scaling_dc1k.yaml", "pollux_osdi21.yaml", "pollux_osdi21_load0.5.yaml",
+        "pollux_osdi21_load1.5.yaml", "pollux_osdi21_load2.0.yaml",
+    ],
+)  # fmt: skip
 def test_shipped_configs_are_valid(name: str, traces_dir: Path, monkeypatch) -> None:
     monkeypatch.chdir(REPO)
     cfg = load_experiment_config(REPO / "experiments" / "configs" / name)
@@ -96,6 +102,15 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"train": {**TINY_TRAIN, "env": {"cluster": "dc-1k"}}}, ["train.env.cluster:", "must equal"]),
         ({"train": TINY_TRAIN, "scaling": {"agents": [1, 3]}}, ["scaling.agents.1:", "allowed: [1, 2, 4]"]),
         ({"train": TINY_TRAIN, "scaling": {"policy": "best"}}, ["scaling.policy:", "warm-start, untrained"]),
+        ({"workloads": {}}, ["workloads:", "give at least one"]),
+        ({"workloads": {"a": "trace.csv"}}, ["workloads.a:", "synthetic:N_JOBS"]),
+        ({"scheduler_options": {"srtf": {"policy": "srtf"}}}, ["scheduler_options.srtf:", "not among schedulers"]),
+        (
+            {"scheduler_options": {"sjf": {"policy": "tiresias", "thresholds": [-1]}}},
+            ["scheduler_options.sjf:", "thresholds must be positive"],
+        ),
+        ({"scheduler_options": {"sjf": {"policy": "fifo", "speed": 2}}}, ["scheduler_options.sjf:", "speed"]),
+        ({"published": {"fifo": {"w9": 100}}}, ["published.fifo.w9:", "or `mean`"]),
     ],
 )
 def test_bad_values_name_the_path_and_allowed_values(patch: dict, fragments: list[str]) -> None:
@@ -137,7 +152,7 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Pat
     report = (out / "report.md").read_text()
     assert "| marl |" in report and "vs fifo" in report and " ± " in report
     csv_lines = (out / "metrics.csv").read_text().splitlines()
-    assert len(csv_lines) == 1 + 9 and csv_lines[1].startswith("marl,1,")
+    assert len(csv_lines) == 1 + 9 and csv_lines[1].startswith("marl,,1,")
 
     # "Kill" the run: one task's results are gone, another was being written (a stale temporary folder),
     # and the training is unfinished as far as its done marker goes but has its checkpoint.
@@ -167,6 +182,45 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Pat
     other = parse_experiment_config({**TINY, "seeds": [4]})
     with pytest.raises(ValueError, match="holds another experiment"):
         run_experiment(other, out, log=logs.append)
+
+
+def test_several_workloads_with_scheduler_options_and_published_figures(tmp_path: Path, traces_dir: Path) -> None:
+    """A run over two workloads: every scheduler on each, a label standing for a policy with its own
+    settings, metrics.csv with a workload column, and the report's published-beside-ours table."""
+    import csv
+
+    from experiments.run import run_experiment
+
+    d = traces_dir / "pollux-osdi21" / "workloads"
+    if not (d / "workload-1.csv").is_file():
+        pytest.skip("Pollux workloads not present")
+    cfg = parse_experiment_config({
+        "name": "two", "cluster": "pollux-testbed", "interference": "none", "restart_cost": 30, "start_cost": 30,
+        "workloads": {"w1": f"pollux:{d}/workload-1.csv,max_jobs=12", "w2": f"pollux:{d}/workload-2.csv,max_jobs=12"},
+        "seeds": [0], "schedulers": ["tiresias", "pollux"], "baselines": ["tiresias"], "timeline_points": 20,
+        "scheduler_options": {"tiresias": {"policy": "tiresias-pollux", "thresholds": [3600.0]}},
+        "published": {"tiresias": {"w1": 1000, "w2": 2000}, "pollux": {"mean": 1500}},
+        "published_source": "made-up figures",
+    })  # fmt: skip
+    out = tmp_path / "out"
+    assert run_experiment(cfg, out, log=lambda s: None)["tasks_run"] == 4
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert [(r["scheduler"], r["workload"]) for r in rows] == [
+        ("tiresias", "w1"), ("tiresias", "w2"), ("pollux", "w1"), ("pollux", "w2")
+    ]  # fmt: skip
+    jct = {(r["scheduler"], r["workload"]): float(r["avg_jct"]) for r in rows}
+    report = (out / "report.md").read_text()
+    assert "## Beside the published figures" in report and "made-up figures" in report
+    assert f"{jct['tiresias', 'w2']:.0f} / 2000 ({jct['tiresias', 'w2'] / 2000:.2f})" in report
+    pollux_mean = (jct["pollux", "w1"] + jct["pollux", "w2"]) / 2
+    assert f"{pollux_mean:.0f} / 1500 ({pollux_mean / 1500:.2f})" in report
+    # the label's options reached the scheduler: one queue threshold at 1 GPU-hour, not Pollux's 16
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    sim = build_simulator("pollux-testbed", cfg.workloads["w1"], restart_cost=30.0, start_cost=30.0)
+    r = sim.run(get_policy("tiresias-pollux", thresholds=[3600.0]))
+    assert r.metrics()["avg_jct"] == pytest.approx(jct["tiresias", "w1"], rel=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------- cluster

@@ -59,8 +59,8 @@ def make_scheduler(ordering: str, placement: str, *, seed: int = 0, **opts) -> P
 
 
 def _named(ordering: str, placement: str, name: str, **opts) -> Callable[[int], PolicyScheduler]:
-    def build(seed: int = 0) -> PolicyScheduler:
-        return make_scheduler(ordering, placement, seed=seed, name=name, **opts)
+    def build(seed: int = 0, **options) -> PolicyScheduler:
+        return make_scheduler(ordering, placement, seed=seed, **{"name": name, **opts, **options})
 
     build.__doc__ = f"{name}: ordering {ordering!r}, placement {placement!r}"
     return build
@@ -81,9 +81,9 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "qssf": _named("qssf", "consolidate", "qssf"),
     "qssf-np": _named("qssf", "consolidate", "qssf-np", preempt=False),
     "random": _named("random", "random", "random"),
-    "pollux": lambda seed=0: Pollux(seed=seed),
-    "pack-none": lambda seed=0: GpuPacking(mode="none", seed=seed),
-    "pack-blind": lambda seed=0: GpuPacking(mode="blind", seed=seed),
+    "pollux": lambda seed=0, **options: Pollux(seed=seed, **options),
+    "pack-none": lambda seed=0, **options: GpuPacking(mode="none", seed=seed, **options),
+    "pack-blind": lambda seed=0, **options: GpuPacking(mode="blind", seed=seed, **options),
 }
 
 
@@ -103,13 +103,15 @@ def policy_names() -> list[str]:
     return [*POLICIES, f"ORDERING+PLACEMENT ({'|'.join(ORDERINGS)} + {'|'.join(placement_names())})"]
 
 
-def get_policy(name: str, seed: int = 0) -> PolicyScheduler:
-    """A fresh scheduler for a named policy or an ``ORDERING+PLACEMENT`` combination."""
+def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
+    """A fresh scheduler for a named policy or an ``ORDERING+PLACEMENT`` combination. ``options`` go to
+    its constructor (``thresholds``, ``interval``, ``name`` ...; a named policy's own settings are the
+    defaults they override); an option the scheduler does not take is a ``TypeError`` naming it."""
     if name in POLICIES:
-        return POLICIES[name](seed)
+        return POLICIES[name](seed, **options) if options else POLICIES[name](seed)
     ordering, plus, placement = name.partition("+")
     if plus and ordering in ORDERINGS and placement in PLACEMENTS:
-        return make_scheduler(ordering, placement, seed=seed)
+        return make_scheduler(ordering, placement, seed=seed, **options)
     raise ValueError(
         f"unknown scheduler {name!r}; choose one of: {', '.join(POLICIES)}, or ORDERING+PLACEMENT with "
         f"ORDERING in {{{', '.join(ORDERINGS)}}} and PLACEMENT in {{{', '.join(placement_names())}}}"

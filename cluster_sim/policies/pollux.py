@@ -95,8 +95,12 @@ class Pollux(PolicyScheduler):
         cur = np.array([len(view.placement(int(j))) if view.job_state(int(j)) == 2 else 0 for j in jobs])
         tables, plans = self._speedups(view, jobs)
         counts = self._search(view, jobs, cur, tables)
-        placement = self._place(view, jobs, cur, counts)
-        return self._decisions(view, jobs, cur, placement, plans)
+        least = np.array([view.gpu_range(int(j))[0] for j in jobs])
+        placement = self._place(view, jobs, cur, counts, least)
+        decisions = self._decisions(view, jobs, cur, placement, plans)
+        # re-optimise at the next tick even if nothing happens by then (jobs grow as they are profiled)
+        view.wake_at(view.now + self.interval)
+        return decisions
 
     # -- speedup of every job on every GPU count ----------------------------------------------------------
     def _speedups(self, view: SchedulerView, jobs: np.ndarray) -> tuple[list[np.ndarray], list]:
@@ -105,19 +109,22 @@ class Pollux(PolicyScheduler):
         fair = math.ceil(topo.num_gpus / len(jobs))
         tables, plans = [], []
         for j in jobs.tolist():
-            hi = view.gpu_range(j)[1]
+            lo, hi = view.gpu_range(j)
             model = view.jobs.models[int(view.jobs.model[j])]
             report = view.job_report(j)
             if model in self.pinned:
-                hi = min(hi, self.pinned[model][0])
-            if report is None:
-                top = min(1, hi)
-                tables.append(np.arange(top + 1) / fair)
+                hi = max(lo, min(hi, self.pinned[model][0]))
+            table = np.full(hi + 1, np.nan)  # speedup per GPU count; nan: a count the job may not use
+            table[0] = 0.0
+            if report is None:  # no step times yet: linear, on at most one GPU if it may choose
+                top = hi if lo == hi else max(lo, min(1, hi))
+                table[lo : top + 1] = np.arange(lo, top + 1) / fair
+                tables.append(table[: top + 1])
                 plans.append(None)
                 continue
             app = report.app
             profiled = max(k[1] for k in report.profile)
-            top = min(max(2 * profiled, 1), 64, hi)
+            top = max(lo, min(max(2 * profiled, 1), 64, hi))
             keys = list(report.profile)
             step = [report.profile[k][0] for k in keys]
             sync = [report.profile[k][1] for k in keys]
@@ -126,12 +133,13 @@ class Pollux(PolicyScheduler):
                 [s - y for s, y in zip(step, sync, strict=True)], step,
             )  # fmt: skip
             fn = GoodputFunction(params, report.grad_sqr, report.grad_var, app.init_batch_size)
-            r = np.arange(1, top + 1)
+            r = np.arange(lo, top + 1)
             bounds = (app.min_local_bsz, app.max_local_bsz)
             good, _, _ = fn.optimize(np.ceil(r / gpn), r, app.max_batch_size, bounds)
-            base = fn.optimize(1, min(fair, top), app.max_batch_size, bounds)[0][0]
+            base = fn.optimize(1, min(max(fair, lo), top), app.max_batch_size, bounds)[0][0]
             base = base if base > 0 else good[0]
-            tables.append(np.concatenate([[0.0], good / base]))
+            table[lo : top + 1] = good / base
+            tables.append(table[: top + 1])
             plans.append((fn, bounds, app))
         return tables, plans
 
@@ -143,8 +151,8 @@ class Pollux(PolicyScheduler):
         speed = np.zeros((len(jobs), width))
         valid = np.zeros((len(jobs), width), dtype=bool)
         for i, t in enumerate(tables):
-            speed[i, : len(t)] = t
-            valid[i, : len(t)] = True
+            speed[i, : len(t)] = np.nan_to_num(t)
+            valid[i, : len(t)] = ~np.isnan(t)
         age = view.now - view.jobs.arrival[jobs]
         restarts = np.maximum(self._restarts[jobs], 0)
         penalty = np.maximum(age - restarts * RESTART_DELAY, 0.0) / (age + RESTART_DELAY)
@@ -171,7 +179,9 @@ class Pollux(PolicyScheduler):
         return counts
 
     # -- placement of the counts ------------------------------------------------------------------------------
-    def _place(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, counts: np.ndarray) -> list:
+    def _place(
+        self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, counts: np.ndarray, least: np.ndarray
+    ) -> list:
         topo = view.topo
         server_gpus = [np.flatnonzero(topo.gpu_server == s) for s in range(topo.num_servers)]
         taken = np.zeros(topo.num_gpus, dtype=bool)
@@ -190,12 +200,13 @@ class Pollux(PolicyScheduler):
             if not n or out[i] is not None:
                 continue
             free = np.array([int((~taken[g]).sum()) for g in server_gpus])
-            while n > 0:
+            chosen = None
+            while n >= max(int(least[i]), 1):
                 chosen = self._fit(free, multi, n)
                 if chosen is not None:
                     break
                 n -= 1
-            if n == 0:
+            if chosen is None:
                 counts[i] = 0
                 continue
             gpus = []
