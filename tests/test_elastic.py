@@ -191,3 +191,15 @@ def test_pollux_allocations_respect_its_constraints(pollux_dir: Path):
                 multi_per_server[servers] += 1
         assert multi_per_server.max(initial=0) <= 1, f"two multi-node jobs share a node at t={t}"
     assert r.metrics()["jobs_completed"] == 40
+
+
+def test_pollux_replays_its_published_average_on_workload_1(pollux_dir: Path):
+    """Pollux's own simulator: 2,089 s average JCT for workload-1 at load 1.0 under its policy (2,474 s
+    under its Tiresias baseline). The whole 8-workload comparison is experiments/configs/pollux_osdi21.yaml."""
+    sim = build_simulator(
+        "pollux-testbed", f"pollux:{pollux_dir}/workloads/workload-1.csv", restart_cost=30.0, start_cost=30.0
+    )
+    r = sim.run(get_policy("pollux"))
+    assert r.metrics()["jobs_completed"] == 160
+    assert r.metrics()["avg_jct"] == pytest.approx(2089, rel=0.10)
+    assert r.metrics()["avg_jct"] < 0.9 * 2474

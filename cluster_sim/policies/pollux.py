@@ -253,7 +253,7 @@ class Pollux(PolicyScheduler):
 
     def _decisions(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, placement: list, plans: list):
         decisions: list[Decision] = []
-        moves: list[tuple[int, np.ndarray, int]] = []
+        moves: list[tuple[int, np.ndarray, int | None]] = []
         holder = np.asarray(view.gpu_job).copy()
         for i, j in enumerate(jobs.tolist()):
             g = placement[i]
@@ -262,11 +262,11 @@ class Pollux(PolicyScheduler):
                     decisions.append(Preempt(j))
                     holder[holder == j] = -1
                 continue
-            batch = self._batch(view, j, g, plans[i])
+            batch = self._batch(view, j, g, plans[i]) if view.is_elastic(j) else None
             if not cur[i]:
                 moves.append((j, g, batch))
             elif np.array_equal(np.sort(np.asarray(view.placement(j))), g):
-                if batch != view.batch_size(j):
+                if batch is not None and batch != view.batch_size(j):
                     decisions.append(SetBatch(j, batch))
             else:
                 moves.append((j, g, batch))
