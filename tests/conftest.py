@@ -15,6 +15,15 @@ def traces_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def pollux_dir(traces_dir: Path) -> Path:
+    """Pollux's measurements and workloads (``pollux-osdi21``); skips when they are absent."""
+    d = traces_dir / "pollux-osdi21"
+    if not (d / "traces" / "cifar10" / "placements.csv").is_file():
+        pytest.skip("Pollux measurements not present")
+    return d
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     """In-process Ray for one test module: 2 CPUs and a small object store, as on a 2-core laptop."""

@@ -13,32 +13,7 @@ from cluster_sim.goodput import GoodputFunction, fit_perf_params, step_time
 from cluster_sim.policies import get_policy
 from cluster_sim.pollux_apps import EPOCHS, load_application
 from cluster_sim.protocol import InvalidDecision, Resize, SetBatch, Start
-
-
-@pytest.fixture(scope="module")
-def pollux_dir(traces_dir: Path) -> Path:
-    d = traces_dir / "pollux-osdi21"
-    if not (d / "traces" / "cifar10" / "placements.csv").is_file():
-        pytest.skip("Pollux measurements not present")
-    return d
-
-
-class Script:
-    """Fixed decisions at fixed times."""
-
-    name = "script"
-    wants_all_points = True
-
-    def __init__(self, plan: dict[float, list], elastic: bool = True) -> None:
-        self.plan = plan
-        self.elastic = elastic
-
-    def reset(self, view) -> None:
-        for t in self.plan:
-            view.wake_at(t)
-
-    def schedule(self, view) -> list:
-        return self.plan.get(view.now, [])
+from tests.test_simulator import Script
 
 
 def one_job(pollux_dir: Path, **kw):
@@ -76,7 +51,7 @@ def test_resize_and_batch_change_conserve_work(pollux_dir: Path):
         400.0: [Resize(0, eight, batch_size=2048)],  # two nodes; 30 s restart
         700.0: [SetBatch(0, 1536)],  # in place: no restart
     }
-    r = sim.run(Script(plan))
+    r = sim.run(Script(plan, elastic=True))
     stints = [(107.0, 137.0, (4,), 1024), (400.0, 430.0, (4, 4), 2048), (700.0, 700.0, (4, 4), 1536)]
     want = expected_end(app, stints)
     assert r.end[0] > 700.0

@@ -17,14 +17,6 @@ PUBLISHED_TIRESIAS = {
 }
 
 
-@pytest.fixture(scope="module")
-def pollux_dir(traces_dir: Path) -> Path:
-    d = traces_dir / "pollux-osdi21"
-    if not (d / "traces" / "cifar10" / "placements.csv").is_file():
-        pytest.skip("Pollux measurements not present")
-    return d
-
-
 @pytest.mark.parametrize("name", sorted(EPOCHS))
 def test_applications_reproduce_their_measurements(pollux_dir: Path, name: str):
     app = load_application(pollux_dir / "traces", name)

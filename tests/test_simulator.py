@@ -46,8 +46,9 @@ class Script:
     name = "script"
     wants_all_points = True
 
-    def __init__(self, plan: dict[float, list]) -> None:
+    def __init__(self, plan: dict[float, list], elastic: bool = False) -> None:
         self.plan = plan
+        self.elastic = elastic  # whether the simulator lets elastic jobs resize and change batch size
 
     def reset(self, view) -> None:
         for t in self.plan:
