@@ -60,10 +60,10 @@ def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
     return min(p[i:] + p[:i] for i in range(len(p))) if p else p
 
 
-def consolidated(replicas: int) -> tuple[int, ...]:
-    """The tightest placement of ``replicas`` GPUs on the testbed's 4-GPU nodes."""
-    full, rest = divmod(int(replicas), GPUS_PER_NODE)
-    return (GPUS_PER_NODE,) * full + ((rest,) if rest else ())
+def consolidated(replicas: int, per_node: int = GPUS_PER_NODE) -> tuple[int, ...]:
+    """The tightest placement of ``replicas`` GPUs on nodes of ``per_node`` GPUs (the testbed's 4)."""
+    full, rest = divmod(int(replicas), int(per_node))
+    return (int(per_node),) * full + ((rest,) if rest else ())
 
 
 @dataclass(eq=False)
@@ -188,13 +188,38 @@ class PolluxApplication:
             sync = float(np.interp(local_bsz, x, m.sync_time[rows][order]))
         else:
             step, sync = self._nd_interpolator()([[min(len(p), MAX_NODES), sum(p), local_bsz]])[0]
-            if not (np.isfinite(step) and np.isfinite(sync)):
-                raise ValueError(
-                    f"{self.name}: no measurement near placement {p} at per-GPU batch {local_bsz}; "
-                    "Pollux's measurements cover up to 16 nodes"
-                )
+            if not (np.isfinite(step) and np.isfinite(sync)):  # outside the measured shapes (e.g. 8 GPUs a node)
+                step, sync = self._extrapolate(p, local_bsz)
         self._cache[key] = (float(step), float(sync))
         return self._cache[key]
+
+    def _extrapolate(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
+        """(step, sync) on a placement no measurement brackets (more GPUs a node than the testbed's 4): the
+        same nodes with 4 GPUs each, measured, times the ratio of Pollux's step-time model (fitted to all of
+        the application's measurements) between the two shapes, never below 1 (more GPUs, no faster step)."""
+        from cluster_sim.goodput import fit_perf_params, step_time
+
+        nodes, replicas = min(len(placement), MAX_NODES), sum(placement)
+        anchor = nodes * min(GPUS_PER_NODE, max(placement))
+        base_step, base_sync = self._nd_interpolator()([[nodes, anchor, local_bsz]])[0]
+        if not (np.isfinite(base_step) and np.isfinite(base_sync)):
+            raise ValueError(
+                f"{self.name}: no measurement near placement {placement} at per-GPU batch {local_bsz}; "
+                f"Pollux's measurements cover up to {MAX_NODES} nodes of {GPUS_PER_NODE} GPUs"
+            )
+        params = self._cache.get("params")
+        if params is None:
+            m = self.steps
+            params = self._cache["params"] = fit_perf_params(
+                m.nodes, m.replicas, m.local_bsz, m.step_time - m.sync_time, m.step_time
+            )
+        ratio = max(
+            float(step_time(params, nodes, replicas, local_bsz, 0) / step_time(params, nodes, anchor, local_bsz, 0)),
+            1.0,
+        )
+        compute = base_step - base_sync
+        step = base_step * ratio
+        return float(step), float(step - compute)
 
     def _nd_interpolator(self):
         fn = self._cache.get("nd")
@@ -220,9 +245,10 @@ class PolluxApplication:
         step, sync = self.step_time(placement, atomic)
         return step + accum * (step - sync)
 
-    def ideal_duration(self, batch_size: int, replicas: int) -> float:
-        """Seconds to train at ``batch_size`` on ``replicas`` GPUs placed as tightly as possible."""
-        return self.seconds_left(consolidated(replicas), batch_size, 0, 0.0)
+    def ideal_duration(self, batch_size: int, replicas: int, per_node: int = GPUS_PER_NODE) -> float:
+        """Seconds to train at ``batch_size`` on ``replicas`` GPUs placed as tightly as possible on nodes
+        of ``per_node`` GPUs."""
+        return self.seconds_left(consolidated(replicas, per_node), batch_size, 0, 0.0)
 
 
 def load_application(traces_dir: str | Path, name: str) -> PolluxApplication:
@@ -266,6 +292,7 @@ class PolluxPerformance:
 
         self.base = base
         self.view = view
+        self.per_node = int(view.server_num_gpus.max())  # a duration is for the tightest placement here
         self.apps = {
             model_index(s.name): load_application(traces_dir, s.pollux_name) for s in ZOO.values() if s.pollux_name
         }
@@ -284,5 +311,5 @@ class PolluxPerformance:
             return self.base.speed(model, global_batch, gpus, uplink_sharers)
         per_server = np.bincount(self.view.gpu_server[np.asarray(gpus)])
         placement = tuple(int(c) for c in per_server if c)
-        ideal = app.iteration_time(consolidated(len(gpus)), int(global_batch))
+        ideal = app.iteration_time(consolidated(len(gpus), self.per_node), int(global_batch))
         return ideal / app.iteration_time(placement, int(global_batch))

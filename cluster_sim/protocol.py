@@ -70,12 +70,15 @@ class JobReport:
     ``profile`` maps (nodes, GPUs, per-GPU batch) to the (step, sync) seconds measured there, one entry per
     configuration the job has run on. ``grad_sqr``/``grad_var``: the gradient's squared norm and variance
     at its current batch and epoch. ``app``: the application's static facts (batch limits, initial batch).
+    ``progress``: the statistical progress made so far, in steps of the application's smallest batch (what
+    an AdaptDL job counts); how much it needs in all is not reported.
     """
 
     profile: dict[tuple[int, int, int], tuple[float, float]]
     grad_sqr: float
     grad_var: float
     app: object
+    progress: float = 0.0
 
 
 @runtime_checkable

@@ -13,7 +13,11 @@ job placed ideally with no interference runs exactly as long as its trace durati
 application (Pollux's, :mod:`cluster_sim.pollux_apps`) counts its work in statistical progress instead:
 it runs at ``gain(batch, epoch) / iteration time(placement, batch)`` progress per second, a rate that
 changes at each epoch boundary (an event) and with its batch size, so it can grow, shrink and change its
-batch size while it trains (``elastic=True``) and its work stays exact.
+batch size while it trains (``elastic=True``) and its work stays exact. Such a job trains its application for
+its epochs as measured (Pollux's workloads), or, for a duration trace given applications (``apps=``,
+:mod:`cluster_sim.traces.elastic_apps`), on a dataset scaled so that its requested GPUs, placed as tightly
+as this cluster allows at its batch size, take its ``duration`` (every epoch's progress times ``duration /
+ideal duration``).
 """
 
 from __future__ import annotations
@@ -127,6 +131,14 @@ class Simulator:
         self._apps = [a for a in apps if a is not None]
         index = {id(a): i for i, a in enumerate(self._apps)}
         self._app = np.array([index[id(apps[m])] if apps[m] is not None else -1 for m in self._model], dtype=np.int32)
+        self._per_node = int(view.server_num_gpus.max())  # GPUs of the tightest node: the ideal placement
+        # each application job's dataset scale: its epochs hold this many times the application's progress
+        self._scale = np.ones(len(workload))
+        scaled = np.flatnonzero(self._app >= 0) if workload.meta.get("app_lengths") == "duration" else []
+        for j in np.asarray(scaled).tolist():
+            app = self._apps[int(self._app[j])]
+            ideal = app.ideal_duration(int(workload.batch_size[j]), int(workload.num_gpus[j]), self._per_node)
+            self._scale[j] = float(workload.duration[j]) / ideal
         self._max_gpus = np.array(
             [
                 min(view.num_gpus, a.max_batch_size // a.min_local_bsz) if (a := self.application(j)) else 0
@@ -150,7 +162,8 @@ class Simulator:
         self._state = np.zeros(n, dtype=np.int8)
         self._remaining = self.jobs.duration.astype(np.float64).copy()
         for a, app in enumerate(self._apps):
-            self._remaining[self._app == a] = app.total_progress
+            mine = self._app == a
+            self._remaining[mine] = self._scale[mine] * app.total_progress
         self._batch = self.jobs.batch_size.astype(np.int64).copy()
         self._epoch = np.zeros(n, dtype=np.int64)
         self._held = np.zeros(n, dtype=np.int64)  # GPUs held now (while running)
@@ -223,18 +236,25 @@ class Simulator:
             return float(self._attained[job] + len(self._placement[job]) * (self.now - self._run_start[job]))
         return float(self._attained[job])
 
-    def remaining_time(self, job: int) -> float:
+    def _work_left(self, job: int) -> float:
+        """Remaining work now (seconds at speed 1, or statistical progress), settled or not."""
         rem = float(self._remaining[job])
         if self._state[job] == RUNNING:
             progressing = max(0.0, self.now - max(self._settled_at[job], self._stall_until[job]))
             rem = max(0.0, rem - self._speed[job] * progressing)
+        return rem
+
+    def remaining_time(self, job: int) -> float:
+        rem = self._work_left(job)
         app = self.application(job)
         if app is None or self._state[job] == DONE:
             return rem
         # seconds at the job's batch size on its GPU count placed tightly (its request while it waits)
         gpus = int(self._held[job]) if self._state[job] == RUNNING else int(self.jobs.num_gpus[job])
-        epoch = int(self._epoch[job])
-        return app.seconds_left(consolidated(gpus), int(self._batch[job]), epoch, app.total_progress - rem)
+        epoch, scale = int(self._epoch[job]), float(self._scale[job])
+        return scale * app.seconds_left(
+            consolidated(gpus, self._per_node), int(self._batch[job]), epoch, app.total_progress - rem / scale
+        )
 
     def executed_times(self, jobs: np.ndarray) -> np.ndarray:
         """Vectorised :meth:`executed_time`."""
@@ -299,7 +319,8 @@ class Simulator:
         gpus = int(self._held[job]) or int(self.jobs.num_gpus[job])
         epoch = min(int(self._epoch[job]), app.epochs - 1)
         sqr, var = app.grad_stats(app.effective_batch(int(self._batch[job]), gpus), epoch)
-        return JobReport(profile=dict(profile), grad_sqr=sqr, grad_var=var, app=app)
+        progress = float(self._scale[job]) * app.total_progress - self._work_left(job)
+        return JobReport(profile=dict(profile), grad_sqr=sqr, grad_var=var, app=app, progress=progress)
 
     @property
     def job_batch_sizes(self) -> np.ndarray:
@@ -648,7 +669,7 @@ class Simulator:
         self._settle(job)
         app = self._apps[int(self._app[job])]
         self._epoch[job] += 1
-        self._remaining[job] = app.total_progress - app.progress_at(int(self._epoch[job]))
+        self._remaining[job] = self._scale[job] * (app.total_progress - app.progress_at(int(self._epoch[job])))
         self._speed[job] = 0.0  # recompute
         changed[job] = None
 
@@ -745,7 +766,9 @@ class Simulator:
         self._version[j] += 1
         begin = max(self.now, self._stall_until[j])
         last = epoch + 1 >= app.epochs
-        to_go = self._remaining[j] - (0.0 if last else app.total_progress - app.progress_at(epoch + 1))
+        to_go = self._remaining[j] - (
+            0.0 if last else self._scale[j] * (app.total_progress - app.progress_at(epoch + 1))
+        )
         self._push(begin + max(to_go, 0.0) / speed, _COMPLETION if last else _EPOCH, j, int(self._version[j]))
 
     def _interference_factors(self, jobs: list[int]) -> np.ndarray:

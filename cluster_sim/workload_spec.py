@@ -3,8 +3,10 @@
 Grammar: ``KIND:ARG[,OPTION=VALUE]...`` where ARG is a job count for ``synthetic`` and a trace path for
 the loaders (a path therefore cannot contain a comma). Options every kind takes: ``max_jobs=N``,
 ``start=SECONDS``, ``end=SECONDS`` (the window ``[start, end)`` from the trace start),
-``arrival_scale=F`` and ``load=F`` (arrivals rescaled so the window offers F x the cluster's GPUs);
-each kind in :data:`WORKLOAD_KINDS` lists its own options. Add a kind (a new trace format) with
+``arrival_scale=F``, ``load=F`` (arrivals rescaled so the window offers F x the cluster's GPUs) and
+``apps=PATH`` (each job trains one of Pollux's applications measured in PATH for its trace length, so
+elastic schedulers can resize it: :mod:`cluster_sim.traces.elastic_apps`); each kind in
+:data:`WORKLOAD_KINDS` lists its own options. Add a kind (a new trace format) with
 :func:`register_workload_kind`.
 """
 
@@ -17,10 +19,11 @@ from pathlib import Path
 
 from cluster_sim.synthetic import synthetic_workload
 from cluster_sim.traces import load_gavel, load_openb, load_philly, load_pollux, window
+from cluster_sim.traces.elastic_apps import with_applications
 from cluster_sim.workload import Workload
 
 DEFAULT_SYNTHETIC_LOAD = 0.8
-COMMON_OPTIONS: tuple[str, ...] = ("max_jobs", "start", "end", "arrival_scale", "load")
+COMMON_OPTIONS: tuple[str, ...] = ("max_jobs", "start", "end", "arrival_scale", "load", "apps")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,7 @@ _WINDOW_TYPES: dict[str, Callable[[str], object]] = {
     "end": float,
     "arrival_scale": float,
     "load": float,
+    "apps": str,
 }
 
 
@@ -134,11 +138,13 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     time_range = None if start is None and end is None else (start or 0.0, math.inf if end is None else end)
     win = {"time_range": time_range, "max_jobs": opts.pop("max_jobs", None)}
     win["arrival_scale"] = opts.pop("arrival_scale", 1.0)
+    apps = opts.pop("apps", None)
     if "load" in opts and "load" not in source.options:  # the window offers that load to the cluster
         win["load"] = opts.pop("load")
         win["cluster_gpus"] = cluster_gpus
     try:
-        return window(source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts), **win)
+        workload = window(source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts), **win)
+        return workload if apps is None else with_applications(workload, apps, seed=seed)
     except WorkloadSpecError:
         raise
     except ValueError as e:
