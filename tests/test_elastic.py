@@ -14,6 +14,7 @@ from cluster_sim.policies import get_policy
 from cluster_sim.pollux_apps import EPOCHS, load_application
 from cluster_sim.protocol import InvalidDecision, Resize, SetBatch, Start
 from tests.test_simulator import Script
+from topology.view import Level
 
 
 def one_job(pollux_dir: Path, **kw):
@@ -178,3 +179,93 @@ def test_pollux_replays_its_published_average_on_workload_1(pollux_dir: Path):
     assert r.metrics()["jobs_completed"] == 160
     assert r.metrics()["avg_jct"] == pytest.approx(2089, rel=0.10)
     assert r.metrics()["avg_jct"] < 0.9 * 2474
+
+
+def stepped(pollux_dir: Path, policy: str, jobs: int = 40):
+    """Run ``policy`` on the first ``jobs`` of workload-1 event by event, yielding (simulator, scheduler)
+    after each round of decisions, so a test can watch the state the policy leaves."""
+    sim = build_simulator(
+        "pollux-testbed", f"pollux:{pollux_dir}/workloads/workload-1.csv,max_jobs={jobs}", restart_cost=30.0,
+        start_cost=30.0, elastic=True,
+    )  # fmt: skip
+    sched = get_policy(policy)
+    sim.reset()
+    sched.reset(sim)
+    while sim.advance():
+        sim.apply(sched.schedule(sim))
+        yield sim, sched
+    assert sim.result(policy, 0.0).metrics()["jobs_completed"] == jobs
+
+
+@pytest.mark.parametrize("policy", ["optimus", "afs", "ones"])
+def test_elastic_schedulers_finish_every_job_deterministically_and_resize(pollux_dir: Path, policy: str):
+    _, a = pollux_run(pollux_dir, policy)
+    _, b = pollux_run(pollux_dir, policy)
+    assert np.array_equal(a.end, b.end)
+    m = a.metrics()
+    assert m["jobs_completed"] == 40
+    assert m["resizes_per_job"] > 0  # they do resize jobs
+
+
+def test_policies_that_do_not_tune_batch_sizes_keep_the_submitted_one(pollux_dir: Path):
+    """Optimus and AFS run each job at the batch it was submitted with (raised only as far as its GPUs
+    need); ONES lets GPUs follow the batch at the submitted per-GPU batch; Pollux picks its own."""
+    seen: dict[str, set[tuple[int, int, int]]] = {}
+    for policy in ("afs", "ones", "pollux"):
+        configs = set()
+        for sim, _ in stepped(pollux_dir, policy):
+            for j in np.flatnonzero(sim.job_gpus_held > 0).tolist():
+                configs.add((j, int(sim.job_gpus_held[j]), int(sim.job_batch_sizes[j])))
+        seen[policy] = configs
+    for j, n, batch in seen["afs"]:
+        lo, hi = sim.batch_range(j, n)
+        assert batch == min(max(int(sim.jobs.batch_size[j]), lo), hi)
+    for j, n, batch in seen["ones"]:
+        lo, hi = sim.batch_range(j, n)
+        local = sim.jobs.batch_size[j] / sim.jobs.num_gpus[j]
+        assert batch == min(max(round(local * n), lo), hi)
+    tuned = sum(batch != min(max(int(sim.jobs.batch_size[j]), sim.batch_range(j, n)[0]), sim.batch_range(j, n)[1])
+                for j, n, batch in seen["pollux"])  # fmt: skip
+    assert tuned > 0
+
+
+def test_fitted_optimus_learns_each_applications_length_from_finished_jobs(pollux_dir: Path):
+    """Every job of an application in Pollux's workloads trains the same epochs, so once some have
+    finished the fitted remaining work of a fresh job is the application's whole training."""
+    for sim, sched in stepped(pollux_dir, "optimus"):  # noqa: B007 (the state after the last round)
+        pass
+    learned = 0
+    for m in np.unique(sim.jobs.model).tolist():
+        app = sim.application(int(np.flatnonzero(sim.jobs.model == m)[0]))
+        if app is None or sched._app_count[m] == 0:
+            continue
+        est = float(sched._by_app.residual(np.array([m]), np.array([0.0]))[0])
+        assert est == pytest.approx(app.total_progress, rel=1e-6)
+        learned += 1
+    assert learned >= 2
+
+
+def test_duration_trace_with_applications_keeps_its_lengths(pollux_dir: Path):
+    """``apps=``: each Philly job trains a Pollux application for exactly its trace length on its requested
+    GPUs placed tightly (8-GPU servers here), drawn without looking at the length; elastic runs resize."""
+    spec = f"philly:{pollux_dir}/traces/philly.csv,max_jobs=60"
+    plain = build_simulator("small", spec)
+    sim = build_simulator("small", f"{spec},apps={pollux_dir}/traces")
+    assert np.array_equal(sim.jobs.duration, plain.jobs.duration)
+    apps = [sim.application(j) for j in range(len(sim.jobs))]
+    assert sum(a is not None for a in apps) == len(apps)
+    assert len({a.name for a in apps}) >= 4  # several applications, by a seeded draw
+    again = build_simulator("small", f"{spec},apps={pollux_dir}/traces", seed=0)
+    assert np.array_equal(again.jobs.model, sim.jobs.model)
+    # the draw ignores lengths: the same jobs with other durations get the same applications
+    for j, a in enumerate(apps):
+        n = int(sim.jobs.num_gpus[j])
+        assert a.batch_range(n)[0] <= sim.jobs.batch_size[j] <= a.max_batch_size
+    r = sim.run(get_policy("fifo"))
+    tight = np.flatnonzero((r.span <= Level.SERVER) & (r.preemptions == 0))  # one server, one stint
+    assert len(tight)
+    for j in tight:
+        assert r.end[j] - r.start[j] == pytest.approx(sim.jobs.duration[j], rel=1e-6)
+    elastic = build_simulator("small", f"{spec},apps={pollux_dir}/traces").run(get_policy("pollux", interval=3600))
+    assert elastic.metrics()["jobs_completed"] == len(sim.jobs)
+    assert elastic.metrics()["resizes_per_job"] > 0

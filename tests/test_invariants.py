@@ -18,8 +18,8 @@ from cluster_sim.workload import Workload
 from topology import build_cluster, parse_spec
 from topology.view import Level
 
-POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus", "closest-gpus", "random", "fifo+spread",
-            "pollux")  # fmt: skip
+POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus-oracle", "closest-gpus", "random",
+            "fifo+spread", "pollux", "optimus", "afs", "ones")  # fmt: skip
 
 
 @st.composite

@@ -166,7 +166,7 @@ def test_drf_alternates_between_tenants():
 def test_optimus_prefers_fewest_gpu_seconds():
     # at t=100: B needs 8 x 50 = 400 GPU-s, C 2 x 150 = 300: Optimus starts C, SJF starts B.
     w = jobs([0, 1, 2], [8, 8, 2], [100, 50, 150])
-    np.testing.assert_allclose(run("optimus", cluster(), w).start, [0, 250, 100])
+    np.testing.assert_allclose(run("optimus-oracle", cluster(), w).start, [0, 250, 100])
     np.testing.assert_allclose(run("sjf", cluster(), w).start, [0, 100, 150])
 
 
@@ -342,9 +342,9 @@ def test_preemptions_come_before_starts():
 
 
 def test_qssf_expected_remaining_time_is_the_mean_residual_life_of_its_history() -> None:
-    from cluster_sim.policies.qssf import _History
+    from cluster_sim.policies.qssf import History
 
-    hist = _History()
+    hist = History()
     hist.add(np.array([7, 7, 7, 7]), np.array([10.0, 20.0, 30.0, 100.0]))
     keys = np.full(4, 7)
     rem = hist.residual(keys, np.array([0.0, 15.0, 30.0, 150.0]))

@@ -14,12 +14,18 @@ Named defaults:
   this one by arrival.)
 - ``gandiva``: arrival order with backfilling and Gandiva's same-model server affinity.
 - ``drf``: dominant resource fairness across tenants, consolidated.
-- ``optimus``: marginal gain per GPU-second with the performance model, consolidated.
+- ``optimus-oracle``: marginal gain per GPU-second with the oracle remaining time and the performance
+  model, consolidated, rigid (jobs keep their GPU count).
 - ``closest-gpus``: strict arrival order with TopDRL's closest-GPUs placement.
 - ``qssf``, ``qssf-np``: expected remaining time from the history of finished jobs of the same tenant
   and GPU count (no oracle), preemptive like SRTF or not.
 - ``pollux``: Pollux's goodput-based joint allocation of GPUs and batch sizes every 60 s (elastic: jobs of
   measured applications resize and change batch size; see :mod:`cluster_sim.policies.pollux`).
+- ``optimus``: Optimus as an elastic policy: GPUs to the largest cut in estimated remaining time, the
+  remaining work fitted from finished jobs (``oracle=True``: the true one, Pollux's Optimus+Oracle);
+  :mod:`cluster_sim.policies.optimus_elastic`.
+- ``afs``: AFS-style elastic share: each further GPU to the largest marginal throughput per GPU.
+- ``ones``: ONES' online evolutionary search over batch sizes, GPUs following the batch.
 - ``random``: random order, random GPUs.
 - ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
   packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
@@ -31,11 +37,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cluster_sim.placement import PLACEMENTS, placement_names
+from cluster_sim.policies.afs import AFS
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.drf import DRF
 from cluster_sim.policies.fifo import FIFO
 from cluster_sim.policies.gpu_packing import GpuPacking
+from cluster_sim.policies.ones import ONES
 from cluster_sim.policies.optimus import Optimus
+from cluster_sim.policies.optimus_elastic import ElasticOptimus
 from cluster_sim.policies.pollux import Pollux
 from cluster_sim.policies.qssf import QSSF
 from cluster_sim.policies.randomized import RandomOrder
@@ -76,12 +85,15 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "tiresias-pollux": _named("tiresias", "most-free", "tiresias-pollux", thresholds=(16 * 3600.0,), interval=60.0),
     "gandiva": _named("fifo", "gandiva", "gandiva", backfill=True),
     "drf": _named("drf", "consolidate", "drf"),
-    "optimus": _named("optimus", "consolidate", "optimus"),
+    "optimus-oracle": _named("optimus-oracle", "consolidate", "optimus-oracle"),
     "closest-gpus": _named("fifo", "closest-gpus", "closest-gpus"),
     "qssf": _named("qssf", "consolidate", "qssf"),
     "qssf-np": _named("qssf", "consolidate", "qssf-np", preempt=False),
     "random": _named("random", "random", "random"),
     "pollux": lambda seed=0, **options: Pollux(seed=seed, **options),
+    "optimus": lambda seed=0, **options: ElasticOptimus(seed=seed, **options),
+    "afs": lambda seed=0, **options: AFS(seed=seed, **options),
+    "ones": lambda seed=0, **options: ONES(seed=seed, **options),
     "pack-none": lambda seed=0, **options: GpuPacking(mode="none", seed=seed, **options),
     "pack-blind": lambda seed=0, **options: GpuPacking(mode="blind", seed=seed, **options),
 }
@@ -119,6 +131,24 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
 
 
 __all__ = [
-    "DRF", "FIFO", "ORDERINGS", "POLICIES", "QSSF", "SJF", "SRTF", "GpuPacking", "Optimus", "PolicyScheduler",
-    "Pollux", "RandomOrder", "Tiresias", "get_policy", "make_scheduler", "policy_names", "register_policy",
+    "AFS",
+    "DRF",
+    "FIFO",
+    "ONES",
+    "ORDERINGS",
+    "POLICIES",
+    "QSSF",
+    "SJF",
+    "SRTF",
+    "ElasticOptimus",
+    "GpuPacking",
+    "Optimus",
+    "PolicyScheduler",
+    "Pollux",
+    "RandomOrder",
+    "Tiresias",
+    "get_policy",
+    "make_scheduler",
+    "policy_names",
+    "register_policy",
 ]  # fmt: skip

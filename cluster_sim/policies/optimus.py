@@ -1,4 +1,7 @@
-"""Optimus-style allocation by marginal gain (Peng et al., EuroSys'18), with fixed GPU requests.
+"""Optimus-style allocation by marginal gain (Peng et al., EuroSys'18), with fixed GPU requests and an oracle.
+
+This is ``optimus-oracle``: rigid jobs, true remaining times. The elastic Optimus, with its own fitted
+estimate of remaining work, is :mod:`cluster_sim.policies.optimus_elastic` (``optimus``).
 
 Optimus fits each job's convergence curve to predict its remaining time and gives resources to the job
 whose completion gains most per resource unit. Here the oracle remaining time stands in for that fitted
@@ -27,7 +30,7 @@ class Optimus(PolicyScheduler):
     ideal GPU-seconds order.
     """
 
-    ordering = "optimus"
+    ordering = "optimus-oracle"
     default_backfill = True
 
     def __init__(self, placement: str = "consolidate", *, lookahead: int = 32, **kw) -> None:

@@ -34,7 +34,7 @@ from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
 PRIOR_S = 3600.0  # expected run time before any job has finished
 
 
-class _History:
+class History:
     """Finished run times per key, with the conditional mean residual life answered vectorised.
 
     All keys share one array sorted by (key, time), searched through the composite value
@@ -118,7 +118,7 @@ class QSSF(PolicyScheduler):
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
         self._on_gpus = np.zeros(0, dtype=np.int64)  # jobs holding GPUs once the last round was applied
-        self._levels = [_History() for _ in range(4)]
+        self._levels = [History() for _ in range(4)]
         self._most_gpus = int(view.jobs.num_gpus.max(initial=1))
         self._keys = self._group_keys(view.jobs.tenant, view.jobs.num_gpus)
         self._counts = [np.zeros(int(k.max(initial=0)) + 1, dtype=np.int64) for k in self._keys]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
-DEFAULT_POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus", "closest-gpus")
+DEFAULT_POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus-oracle", "closest-gpus")
 HEAVY_POLICIES = ("fifo", "tiresias", "srtf", "gandiva", "drf", "qssf")
 DEV_WINDOW = "start=4973359,end=6182959"  # 2017-11-01 00:00 .. 2017-11-15 00:00, seconds from the trace start
 

@@ -1,0 +1,315 @@
+"""What every elastic policy shares: a periodic re-allocation of GPU counts, turned into placements and moves.
+
+Each ``interval`` (60 s, as Pollux's simulator) an elastic policy chooses a GPU count for every active
+job (its own :meth:`ElasticPolicy.allocate`), then this module places the counts and carries them out:
+
+- **Placement.** Jobs whose count is unchanged keep their GPUs; the others go best-fit onto one node, or
+  onto the emptiest nodes free of other multi-node jobs (at most ``max_nodes``); a count that cannot be
+  placed is lowered (Pollux's rule of one multi-node job per node).
+- **Moves.** A job that changes placement waits for the jobs now on its GPUs to move away first; a cycle
+  of moves is broken by stopping one job, which frees its GPUs.
+- **Batch size.** :meth:`ElasticPolicy.batch_for`: by default the job's own (:func:`kept_batch`), for
+  policies that do not tune batch sizes.
+
+Helpers every allocation uses: a job's fitted goodput function (:func:`goodput_function`), the GPU counts
+it may be given (:func:`count_limits`), the goodput at a fixed batch rule (:func:`fixed_batch_goodput`)
+and the greedy marginal-gain search over count tables (:func:`greedy_counts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from cluster_sim.goodput import GoodputFunction, fit_perf_params
+from cluster_sim.policies.base import PolicyScheduler
+from cluster_sim.protocol import Decision, JobReport, Preempt, Resize, SchedulerView, SetBatch, Start
+
+RESTART_DELAY = 30.0  # seconds a reallocation costs in Pollux's restart penalty
+PINNED = {"ncf": (1, 32768)}  # Pollux's simulator keeps ncf on one GPU at this batch size
+MAX_GPUS_PER_JOB = 64  # Pollux's cap on one job's GPUs
+
+
+class ElasticPolicy(PolicyScheduler):
+    """Periodic elastic re-allocation; subclasses choose the counts (:meth:`allocate`) and batch sizes."""
+
+    preemptive = True
+    elastic = True  # the simulator lets its jobs resize and change batch size
+    wants_all_points = True  # it grows running jobs even when nobody waits
+
+    def __init__(
+        self,
+        *,
+        interval: float = 60.0,
+        max_nodes: int = 16,
+        pinned: Mapping[str, tuple[int, int]] | None = None,
+        seed: int = 0,
+        name: str,
+    ) -> None:
+        if max_nodes < 1:
+            raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
+        super().__init__("consolidate", seed=seed, name=name, interval=interval or 60.0)
+        self.max_nodes = int(max_nodes)
+        self.pinned = dict(PINNED if pinned is None else pinned)
+        self._restarts = np.zeros(0, dtype=np.int64)
+        self.rounds = 0
+
+    def reset(self, view: SchedulerView) -> None:
+        super().reset(view)
+        self._restarts = np.full(len(view.jobs), -1, dtype=np.int64)  # -1: never allocated
+        self.rounds = 0
+        self._memo: dict[int, tuple[tuple, object]] = {}
+
+    def cached(self, job: int, key: tuple, compute):
+        """``compute()`` for ``job``, reused while ``key`` (what it depends on: the job's measurements,
+        gradient statistics, limits) stays the same: a long job's tables are computed once per change,
+        not once per round."""
+        hit = self._memo.get(job)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = compute()
+        self._memo[job] = (key, value)
+        return value
+
+    @staticmethod
+    def report_key(report: JobReport | None) -> tuple:
+        """What a job's goodput function depends on: the configurations it measured, its gradient noise."""
+        if report is None:
+            return (None,)
+        return (tuple(report.profile), report.grad_sqr, report.grad_var)
+
+    # -- what subclasses decide ---------------------------------------------------------------------------
+    def allocate(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, list]:
+        """GPU count per job of ``jobs`` (ordered by attained service, then arrival; ``cur``: the counts
+        they hold now) and a per-job plan handed to :meth:`batch_for`."""
+        raise NotImplementedError
+
+    def batch_for(self, view: SchedulerView, job: int, gpus: np.ndarray, plan) -> int:
+        """Global batch size for ``job`` on ``gpus``: by default its own (:func:`kept_batch`)."""
+        return kept_batch(view, job, len(gpus))
+
+    # -- one round ------------------------------------------------------------------------------------------
+    def schedule(self, view: SchedulerView) -> list[Decision]:
+        if not self.on_tick(view):
+            return []
+        running = np.asarray(view.running, dtype=np.int64)
+        queue = np.asarray(view.queue, dtype=np.int64)
+        jobs = np.concatenate([running, queue])
+        if not len(jobs):
+            return []
+        self.rounds += 1
+        # least attained service first, then arrival: ties in every search go to these jobs
+        att = np.array([view.attained_service(int(j)) for j in jobs])
+        jobs = jobs[np.lexsort((view.jobs.arrival[jobs], att))]
+        cur = np.array([len(view.placement(int(j))) if view.job_state(int(j)) == 2 else 0 for j in jobs])
+        counts, plans = self.allocate(view, jobs, cur)
+        for j in [j for j in self._memo if view.job_state(j) == 3]:  # finished jobs need no tables
+            del self._memo[j]
+        least = np.array([view.gpu_range(int(j))[0] for j in jobs])
+        placement = self._place(view, jobs, cur, np.asarray(counts, dtype=np.int64).copy(), least)
+        decisions = self._decisions(view, jobs, cur, placement, plans)
+        # re-optimise at the next tick even if nothing happens by then (jobs grow as they are profiled)
+        view.wake_at(view.now + self.interval)
+        return decisions
+
+    def restart_penalty(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+        """Pollux's factor on the value of a job whose allocation changes: ``max(age − restarts · 30 s, 0) /
+        (age + 30 s)``, so young or often-moved jobs are moved less."""
+        age = view.now - view.jobs.arrival[jobs]
+        restarts = np.maximum(self._restarts[jobs], 0)
+        return np.maximum(age - restarts * RESTART_DELAY, 0.0) / (age + RESTART_DELAY)
+
+    # -- placement of the counts ------------------------------------------------------------------------------
+    def _place(
+        self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, counts: np.ndarray, least: np.ndarray
+    ) -> list:
+        topo = view.topo
+        server_gpus = [np.flatnonzero(topo.gpu_server == s) for s in range(topo.num_servers)]
+        taken = np.zeros(topo.num_gpus, dtype=bool)
+        multi = np.zeros(topo.num_servers, dtype=bool)  # node holds a multi-node job
+        out: list[np.ndarray | None] = [None] * len(jobs)
+        for i, j in enumerate(jobs.tolist()):
+            if counts[i] and counts[i] == cur[i]:
+                g = np.asarray(view.placement(j))
+                out[i] = g
+                taken[g] = True
+                servers = np.unique(topo.gpu_server[g])
+                if len(servers) > 1:
+                    multi[servers] = True
+        for i in np.argsort(-counts, kind="stable").tolist():
+            n = int(counts[i])
+            if not n or out[i] is not None:
+                continue
+            free = np.array([int((~taken[g]).sum()) for g in server_gpus])
+            chosen = None
+            while n >= max(int(least[i]), 1):
+                chosen = self._fit(free, multi, n)
+                if chosen is not None:
+                    break
+                n -= 1
+            if chosen is None:
+                counts[i] = 0
+                continue
+            gpus = []
+            need = n
+            for s in chosen:
+                avail = server_gpus[s][~taken[server_gpus[s]]][:need]
+                gpus.extend(avail.tolist())
+                need -= len(avail)
+            g = np.array(sorted(gpus), dtype=np.int64)
+            taken[g] = True
+            if len(chosen) > 1:
+                multi[chosen] = True
+            counts[i] = n
+            out[i] = g
+        return out
+
+    def _fit(self, free: np.ndarray, multi: np.ndarray, n: int) -> list[int] | None:
+        """Servers for ``n`` GPUs: the fullest node that fits them, else the emptiest nodes with no other
+        multi-node job (as few as possible, at most ``max_nodes``)."""
+        fits = np.flatnonzero(free >= n)
+        if len(fits):
+            return [int(fits[np.argmin(free[fits])])]
+        cand = np.flatnonzero((free > 0) & ~multi)
+        cand = cand[np.lexsort((cand, -free[cand]))][: self.max_nodes]
+        total = np.cumsum(free[cand])
+        if not len(total) or total[-1] < n:
+            return None
+        k = int(np.searchsorted(total, n)) + 1
+        return cand[:k].tolist()
+
+    # -- decisions ------------------------------------------------------------------------------------------
+    def _decisions(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, placement: list, plans: list):
+        decisions: list[Decision] = []
+        moves: list[tuple[int, np.ndarray, int | None]] = []
+        holder = np.asarray(view.gpu_job).copy()
+        for i, j in enumerate(jobs.tolist()):
+            g = placement[i]
+            if g is None:
+                if cur[i]:
+                    decisions.append(Preempt(j))
+                    holder[holder == j] = -1
+                continue
+            batch = self.batch_for(view, j, g, plans[i]) if view.is_elastic(j) else None
+            if not cur[i]:
+                moves.append((j, g, batch))
+            elif np.array_equal(np.sort(np.asarray(view.placement(j))), g):
+                if batch is not None and batch != view.batch_size(j):
+                    decisions.append(SetBatch(j, batch))
+            else:
+                moves.append((j, g, batch))
+        # a move waits for the jobs now on its GPUs to move away; a cycle of moves is broken by stopping a job
+        blockers = {j: set(holder[g].tolist()) - {-1, j} for j, g, _ in moves}
+        waiting = {j: set() for j, _, _ in moves}
+        for j, bl in blockers.items():
+            for k in bl:
+                waiting.setdefault(k, set()).add(j)
+        stopped: set[int] = set()
+        order = {j: (g, batch) for j, g, batch in moves}
+        ready = [j for j, _, _ in moves if not blockers[j]]
+        while order:
+            if not ready:  # a cycle: stop a running job that another move waits for, which frees its GPUs
+                j = next(k for k in order if k not in stopped and any(w in order for w in waiting.get(k, ())))
+                decisions.append(Preempt(j))
+                stopped.add(j)
+                ready_now = [j]
+                for k in waiting.get(j, ()):
+                    blockers[k].discard(j)
+                    if not blockers[k] and k != j:
+                        ready_now.append(k)
+                ready = ready_now if not blockers[j] else [k for k in ready_now if k != j]
+                continue
+            j = ready.pop()
+            if j not in order:
+                continue
+            g, batch = order.pop(j)
+            started = view.job_state(j) != 2 or j in stopped
+            decisions.append(Start(j, g, batch) if started else Resize(j, g, batch))
+            self._restarts[j] += 1
+            for k in waiting.get(j, ()):
+                blockers[k].discard(j)
+                if not blockers[k]:
+                    ready.append(k)
+        return decisions
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+def goodput_function(report: JobReport) -> GoodputFunction:
+    """The job's goodput function: Pollux's step-time model fitted to the step times it reported, with its
+    current gradient statistics."""
+    keys = list(report.profile)
+    step = [report.profile[k][0] for k in keys]
+    sync = [report.profile[k][1] for k in keys]
+    params = fit_perf_params(
+        [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+        [s - y for s, y in zip(step, sync, strict=True)], step,
+    )  # fmt: skip
+    return GoodputFunction(params, report.grad_sqr, report.grad_var, report.app.init_batch_size)
+
+
+def count_limits(view: SchedulerView, job: int, report: JobReport | None, pinned: Mapping) -> tuple[int, int]:
+    """GPU counts ``job`` may be given: its range, at most 2 x the most it has run on (1 before it has run:
+    its model is trusted only that far, Pollux's rule), 64, and a pinned model's count."""
+    lo, hi = view.gpu_range(job)
+    model = view.jobs.models[int(view.jobs.model[job])]
+    if model in pinned:
+        hi = max(lo, min(hi, pinned[model][0]))
+    if report is None:
+        return lo, hi if lo == hi else max(lo, min(1, hi))
+    profiled = max(k[1] for k in report.profile)
+    return lo, max(lo, min(max(2 * profiled, 1), MAX_GPUS_PER_JOB, hi))
+
+
+def kept_batch(view: SchedulerView, job: int, gpus: int) -> int:
+    """The batch a policy that does not tune batch sizes runs ``job`` with on ``gpus`` GPUs: the one it was
+    submitted with, raised or lowered only as far as that GPU count requires."""
+    lo, hi = view.batch_range(job, int(gpus))
+    return int(min(max(int(view.jobs.batch_size[job]), lo), hi))
+
+
+def fixed_batch_goodput(fn: GoodputFunction, app, view: SchedulerView, job: int, counts: np.ndarray) -> np.ndarray:
+    """Goodput on each of ``counts`` GPUs (tightest nodes) at the job's own batch (:func:`kept_batch`)."""
+    gpn = int(view.topo.server_num_gpus.max())
+    out = np.zeros(len(counts))
+    for k, n in enumerate(np.asarray(counts).tolist()):
+        atomic, accum = app.batch_plan(kept_batch(view, job, int(n)), int(n))
+        out[k] = float(fn.evaluate(-(-int(n) // gpn), int(n), atomic, accum))
+    return out
+
+
+def greedy_counts(cost: np.ndarray, valid: np.ndarray, counts: np.ndarray, free: int) -> np.ndarray:
+    """Repeatedly move the job whose cost falls most per added GPU to the count achieving that, while GPUs
+    last and some move lowers the cost. ``cost``/``valid``: (jobs, counts) tables; ``counts``: the start.
+
+    Each job's best move is kept and recomputed only when that job moved or its best move no longer fits
+    in the GPUs left (fewer GPUs only remove moves), so a round costs O(jobs + moves x counts); ties go to
+    the lower job index, then the smaller count."""
+    counts = np.asarray(counts, dtype=np.int64).copy()
+    width = cost.shape[1]
+    cols = np.arange(width)
+    cost = np.where(valid, cost, np.inf)
+
+    def best_moves(rows: np.ndarray, free: int) -> tuple[np.ndarray, np.ndarray]:
+        step = cols[None, :] - counts[rows, None]
+        ok = valid[rows] & (step > 0) & (step <= free)
+        with np.errstate(invalid="ignore"):
+            gain = (cost[rows, counts[rows]][:, None] - cost[rows]) / np.maximum(step, 1)
+        gain = np.where(ok, gain, -np.inf)
+        arg = gain.argmax(axis=1)
+        return gain[np.arange(len(rows)), arg], arg
+
+    all_rows = np.arange(len(counts))
+    gain, arg = best_moves(all_rows, free)
+    while free > 0 and len(counts):
+        i = int(np.argmax(gain))
+        if not gain[i] > 0:
+            break
+        c = int(arg[i])
+        if c - counts[i] > free:  # that move no longer fits: find this job's best that does
+            gain[i : i + 1], arg[i : i + 1] = best_moves(np.array([i]), free)
+            continue
+        free -= c - int(counts[i])
+        counts[i] = c
+        gain[i : i + 1], arg[i : i + 1] = best_moves(np.array([i]), free)
+    return counts
