@@ -156,6 +156,33 @@ def test_tiresias_three_queues_with_repeated_preemption():
     assert res.preemptions.tolist() == [2, 1, 0]
 
 
+def test_tiresias_entry_order_lets_an_earlier_job_of_its_queue_go_first():
+    # one queue (threshold out of reach). B (8 GPUs) arrives while A holds 4, so C (4 GPUs) backfills.
+    # When A ends at 1000, "arrival" keeps C on the GPUs (running jobs first), "entry" (Pollux's) ranks B,
+    # which entered the queue before C, above it: C is preempted and finishes after B.
+    w = jobs([0, 1, 2], [4, 8, 4], [1000, 100, 1000])
+    by_arrival = run(make_scheduler("tiresias", "consolidate", thresholds=(1e9,)), cluster(), w, restart_cost=0)
+    np.testing.assert_allclose(by_arrival.end, [1000, 1102, 1002])
+    by_entry = make_scheduler("tiresias", "consolidate", thresholds=(1e9,), queue_order="entry")
+    res = run(by_entry, cluster(), w, restart_cost=0)
+    np.testing.assert_allclose(res.end, [1000, 1100, 1102])
+    assert res.preemptions.tolist() == [0, 0, 1]
+
+
+def test_tiresias_entry_order_keeps_the_second_queue_in_demotion_order():
+    # A (2 GPUs, t=0) and B (6 GPUs, t=1) share the server; B reaches 800 GPU-s first (t=134), A at 400.
+    # C (2 GPUs, first queue) arrives at 500 and one of them must yield: by entry the last demoted (A),
+    # by arrival the later arrival (B).
+    w = jobs([0, 1, 500], [2, 6, 2], [10_000, 10_000, 100])
+    for order, victim in (("entry", 0), ("arrival", 1)):
+        sched = make_scheduler("tiresias", "consolidate", thresholds=(800,), queue_order=order)
+        res = run(sched, cluster(), w, restart_cost=0)
+        assert res.preemptions.tolist() == [int(victim == 0), int(victim == 1), 0], order
+    assert get_policy("tiresias-pollux").queue_order == "entry"
+    with pytest.raises(ValueError, match="queue_order must be 'arrival' or 'entry'"):
+        make_scheduler("tiresias", "consolidate", queue_order="lifo")
+
+
 def test_drf_alternates_between_tenants():
     # all at t=0, 4-GPU jobs of 10 s; ids 0-3 tenant a, 4-7 tenant b. FIFO would run a's four first.
     w = jobs([0] * 8, [4] * 8, [10] * 8, tenant=[0, 0, 0, 0, 1, 1, 1, 1])

@@ -431,7 +431,10 @@ def test_spec_strings(philly_path: Path, traces_dir: Path) -> None:
         ("helios:x.csv", "unknown kind 'helios'; use one of: synthetic:N_JOBS"),
         ("synthetic", "unknown kind 'synthetic'"),
         ("synthetic:100,speed=2", "unknown option 'speed=2' for synthetic; allowed: max_jobs=..., start=..."),
-        ("philly:x.csv,tenants=3", "allowed: max_jobs=..., start=..., end=..., arrival_scale=..., load=..., apps=..., pollux"),
+        (
+            "philly:x.csv,tenants=3",
+            "allowed: max_jobs=..., start=..., end=..., arrival_scale=..., load=..., apps=..., pollux",
+        ),
         ("synthetic:many", "option N_JOBS='many' is not an integer"),
         ("synthetic:10,load=high", "option load='high' is not a number"),
         ("synthetic:10,max_jobs=2,max_jobs=3", "option max_jobs given twice"),

@@ -10,8 +10,8 @@ Named defaults:
 - ``sjf``, ``srtf``: oracle shortest job / shortest remaining time first (SRTF preempts), consolidated.
 - ``tiresias``: discretised 2D-LAS with preemption, consolidated.
 - ``tiresias-pollux``: the settings of Pollux's Tiresias baseline: two queues split at 16 GPU-hours, the
-  most-free-GPUs placement, and decisions every 60 s. (Pollux orders its second queue by demotion time;
-  this one by arrival.)
+  most-free-GPUs placement, decisions every 60 s, and each queue kept in the order jobs entered it
+  (arrival, then demotion time), running or not.
 - ``gandiva``: arrival order with backfilling and Gandiva's same-model server affinity.
 - ``drf``: dominant resource fairness across tenants, consolidated.
 - ``optimus-oracle``: marginal gain per GPU-second with the oracle remaining time and the performance
@@ -81,8 +81,10 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "srtf": _named("srtf", "consolidate", "srtf"),
     "tiresias": _named("tiresias", "consolidate", "tiresias"),
     # Pollux's Tiresias baseline: two queues, demotion at 16 GPU-hours, most-free-GPUs placement, decisions
-    # every 60 s as in Pollux's simulator
-    "tiresias-pollux": _named("tiresias", "most-free", "tiresias-pollux", thresholds=(16 * 3600.0,), interval=60.0),
+    # every 60 s and queues in order of entry, as in Pollux's simulator
+    "tiresias-pollux": _named(
+        "tiresias", "most-free", "tiresias-pollux", thresholds=(16 * 3600.0,), interval=60.0, queue_order="entry"
+    ),
     "gandiva": _named("fifo", "gandiva", "gandiva", backfill=True),
     "drf": _named("drf", "consolidate", "drf"),
     "optimus-oracle": _named("optimus-oracle", "consolidate", "optimus-oracle"),

@@ -8,6 +8,12 @@ Values taken: two queues with one threshold at 3600 GPU-seconds, the ``queue_lim
 released with the paper (SymbioticLab/Tiresias). The starvation knob is off by default (``starve_limit
 = None``); set it to promote a waiting job back to the first queue once it has waited ``starve_limit``
 times its executed time, the paper's PROMOTE/STARVELIMIT rule (checked at scheduling points only).
+
+Within a queue, ``queue_order`` says who goes first. ``"arrival"`` (default): jobs already on the GPUs,
+then arrival order, so a job only preempts jobs of a lower queue. ``"entry"``: the time the job entered
+its queue (arrival for the first, the threshold crossing for the others), running or not, as Pollux's
+Tiresias baseline keeps its queues (a job demoted joins the back of the next queue, and an earlier job
+of the same queue waiting for GPUs preempts a later one).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class Tiresias(PolicyScheduler):
         *,
         thresholds: Sequence[float] = (3600.0,),
         starve_limit: float | None = None,
+        queue_order: str = "arrival",
         **kw,
     ) -> None:
         th = [float(t) for t in thresholds]
@@ -54,15 +61,20 @@ class Tiresias(PolicyScheduler):
             raise ValueError(f"Tiresias thresholds must be positive and strictly increasing, got {list(thresholds)}")
         if starve_limit is not None and starve_limit <= 0:
             raise ValueError(f"Tiresias starve_limit must be > 0 or None, got {starve_limit}")
+        if queue_order not in ("arrival", "entry"):
+            raise ValueError(f"Tiresias queue_order must be 'arrival' or 'entry', got {queue_order!r}")
         super().__init__(placement, **kw)
         self.thresholds = np.array([*th, np.inf])
         self.starve_limit = starve_limit
+        self.queue_order = queue_order
         self._wait_service = StayCache()  # attained GPU-seconds, constant while waiting
         self._run_service = StayCache()  # attained GPU-seconds minus GPUs x time of first sight on the GPUs
         self._wait_since = StayCache()
         self._executed = StayCache()
         self._offset = np.zeros(0)  # attained service at the last promotion
         self._pos = np.zeros(0, dtype=np.int64)
+        self._level = np.zeros(0, dtype=np.int64)  # queue ("entry" order): the last one seen
+        self._entered = np.zeros(0)  # when the job entered that queue
 
     def _left_queue(self, started: list[int]) -> None:
         if not started:
@@ -79,6 +91,25 @@ class Tiresias(PolicyScheduler):
             cache.reset(n)
         self._offset = np.zeros(n)
         self._pos = np.zeros(n, dtype=np.int64)  # scratch: position of each job in this round's ranking
+        self._level = np.zeros(n, dtype=np.int64)
+        self._entered = np.asarray(view.jobs.arrival, dtype=float).copy()
+
+    def _entry(self, jobs: np.ndarray, level: np.ndarray, svc: np.ndarray, now: float, gpus: np.ndarray) -> np.ndarray:
+        """When each job entered its present queue. A job changes queue only on the GPUs (its service
+        grows) or by a starvation promotion while waiting: a running job crossed its queue's lower
+        threshold ``(svc - threshold) / gpus`` seconds ago (it ran without a break since, since every
+        preemption happens in a round that looks at it), a promoted one entered now. Jobs noticed at the
+        same decision enter in arrival order."""
+        moved = level != self._level[jobs]
+        if moved.any():
+            j, lv = jobs[moved], level[moved]
+            lower = np.where(lv > 0, self.thresholds[np.maximum(lv - 1, 0)], 0.0)
+            crossed = now - (svc[moved] - lower) / gpus[j]
+            if self.interval > 0:  # a periodic scheduler notices the crossing at its next decision
+                crossed = np.ceil(crossed / self.interval - 1e-9) * self.interval
+            self._entered[j] = np.where(lv > self._level[j], np.minimum(crossed, now), now)
+            self._level[j] = lv
+        return self._entered[jobs]
 
     def decide(self, view: SchedulerView, queue: np.ndarray, pool: FreePool) -> list[Decision]:
         now = view.now
@@ -91,8 +122,12 @@ class Tiresias(PolicyScheduler):
             self._offset[queue[starved]] = svc_q[starved]
         svc_q = svc_q - self._offset[queue]
         level_q = np.searchsorted(self.thresholds, svc_q + _TOL, side="right")
+        entry = self.queue_order == "entry"
+        if entry:
+            self._entry(queue, level_q, svc_q, now, gpus)
         if int(gpus[queue].sum()) <= pool.num_free:  # everyone fits: nobody waits, nobody is preempted
-            starts = self.start_in_order(view, queue[np.lexsort((queue, level_q))], pool, backfill=True)
+            key = self._entered[queue] if entry else queue
+            starts = self.start_in_order(view, queue[np.lexsort((queue, key, level_q))], pool, backfill=True)
             self._left_queue([s.job for s in starts])
             return list(starts)
         running = np.asarray(view.running, dtype=np.int64)
@@ -101,7 +136,12 @@ class Tiresias(PolicyScheduler):
         level_r = np.searchsorted(self.thresholds, svc_r + _TOL, side="right")
         ids = np.concatenate([running, queue])
         waits = np.concatenate([np.zeros(len(running), dtype=np.int8), np.ones(len(queue), dtype=np.int8)])
-        order = np.lexsort((ids, waits, np.concatenate([level_r, level_q])))
+        levels = np.concatenate([level_r, level_q])
+        if entry:
+            self._entry(running, level_r, svc_r, now, gpus)
+            order = np.lexsort((ids, self._entered[ids], levels))
+        else:
+            order = np.lexsort((ids, waits, levels))
         decisions, victims, starts = admit_by_rank(self, view, pool, ids[order], waits[order] == 0)
         self._run_service.forget(victims)
         self._left_queue([s.job for s in starts])
