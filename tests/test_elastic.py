@@ -11,6 +11,7 @@ import pytest
 from cluster_sim.build import build_simulator
 from cluster_sim.goodput import GoodputFunction, fit_perf_params, step_time
 from cluster_sim.policies import get_policy
+from cluster_sim.policies.elastic import greedy_counts
 from cluster_sim.pollux_apps import EPOCHS, load_application
 from cluster_sim.protocol import InvalidDecision, Resize, SetBatch, Start
 from tests.test_simulator import Script
@@ -269,3 +270,62 @@ def test_duration_trace_with_applications_keeps_its_lengths(pollux_dir: Path):
     elastic = build_simulator("small", f"{spec},apps={pollux_dir}/traces").run(get_policy("pollux", interval=3600))
     assert elastic.metrics()["jobs_completed"] == len(sim.jobs)
     assert elastic.metrics()["resizes_per_job"] > 0
+
+
+def test_one_gpu_at_a_time_matches_a_plain_loop_and_caps_hold():
+    """Optimus' rule (``max_step=1``): each GPU to the job whose cost falls most by one more GPU; the heap
+    gives the plain loop's choices, ties to the lower job. A cap bounds every job, whatever the search."""
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        jobs, width, free = 6, 9, int(rng.integers(1, 30))
+        cost = np.cumsum(-rng.exponential(1.0, (jobs, width)) * (rng.random((jobs, width)) < 0.9), axis=1)
+        valid = rng.random((jobs, width)) < 0.8
+        valid[:, 0] = True
+        counts, left = np.zeros(jobs, dtype=np.int64), free
+        while left > 0:
+            nxt = np.minimum(counts + 1, width - 1)
+            ok = (counts + 1 < width) & valid[np.arange(jobs), nxt]
+            gain = np.where(ok, cost[np.arange(jobs), counts] - cost[np.arange(jobs), nxt], -np.inf)
+            if not gain.max() > 0:
+                break
+            counts[int(np.argmax(gain))] += 1
+            left -= 1
+        got = greedy_counts(cost, valid, np.zeros(jobs, dtype=np.int64), free, max_step=1)
+        assert got.tolist() == counts.tolist()
+        cap = rng.integers(0, width, jobs)
+        for step in (1, None):
+            capped = greedy_counts(cost, valid, np.zeros(jobs, dtype=np.int64), free, cap, max_step=step)
+            assert (capped <= cap).all() and capped.sum() <= free
+
+
+def test_swap_in_grows_a_fragmented_job_on_its_own_node(pollux_dir: Path):
+    """Two 4-GPU nodes: A spans both (4 + 2), B and C hold one GPU each on node 1, which is full. B's
+    count says 2; only a job on node 1 can make room, and A loses least by giving one up there."""
+    sim = one_job(pollux_dir)
+    sched = get_policy("pollux")
+    server = sim.topo.gpu_server
+    n0, n1 = np.flatnonzero(server == 0)[:4], np.flatnonzero(server == 1)[:4]
+    placement = [np.concatenate([n0, n1[:2]]), n1[2:3], n1[3:4]]
+    cost = np.full((3, 7), np.inf)
+    cost[0, 4:7] = [1.3, 1.1, 1.0]  # A: 6 -> 5 GPUs costs 0.1
+    cost[1, 0:3] = [9.0, 5.0, 3.0]  # B: 1 -> 2 GPUs gains 2
+    cost[2, 0:2] = [8.0, 4.0]  # C: giving up its GPU costs 4
+    sched.cost_table = cost
+    sched._swap_in(sim, placement, np.array([6, 2, 1]), np.ones(3, dtype=np.int64))
+    assert [len(g) for g in placement] == [5, 2, 1]
+    assert set(server[placement[1]]) == {1} and np.intersect1d(placement[0], placement[1]).size == 0
+    cost[0, 5] = 4.0  # now A loses more than B gains: nothing moves
+    before = [g.copy() for g in placement]
+    sched._swap_in(sim, placement, np.array([6, 3, 1]), np.ones(3, dtype=np.int64))
+    assert all(np.array_equal(a, b) for a, b in zip(before, placement, strict=True))
+
+
+def test_optimus_oracle_starts_a_lone_job_on_its_final_count(pollux_dir: Path):
+    """Pollux's Optimus+Oracle knows each job's true speed: a lone job gets its GPUs at once (as many as
+    still shorten its step at its batch). The fitted Optimus grows a job as it measures it."""
+    sim = one_job(pollux_dir)
+    oracle = sim.run(get_policy("optimus", oracle=True))
+    fitted = one_job(pollux_dir).run(get_policy("optimus"))
+    assert oracle.resizes[0] == 0 and fitted.resizes[0] >= 2
+    held = oracle.attained[0] / oracle.executed[0]  # GPUs held throughout
+    assert held == int(held) > 1

@@ -59,4 +59,4 @@ class AFS(ElasticPolicy):
             )
             cost[i, lo : top + 1] = -thr / max(thr[0], 1e-12)
             valid[i, lo : top + 1] = True
-        return greedy_counts(cost, valid, counts, free), [None] * len(jobs)
+        return greedy_counts(cost, valid, counts, free, self.cap), [None] * len(jobs)

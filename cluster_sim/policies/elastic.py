@@ -18,6 +18,8 @@ and the greedy marginal-gain search over count tables (:func:`greedy_counts`).
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -29,6 +31,7 @@ from cluster_sim.protocol import Decision, JobReport, Preempt, Resize, Scheduler
 RESTART_DELAY = 30.0  # seconds a reallocation costs in Pollux's restart penalty
 PINNED = {"ncf": (1, 32768)}  # Pollux's simulator keeps ncf on one GPU at this batch size
 MAX_GPUS_PER_JOB = 64  # Pollux's cap on one job's GPUs
+REPLACE_TRIES = 3  # searches per round when fragmentation lowers counts
 
 
 class ElasticPolicy(PolicyScheduler):
@@ -54,6 +57,9 @@ class ElasticPolicy(PolicyScheduler):
         self.pinned = dict(PINNED if pinned is None else pinned)
         self._restarts = np.zeros(0, dtype=np.int64)
         self.rounds = 0
+        self.cap: np.ndarray | None = None  # per job of this round: most GPUs it could be placed on
+        # the search's (jobs, GPU counts) objective, lower is better (inf: not allowed), when it has one
+        self.cost_table: np.ndarray | None = None
 
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
@@ -103,15 +109,85 @@ class ElasticPolicy(PolicyScheduler):
         att = np.array([view.attained_service(int(j)) for j in jobs])
         jobs = jobs[np.lexsort((view.jobs.arrival[jobs], att))]
         cur = np.array([len(view.placement(int(j))) if view.job_state(int(j)) == 2 else 0 for j in jobs])
-        counts, plans = self.allocate(view, jobs, cur)
         for j in [j for j in self._memo if view.job_state(j) == 3]:  # finished jobs need no tables
             del self._memo[j]
         least = np.array([view.gpu_range(int(j))[0] for j in jobs])
-        placement = self._place(view, jobs, cur, np.asarray(counts, dtype=np.int64).copy(), least)
+        placement, plans = self._allocate_placed(view, jobs, cur, least)
         decisions = self._decisions(view, jobs, cur, placement, plans)
         # re-optimise at the next tick even if nothing happens by then (jobs grow as they are profiled)
         view.wake_at(view.now + self.interval)
         return decisions
+
+    def _allocate_placed(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, least: np.ndarray):
+        """Counts that can be placed. The searches assume each job gets its tightest placement; when
+        fragmentation lowers a job's count, it is capped there and the search runs again, so the GPUs it
+        could not use go to other jobs instead of idling until the next round (at most ``REPLACE_TRIES``
+        searches)."""
+        cap = np.full(len(jobs), np.iinfo(np.int64).max)
+        self.cap = None
+        wanted = None
+        try:
+            for attempt in range(REPLACE_TRIES):
+                self.cost_table = None
+                counts, plans = self.allocate(view, jobs, cur)
+                wanted = np.asarray(counts, dtype=np.int64) if wanted is None else wanted
+                placed = np.asarray(counts, dtype=np.int64).copy()
+                placement = self._place(view, jobs, cur, placed, least)
+                lowered = placed < np.asarray(counts)
+                if not lowered.any() or placed.sum() >= view.topo.num_gpus or attempt == REPLACE_TRIES - 1:
+                    break
+                cap = np.where(lowered, placed, cap)
+                self.cap = cap
+        finally:
+            self.cap = None
+        if self.cost_table is not None:
+            self._swap_in(view, placement, wanted, least)
+        return placement, plans
+
+    def _swap_in(self, view: SchedulerView, placement: list, wanted: np.ndarray, least: np.ndarray) -> None:
+        """Give a job held below its count by fragmentation the GPUs it needs on its own node, taken from
+        one job there, when the objective (:attr:`cost_table`) gains: the searches pick which job shrinks
+        by count alone, while only a job on the same node can make room. A single-node job grows in place
+        (or starts on any node), so no placement constraint changes."""
+        cost = self.cost_table
+        topo = view.topo
+        server = topo.gpu_server
+        gpn = int(topo.server_num_gpus.max())
+        holder = np.full(topo.num_gpus, -1, dtype=np.int64)
+        for i, g in enumerate(placement):
+            if g is not None:
+                holder[g] = i
+        counts = np.array([0 if g is None else len(g) for g in placement], dtype=np.int64)
+        for i in np.flatnonzero(counts < np.minimum(wanted, gpn)).tolist():
+            t = min(int(wanted[i]), gpn)
+            if counts[i] and len(np.unique(server[placement[i]])) > 1:
+                continue
+            nodes = np.unique(server[placement[i]]) if counts[i] else np.arange(topo.num_servers)
+            gain = cost[i, counts[i]] - cost[i, t]
+            best = None  # (net gain, node, donor, GPUs taken)
+            for s in nodes.tolist():
+                on = np.flatnonzero(server == s)
+                need = t - int((holder[on] == i).sum()) - int((holder[on] == -1).sum())
+                if need <= 0 or len(on) < t or not np.isfinite(gain):
+                    continue
+                for d in np.unique(holder[on][holder[on] >= 0]).tolist():
+                    mine = on[holder[on] == d]
+                    left = int(counts[d]) - need
+                    if d == i or len(mine) < need or (0 < left < least[d]):
+                        continue
+                    net = gain - (cost[d, left] - cost[d, counts[d]])
+                    if net > 1e-12 and (best is None or net > best[0]):
+                        best = (net, s, d, mine[-need:])
+            if best is None:
+                continue
+            _, s, d, taken = best
+            on = np.flatnonzero(server == s)
+            holder[taken] = i
+            holder[on[holder[on] == -1][: t - int((holder[on] == i).sum())]] = i
+            placement[i] = np.flatnonzero(holder == i)
+            rest = np.flatnonzero(holder == d)
+            placement[d] = rest if len(rest) else None
+            counts[i], counts[d] = len(placement[i]), len(rest)
 
     def restart_penalty(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
         """Pollux's factor on the value of a job whose allocation changes: ``max(age − restarts · 30 s, 0) /
@@ -278,9 +354,19 @@ def fixed_batch_goodput(fn: GoodputFunction, app, view: SchedulerView, job: int,
     return out
 
 
-def greedy_counts(cost: np.ndarray, valid: np.ndarray, counts: np.ndarray, free: int) -> np.ndarray:
+def greedy_counts(
+    cost: np.ndarray,
+    valid: np.ndarray,
+    counts: np.ndarray,
+    free: int,
+    cap: np.ndarray | None = None,
+    *,
+    max_step: int | None = None,
+) -> np.ndarray:
     """Repeatedly move the job whose cost falls most per added GPU to the count achieving that, while GPUs
-    last and some move lowers the cost. ``cost``/``valid``: (jobs, counts) tables; ``counts``: the start.
+    last and some move lowers the cost. ``cost``/``valid``: (jobs, counts) tables; ``counts``: the start;
+    ``cap``: most GPUs per job (a job starting above its cap starts at 0 instead); ``max_step``: most GPUs
+    added in one move (1: Optimus' one GPU at a time).
 
     Each job's best move is kept and recomputed only when that job moved or its best move no longer fits
     in the GPUs left (fewer GPUs only remove moves), so a round costs O(jobs + moves x counts); ties go to
@@ -288,11 +374,19 @@ def greedy_counts(cost: np.ndarray, valid: np.ndarray, counts: np.ndarray, free:
     counts = np.asarray(counts, dtype=np.int64).copy()
     width = cost.shape[1]
     cols = np.arange(width)
+    if cap is not None:
+        valid = valid & (cols[None, :] <= cap[:, None])
+        over = counts > cap
+        free += int(counts[over].sum())
+        counts[over] = 0
     cost = np.where(valid, cost, np.inf)
+
+    if max_step == 1:
+        return _one_gpu_at_a_time(cost, valid, counts, free)
 
     def best_moves(rows: np.ndarray, free: int) -> tuple[np.ndarray, np.ndarray]:
         step = cols[None, :] - counts[rows, None]
-        ok = valid[rows] & (step > 0) & (step <= free)
+        ok = valid[rows] & (step > 0) & (step <= (free if max_step is None else min(free, max_step)))
         with np.errstate(invalid="ignore"):
             gain = (cost[rows, counts[rows]][:, None] - cost[rows]) / np.maximum(step, 1)
         gain = np.where(ok, gain, -np.inf)
@@ -312,4 +406,28 @@ def greedy_counts(cost: np.ndarray, valid: np.ndarray, counts: np.ndarray, free:
         free -= c - int(counts[i])
         counts[i] = c
         gain[i : i + 1], arg[i : i + 1] = best_moves(np.array([i]), free)
+    return counts
+
+
+def _one_gpu_at_a_time(cost: np.ndarray, valid: np.ndarray, counts: np.ndarray, free: int) -> np.ndarray:
+    """:func:`greedy_counts` with moves of one GPU: a job's next gain depends only on its own count, so a
+    heap of each job's next gain gives the same choices (ties to the lower job index) in O(GPUs log jobs)."""
+    width = cost.shape[1]
+
+    def gain(i: int) -> float:
+        c = int(counts[i])
+        if c + 1 >= width or not valid[i, c + 1]:
+            return -math.inf
+        with np.errstate(invalid="ignore"):
+            g = float(cost[i, c] - cost[i, c + 1])
+        return g if g > 0 else -math.inf
+
+    heap = [(-g, i) for i in range(len(counts)) if (g := gain(i)) > -math.inf]
+    heapq.heapify(heap)
+    while free > 0 and heap:
+        _, i = heapq.heappop(heap)
+        counts[i] += 1
+        free -= 1
+        if (g := gain(i)) > -math.inf:
+            heapq.heappush(heap, (-g, i))
     return counts

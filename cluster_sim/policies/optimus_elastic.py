@@ -9,7 +9,9 @@ Every ``interval`` (60 s) each active job's remaining time on ``n`` GPUs is esti
   the job's progress ``p`` so far (:class:`~cluster_sim.policies.qssf.History`). Before any job of its
   application has finished, a job is expected to need the application's standard training (its epochs
   at the smallest batch), or as much again as it has done. No job's own length is read.
-  ``oracle=True`` reads the true remaining time instead, as Pollux's "Optimus+Oracle" baseline does.
+  ``oracle=True`` is Pollux's "Optimus+Oracle" baseline instead (see :meth:`ElasticOptimus._oracle_counts`):
+  true remaining times from the measured iteration times, jobs admitted in arrival order, one GPU at a time,
+  no growth cap from measurements.
 - ``rate(n)``, from the job's own step-time measurements (Pollux's throughput model, fitted as in
   :func:`~cluster_sim.policies.elastic.goodput_function`), at the job's own batch (as submitted, raised only
   as far as ``n`` GPUs require): Optimus does not tune batch sizes.
@@ -32,8 +34,10 @@ from cluster_sim.policies.elastic import (
     fixed_batch_goodput,
     goodput_function,
     greedy_counts,
+    kept_batch,
 )
 from cluster_sim.policies.qssf import History
+from cluster_sim.pollux_apps import consolidated
 from cluster_sim.protocol import SchedulerView
 
 MIN_HISTORY = 3  # finished jobs of (application, tenant) before that group's own history is used
@@ -94,6 +98,8 @@ class ElasticOptimus(ElasticPolicy):
 
     # -- the allocation ---------------------------------------------------------------------------------------
     def allocate(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, list]:
+        if self.oracle:
+            return self._oracle_counts(view, jobs), [None] * len(jobs)
         self._learn(view, jobs)
         reports = [view.job_report(int(j)) if view.is_elastic(int(j)) else None for j in jobs]
         work = self.remaining_work(view, jobs, reports)
@@ -131,4 +137,45 @@ class ElasticOptimus(ElasticPolicy):
         seconds[:, 0] = np.inf
         grow = profiled & (counts > 0)
         valid[~grow] &= np.arange(width)[None, :] == counts[~grow, None]
-        return greedy_counts(seconds, valid, counts, free), [None] * len(jobs)
+        return greedy_counts(seconds, valid, counts, free, self.cap), [None] * len(jobs)
+
+    def _oracle_counts(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+        """Pollux's Optimus+Oracle: one GPU per job in arrival order while GPUs last, then one GPU at a time
+        to the job whose true remaining time falls most, up to its batch over the smallest per-GPU batch.
+        The remaining time on ``n`` GPUs is the true one now, times the ratio of measured iteration times
+        (tightest placement, the job's own batch) on ``n`` GPUs and on the GPUs it is timed on."""
+        gpn = int(view.topo.server_num_gpus.max())
+        lows, tops, rows = [], [], []
+        for j in jobs.tolist():
+            lo, hi = view.gpu_range(j)
+            app = view.application(j) if view.is_elastic(j) else None
+            if app is None:
+                lows.append(lo), tops.append(lo), rows.append(None)
+                continue
+            model = view.jobs.models[int(view.jobs.model[j])]
+            hi = min(hi, max(view.batch_size(j) // app.min_local_bsz, lo))
+            if model in self.pinned:
+                hi = max(lo, min(hi, self.pinned[model][0]))
+            ref = int(view.job_gpus_held[j]) or int(view.jobs.num_gpus[j])
+            per_second = view.remaining_time(j) / app.iteration_time(consolidated(ref, gpn), view.batch_size(j))
+            it = self.cached(
+                j, ("iteration", lo, hi),
+                lambda j=j, app=app, lo=lo, hi=hi: np.array(
+                    [app.iteration_time(consolidated(c, gpn), kept_batch(view, j, c)) for c in range(lo, hi + 1)]
+                ),
+            )  # fmt: skip
+            lows.append(lo), tops.append(hi), rows.append(per_second * it)
+        width = max(tops, default=0) + 1
+        seconds = np.full((len(jobs), width), np.inf)
+        valid = np.zeros((len(jobs), width), dtype=bool)
+        counts = np.zeros(len(jobs), dtype=np.int64)
+        free = int(view.topo.num_gpus)
+        for i in np.lexsort((jobs, view.jobs.arrival[jobs])).tolist():
+            if lows[i] <= free:
+                counts[i] = lows[i]
+                free -= lows[i]
+                valid[i, lows[i] : tops[i] + 1] = True
+                if rows[i] is not None:
+                    seconds[i, lows[i] : tops[i] + 1] = rows[i]
+            valid[i, counts[i]] = True
+        return greedy_counts(seconds, valid, counts, free, self.cap, max_step=1)

@@ -24,8 +24,10 @@ only through each job's GPU count and node count, and it is a sum over jobs of `
 so this search is greedy on GPU counts instead: starting from nothing, it repeatedly gives the job with
 the best objective decrease per GPU the GPU count that achieves it (counting a job's node count as the
 tightest for its GPUs), then places the counts: jobs whose count is unchanged keep their GPUs, the
-others go best-fit onto one node, or onto the emptiest nodes free of other multi-node jobs (a count
-that cannot be placed is lowered; :mod:`cluster_sim.policies.elastic`). It is deterministic and takes
+others go best-fit onto one node, or onto the emptiest nodes free of other multi-node jobs. A count that
+cannot be placed is lowered, capped there and the search rerun, and a job left short on its node takes
+GPUs from a job on that node when the objective gains (Pollux's search sees nodes; this one sees counts,
+and fragmentation would otherwise idle GPUs and hold small jobs back; :mod:`cluster_sim.policies.elastic`). It is deterministic and takes
 milliseconds per round, where the genetic algorithm takes seconds; it finds allocations at least as good
 under the objective whenever the tightest placement is available.
 """
@@ -114,7 +116,7 @@ class Pollux(ElasticPolicy):
         r = np.arange(lo, top + 1)
         bounds = (app.min_local_bsz, app.max_local_bsz)
         good, _, _ = fn.optimize(np.ceil(r / gpn), r, app.max_batch_size, bounds)
-        base = fn.optimize(1, min(max(fair, lo), top), app.max_batch_size, bounds)[0][0]
+        base = fn.optimize(1, max(fair, lo), app.max_batch_size, bounds)[0][0]
         base = base if base > 0 else good[0]
         table[lo : top + 1] = good / base
         return table, (fn, bounds, app, {})
@@ -133,7 +135,8 @@ class Pollux(ElasticPolicy):
         same = np.arange(width)[None, :] == cur[:, None]
         value = scale * speed * np.where(same, 1.0, penalty[:, None]) + 1e-3
         cost = _power_cost(value, self.p)
-        return greedy_counts(cost, valid, np.zeros(len(jobs), dtype=np.int64), topo.num_gpus)
+        self.cost_table = np.where(valid, cost, np.inf)
+        return greedy_counts(cost, valid, np.zeros(len(jobs), dtype=np.int64), topo.num_gpus, self.cap)
 
 
 def _power_cost(value: np.ndarray, p: float) -> np.ndarray:
