@@ -22,7 +22,7 @@ METRIC_KEYS = (
     "jobs_total", "jobs_completed", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay",
     "avg_first_start_delay", "makespan", "gpu_utilization", "fragmentation", "mean_slowdown",
     "mean_interference_slowdown", "preemptions", "preemptions_per_job", "resizes_per_job", "avg_gpus_held",
-    "events", "decisions", "decisions_per_second", "wall_seconds",
+    "avg_goodput", "events", "decisions", "decisions_per_second", "wall_seconds",
 )  # fmt: skip
 
 
@@ -69,6 +69,15 @@ class SimResult:
         return np.divide(self.attained, self.executed, out=np.zeros_like(self.executed), where=self.executed > 0)
 
     @property
+    def goodput(self) -> np.ndarray:
+        """Work each job did per second on GPUs, relative to its request placed ideally (its ideal run time
+        over the seconds it held GPUs, restart stalls included). Above 1: resizing and batch tuning trained
+        it faster than it asked; below 1: placement, interference and restarts slowed it."""
+        return np.divide(
+            self.workload.duration, self.executed, out=np.full_like(self.executed, np.nan), where=self.executed > 0
+        )
+
+    @property
     def slowdown(self) -> np.ndarray:
         """JCT relative to the job's ideal run time (1.0 = ran at once, ideally placed)."""
         return self.jct / self.workload.duration
@@ -104,6 +113,7 @@ class SimResult:
             "preemptions_per_job": float(self.preemptions.mean()) if n else 0.0,
             "resizes_per_job": float(self.resizes.mean()) if n else 0.0,
             "avg_gpus_held": float(self.gpus_held[done].mean()) if done.any() else float("nan"),
+            "avg_goodput": float(self.goodput[done].mean()) if done.any() else float("nan"),
             "events": self.events,
             "decisions": self.decisions,
             "decisions_per_second": self.decisions / self.scheduler_seconds if self.scheduler_seconds > 0 else 0.0,
@@ -119,15 +129,16 @@ class SimResult:
         w = self.workload
         rows = [["id", "arrival", "start", "end", "gpus", "jct", "queue_delay", "slowdown", "placement_span",
                  "preemptions", "model", "tenant", "first_start_delay", "executed", "gpus_held",
-                 "resizes"]]  # fmt: skip
+                 "resizes", "goodput"]]  # fmt: skip
         jct, qd, sd, fs, held = self.jct, self.queue_delay, self.slowdown, self.first_start_delay, self.gpus_held
+        good = self.goodput
         for j in range(len(w)):
             rows.append([
                 j, f"{w.arrival[j]:.3f}", f"{self.start[j]:.3f}", f"{self.end[j]:.3f}", int(w.num_gpus[j]),
                 f"{jct[j]:.3f}", f"{qd[j]:.3f}", f"{sd[j]:.6f}",
                 Level(int(self.span[j])).name.lower() if self.span[j] >= 0 else "",
                 int(self.preemptions[j]), w.models[int(w.model[j])], w.tenants[int(w.tenant[j])],
-                f"{fs[j]:.3f}", f"{self.executed[j]:.3f}", f"{held[j]:.3f}", int(self.resizes[j]),
+                f"{fs[j]:.3f}", f"{self.executed[j]:.3f}", f"{held[j]:.3f}", int(self.resizes[j]), f"{good[j]:.4f}",
             ])  # fmt: skip
         write_atomic(out / "jobs.csv", rows)
         return metrics

@@ -62,6 +62,8 @@ def test_resize_and_batch_change_conserve_work(pollux_dir: Path):
     # a rigid run of the same job takes its ideal duration on its 6 GPUs plus the start-up
     rigid = one_job(pollux_dir).run(Script({107.0: [Start(0, np.arange(6))]}, elastic=False))
     assert rigid.end[0] == pytest.approx(137.0 + sim.jobs.duration[0], rel=1e-9)
+    assert rigid.goodput[0] == pytest.approx(sim.jobs.duration[0] / (sim.jobs.duration[0] + 30.0), rel=1e-9)
+    assert r.goodput[0] != pytest.approx(rigid.goodput[0], rel=1e-3)  # resizing changed how fast it trained
 
 
 def test_remaining_time_and_job_report_follow_the_job(pollux_dir: Path):

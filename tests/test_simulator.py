@@ -121,6 +121,8 @@ def test_preemption_keeps_progress_and_pays_restart_cost():
     m = r.metrics()
     assert m["avg_queue_delay"] == 10.0 and m["avg_first_start_delay"] == 0.0
     assert m["preemptions_per_job"] == 0.5 and m["avg_gpus_held"] == 8.0
+    # goodput: ideal run time over seconds on GPUs, so the restart stall costs job 0 a share of it
+    assert r.goodput.tolist() == [100.0 / 105.0, 1.0] and m["avg_goodput"] == pytest.approx((100 / 105 + 1) / 2)
 
 
 def test_resize_changes_speed_as_the_performance_model_says():

@@ -24,10 +24,10 @@ only through each job's GPU count and node count, and it is a sum over jobs of `
 so this search is greedy on GPU counts instead: starting from nothing, it repeatedly gives the job with
 the best objective decrease per GPU the GPU count that achieves it (counting a job's node count as the
 tightest for its GPUs), then places the counts: jobs whose count is unchanged keep their GPUs, the
-others go best-fit onto one node, or onto the emptiest nodes free of other multi-node jobs. A count that
-cannot be placed is lowered, capped there and the search rerun, and a job left short on its node takes
-GPUs from a job on that node when the objective gains (Pollux's search sees nodes; this one sees counts,
-and fragmentation would otherwise idle GPUs and hold small jobs back; :mod:`cluster_sim.policies.elastic`). It is deterministic and takes
+others go best-fit onto one node, or onto the emptiest nodes free of other multi-node jobs. Counts do not
+see nodes, so two repairs follow (:mod:`cluster_sim.policies.elastic`): a count that cannot be placed is
+lowered, capped there and the search rerun (its GPUs go to others instead of idling), and a job left short
+on its node takes GPUs from a job on that node when the objective gains. It is deterministic and takes
 milliseconds per round, where the genetic algorithm takes seconds; it finds allocations at least as good
 under the objective whenever the tightest placement is available.
 """
