@@ -180,7 +180,7 @@ def test_pollux_replays_its_published_average_on_workload_1(pollux_dir: Path):
     )
     r = sim.run(get_policy("pollux"))
     assert r.metrics()["jobs_completed"] == 160
-    assert r.metrics()["avg_jct"] == pytest.approx(2089, rel=0.10)
+    assert r.metrics()["avg_jct"] == pytest.approx(2089, rel=0.05)
     assert r.metrics()["avg_jct"] < 0.9 * 2474
 
 

@@ -48,8 +48,9 @@ def test_tiresias_replay_matches_the_published_figures(pollux_dir: Path):
         res = sim.run(get_policy("tiresias-pollux"))
         jct.append(float(np.mean(res.jct)))
     published = np.array(PUBLISHED_TIRESIAS["workloads"], dtype=float)
-    assert abs(np.mean(jct) / published.mean() - 1) < 0.10
-    assert (np.abs(np.array(jct) / published - 1) < 0.25).all()
+    # queues kept in order of entry, as Pollux's simulator keeps them: within 1% on average, 5% each
+    assert abs(np.mean(jct) / published.mean() - 1) < 0.02
+    assert (np.abs(np.array(jct) / published - 1) < 0.05).all()
     again = build_simulator(
         "pollux-testbed", f"pollux:{pollux_dir / 'workloads' / 'workload-8.csv'}", restart_cost=30.0, start_cost=30.0
     ).run(get_policy("tiresias-pollux"))

@@ -368,8 +368,9 @@ def greedy_counts(
     ``cap``: most GPUs per job (a job starting above its cap starts at 0 instead); ``max_step``: most GPUs
     added in one move (1: Optimus' one GPU at a time).
 
-    Each job's best move is kept and recomputed only when that job moved or its best move no longer fits
-    in the GPUs left (fewer GPUs only remove moves), so a round costs O(jobs + moves x counts); ties go to
+    Every job's best move from every count is computed at once; a heap keeps each job's next move, which
+    changes only when the job moved or its move no longer fits in the GPUs left (fewer GPUs only remove
+    moves), so a round costs one (jobs, counts, counts) array operation and O(moves log jobs); ties go to
     the lower job index, then the smaller count."""
     counts = np.asarray(counts, dtype=np.int64).copy()
     width = cost.shape[1]
@@ -384,28 +385,42 @@ def greedy_counts(
     if max_step == 1:
         return _one_gpu_at_a_time(cost, valid, counts, free)
 
-    def best_moves(rows: np.ndarray, free: int) -> tuple[np.ndarray, np.ndarray]:
-        step = cols[None, :] - counts[rows, None]
-        ok = valid[rows] & (step > 0) & (step <= (free if max_step is None else min(free, max_step)))
-        with np.errstate(invalid="ignore"):
-            gain = (cost[rows, counts[rows]][:, None] - cost[rows]) / np.maximum(step, 1)
-        gain = np.where(ok, gain, -np.inf)
-        arg = gain.argmax(axis=1)
-        return gain[np.arange(len(rows)), arg], arg
+    limit = width if max_step is None else max_step
+    # every job's best move from every count, ignoring the GPUs left (one array operation), and, when that
+    # move does not fit, its best move that does (one row)
+    step = cols[None, None, :] - cols[None, :, None]  # (1, from, to)
+    with np.errstate(invalid="ignore"):
+        table = (cost[:, :, None] - cost[:, None, :]) / np.maximum(step, 1)
+    table = np.where(valid[:, None, :] & (step > 0) & (step <= limit), table, -np.inf)
+    table = np.nan_to_num(table, nan=-np.inf)
+    best_to = table.argmax(axis=2)  # (jobs, from)
 
-    all_rows = np.arange(len(counts))
-    gain, arg = best_moves(all_rows, free)
-    while free > 0 and len(counts):
-        i = int(np.argmax(gain))
-        if not gain[i] > 0:
-            break
-        c = int(arg[i])
-        if c - counts[i] > free:  # that move no longer fits: find this job's best that does
-            gain[i : i + 1], arg[i : i + 1] = best_moves(np.array([i]), free)
+    def best_move(i: int, free: int) -> tuple[float, int]:
+        c = int(counts[i])
+        to = int(best_to[i, c])
+        if to - c > free:
+            row = np.where(cols - c <= free, table[i, c], -np.inf)
+            to = int(row.argmax())
+        return float(table[i, c, to]), to
+
+    heap: list[tuple[float, int, int]] = []  # (-gain, job, count): one entry per job with a move
+    for i in range(len(counts)):
+        g, to = best_move(i, free)
+        if g > 0:
+            heap.append((-g, i, to))
+    heapq.heapify(heap)
+    while free > 0 and heap:
+        _, i, to = heapq.heappop(heap)
+        if to - counts[i] > free:  # that move no longer fits: find this job's best that does
+            g, to = best_move(i, free)
+            if g > 0:
+                heapq.heappush(heap, (-g, i, to))
             continue
-        free -= c - int(counts[i])
-        counts[i] = c
-        gain[i : i + 1], arg[i : i + 1] = best_moves(np.array([i]), free)
+        free -= to - int(counts[i])
+        counts[i] = to
+        g, to = best_move(i, free)
+        if g > 0:
+            heapq.heappush(heap, (-g, i, to))
     return counts
 
 
