@@ -40,6 +40,7 @@ class ElasticPolicy(PolicyScheduler):
     preemptive = True
     elastic = True  # the simulator lets its jobs resize and change batch size
     wants_all_points = True  # it grows running jobs even when nobody waits
+    honours_cap = True  # its allocate() respects self.cap, so a rerun after fragmentation can help
 
     def __init__(
         self,
@@ -127,14 +128,15 @@ class ElasticPolicy(PolicyScheduler):
         self.cap = None
         wanted = None
         try:
-            for attempt in range(REPLACE_TRIES):
+            tries = REPLACE_TRIES if self.honours_cap else 1
+            for attempt in range(tries):
                 self.cost_table = None
                 counts, plans = self.allocate(view, jobs, cur)
                 wanted = np.asarray(counts, dtype=np.int64) if wanted is None else wanted
                 placed = np.asarray(counts, dtype=np.int64).copy()
                 placement = self._place(view, jobs, cur, placed, least)
                 lowered = placed < np.asarray(counts)
-                if not lowered.any() or placed.sum() >= view.topo.num_gpus or attempt == REPLACE_TRIES - 1:
+                if not lowered.any() or placed.sum() >= view.topo.num_gpus or attempt == tries - 1:
                     break
                 cap = np.where(lowered, placed, cap)
                 self.cap = cap

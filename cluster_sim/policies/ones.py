@@ -36,6 +36,7 @@ class ONES(ElasticPolicy):
     """Online evolutionary search over batch sizes (GPUs follow the batch)."""
 
     ordering = "ones"
+    honours_cap = False  # its search picks from its own ladders; a rerun would only repeat it
 
     def __init__(
         self,
