@@ -35,6 +35,11 @@ class AFS(ElasticPolicy):
         super().__init__(interval=interval, seed=seed, name=name, **kw)
 
     def allocate(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, list]:
+        cost, valid, counts, free = self.per_round(view, jobs, lambda: self._tables(view, jobs))
+        return greedy_counts(cost, valid, counts, free, self.cap), [None] * len(jobs)
+
+    def _tables(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(cost, valid) per job and GPU count, the admitted counts and the GPUs left."""
         reports = [view.job_report(int(j)) if view.is_elastic(int(j)) else None for j in jobs]
         limits = [count_limits(view, int(j), r, self.pinned) for j, r in zip(jobs, reports, strict=True)]
         width = max(top for _, top in limits) + 1
@@ -59,4 +64,4 @@ class AFS(ElasticPolicy):
             )
             cost[i, lo : top + 1] = -thr / max(thr[0], 1e-12)
             valid[i, lo : top + 1] = True
-        return greedy_counts(cost, valid, counts, free, self.cap), [None] * len(jobs)
+        return cost, valid, counts, free

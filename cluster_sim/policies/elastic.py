@@ -67,6 +67,15 @@ class ElasticPolicy(PolicyScheduler):
         self._restarts = np.full(len(view.jobs), -1, dtype=np.int64)  # -1: never allocated
         self.rounds = 0
         self._memo: dict[int, tuple[tuple, object]] = {}
+        self._round: tuple | None = None
+
+    def per_round(self, view: SchedulerView, jobs: np.ndarray, compute):
+        """``compute()`` once per round: the searches rerun after fragmentation (same time, same jobs) only
+        change the caps, so they reuse what the round's tables cost."""
+        key = (view.now, jobs.tobytes())
+        if self._round is None or self._round[0] != key:
+            self._round = (key, compute())
+        return self._round[1]
 
     def cached(self, job: int, key: tuple, compute):
         """``compute()`` for ``job``, reused while ``key`` (what it depends on: the job's measurements,
@@ -349,11 +358,10 @@ def kept_batch(view: SchedulerView, job: int, gpus: int) -> int:
 def fixed_batch_goodput(fn: GoodputFunction, app, view: SchedulerView, job: int, counts: np.ndarray) -> np.ndarray:
     """Goodput on each of ``counts`` GPUs (tightest nodes) at the job's own batch (:func:`kept_batch`)."""
     gpn = int(view.topo.server_num_gpus.max())
-    out = np.zeros(len(counts))
-    for k, n in enumerate(np.asarray(counts).tolist()):
-        atomic, accum = app.batch_plan(kept_batch(view, job, int(n)), int(n))
-        out[k] = float(fn.evaluate(-(-int(n) // gpn), int(n), atomic, accum))
-    return out
+    counts = np.asarray(counts, dtype=np.int64)
+    plans = np.array([app.batch_plan(kept_batch(view, job, n), n) for n in counts.tolist()], dtype=np.int64)
+    plans = plans.reshape(len(counts), 2)
+    return np.asarray(fn.evaluate(-(-counts // gpn), counts, plans[:, 0], plans[:, 1]), dtype=np.float64)
 
 
 def greedy_counts(
@@ -393,8 +401,7 @@ def greedy_counts(
     step = cols[None, None, :] - cols[None, :, None]  # (1, from, to)
     with np.errstate(invalid="ignore"):
         table = (cost[:, :, None] - cost[:, None, :]) / np.maximum(step, 1)
-    table = np.where(valid[:, None, :] & (step > 0) & (step <= limit), table, -np.inf)
-    table = np.nan_to_num(table, nan=-np.inf)
+    table = np.where(valid[:, None, :] & (step > 0) & (step <= limit) & ~np.isnan(table), table, -np.inf)
     best_to = table.argmax(axis=2)  # (jobs, from)
 
     def best_move(i: int, free: int) -> tuple[float, int]:

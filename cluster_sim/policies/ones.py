@@ -131,17 +131,14 @@ class ONES(ElasticPolicy):
         seeds = [nearest(cur), nearest(self._best[jobs]), np.ones(nj, dtype=np.int64)]
         pop = np.array(seeds, dtype=np.int64)
         rng = self.rng
-        while len(pop) < self.population:
-            child = pop[rng.integers(len(seeds))].copy()
-            self._mutate(child, choices, rng, nj)
-            pop = np.vstack([pop, child])
-        pop = repair(pop)
+        kids = pop[rng.integers(len(seeds), size=max(self.population - len(seeds), 0))]
+        self._mutate(kids, choices, rng)
+        pop = repair(np.vstack([pop, kids]))
         for _ in range(self.generations):
             a, b = rng.integers(len(pop), size=(2, self.population))
             mask = rng.random((self.population, nj)) < 0.5
             kids = np.where(mask, pop[a], pop[b])
-            for child in kids:
-                self._mutate(child, choices, rng, nj)
+            self._mutate(kids, choices, rng)
             kids = repair(kids)
             both = np.vstack([pop, kids])
             fit = fitness(both)
@@ -153,13 +150,16 @@ class ONES(ElasticPolicy):
         return counts, [int(batch[i, best[i]]) for i in range(nj)]
 
     @staticmethod
-    def _mutate(child: np.ndarray, choices: np.ndarray, rng: np.random.Generator, nj: int) -> None:
-        """Each gene with probability 2 / jobs: one step up or down the job's ladder, or paused."""
-        hit = np.flatnonzero(rng.random(nj) < 2.0 / max(nj, 1))
-        if not len(hit):
+    def _mutate(pop: np.ndarray, choices: np.ndarray, rng: np.random.Generator) -> None:
+        """Each gene of each candidate (rows of ``pop``) with probability 2 / jobs: one step up or down the
+        job's ladder, or paused."""
+        nj = pop.shape[1]
+        hit = rng.random(pop.shape) < 2.0 / max(nj, 1)
+        rows, cols = np.nonzero(hit)
+        if not len(rows):
             return
-        move = rng.integers(-1, 2, size=len(hit))  # -1 down, 0 pause, +1 up
-        child[hit] = np.where(move == 0, 0, np.clip(child[hit] + move, 0, choices[hit] - 1))
+        move = rng.integers(-1, 2, size=len(rows))  # -1 down, 0 pause, +1 up
+        pop[rows, cols] = np.where(move == 0, 0, np.clip(pop[rows, cols] + move, 0, choices[cols] - 1))
 
     def batch_for(self, view: SchedulerView, job: int, gpus: np.ndarray, plan) -> int:
         """The batch the search chose, kept inside what the GPUs it got allow."""

@@ -9,7 +9,7 @@ Every ``interval`` (60 s) each active job's remaining time on ``n`` GPUs is esti
   the job's progress ``p`` so far (:class:`~cluster_sim.policies.qssf.History`). Before any job of its
   application has finished, a job is expected to need the application's standard training (its epochs
   at the smallest batch), or as much again as it has done. No job's own length is read.
-  ``oracle=True`` is Pollux's "Optimus+Oracle" baseline instead (see :meth:`ElasticOptimus._oracle_counts`):
+  ``oracle=True`` is Pollux's "Optimus+Oracle" baseline instead (see :meth:`ElasticOptimus._oracle_tables`):
   true remaining times from the measured iteration times, jobs admitted in arrival order, one GPU at a time,
   no growth cap from measurements.
 - ``rate(n)``, from the job's own step-time measurements (Pollux's throughput model, fitted as in
@@ -98,8 +98,14 @@ class ElasticOptimus(ElasticPolicy):
 
     # -- the allocation ---------------------------------------------------------------------------------------
     def allocate(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, list]:
-        if self.oracle:
-            return self._oracle_counts(view, jobs), [None] * len(jobs)
+        tables = self._oracle_tables if self.oracle else self._tables
+        seconds, valid, counts, free = self.per_round(view, jobs, lambda: tables(view, jobs))
+        step = 1 if self.oracle else None
+        return greedy_counts(seconds, valid, counts, free, self.cap, max_step=step), [None] * len(jobs)
+
+    def _tables(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Estimated remaining seconds per job and GPU count, which counts are allowed, the admitted counts
+        and the GPUs left."""
         self._learn(view, jobs)
         reports = [view.job_report(int(j)) if view.is_elastic(int(j)) else None for j in jobs]
         work = self.remaining_work(view, jobs, reports)
@@ -118,10 +124,6 @@ class ElasticOptimus(ElasticPolicy):
                 lambda r=r, j=j, counts=counts: fixed_batch_goodput(goodput_function(r), r.app, view, j, counts),
             )  # fmt: skip
             rate = good / r.app.init_batch_size
-            if self.oracle:  # true remaining seconds on the count it assumes, as progress at that rate
-                ref = int(view.job_gpus_held[j]) or int(view.jobs.num_gpus[j])
-                at = np.flatnonzero(counts == min(max(ref, lo), top))
-                work[i] = view.remaining_time(j) * (rate[at[0]] if len(at) else rate[0])
             seconds[i, lo : top + 1] = work[i] / np.maximum(rate, 1e-12)
         lo = np.array([lim[0] for lim in limits])
         profiled = np.array([r is not None for r in reports])
@@ -137,9 +139,9 @@ class ElasticOptimus(ElasticPolicy):
         seconds[:, 0] = np.inf
         grow = profiled & (counts > 0)
         valid[~grow] &= np.arange(width)[None, :] == counts[~grow, None]
-        return greedy_counts(seconds, valid, counts, free, self.cap), [None] * len(jobs)
+        return seconds, valid, counts, free
 
-    def _oracle_counts(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+    def _oracle_tables(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """Pollux's Optimus+Oracle: one GPU per job in arrival order while GPUs last, then one GPU at a time
         to the job whose true remaining time falls most, up to its batch over the smallest per-GPU batch.
         The remaining time on ``n`` GPUs is the true one now, times the ratio of measured iteration times
@@ -178,4 +180,4 @@ class ElasticOptimus(ElasticPolicy):
                 if rows[i] is not None:
                     seconds[i, lows[i] : tops[i] + 1] = rows[i]
             valid[i, counts[i]] = True
-        return greedy_counts(seconds, valid, counts, free, self.cap, max_step=1)
+        return seconds, valid, counts, free

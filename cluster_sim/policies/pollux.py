@@ -67,13 +67,9 @@ class Pollux(ElasticPolicy):
             raise ValueError(f"Pollux's power-mean exponent p must be < 0 or in (0, 1], got {p}")
         super().__init__(interval=interval, max_nodes=max_nodes, pinned=pinned, seed=seed, name=name)
         self.p = float(p)
-        self._round_tables: tuple | None = None
 
     def allocate(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, list]:
-        key = (view.now, jobs.tobytes())
-        if self._round_tables is None or self._round_tables[0] != key:  # a rerun with caps reuses them
-            self._round_tables = (key, *self._speedups(view, jobs))
-        _, tables, plans = self._round_tables
+        tables, plans = self.per_round(view, jobs, lambda: self._speedups(view, jobs))
         return self._search(view, jobs, cur, tables), plans
 
     def batch_for(self, view: SchedulerView, job: int, gpus: np.ndarray, plan) -> int:
