@@ -68,7 +68,7 @@ def write_report(
     log: Callable[[str], None] = print,
 ) -> Path:
     from experiments import plots
-    from experiments.run import PLOTS_DIR, TRAIN_DIR, load_task
+    from experiments.tasks import PLOTS_DIR, TRAIN_DIR, load_task
 
     rows: dict[str, dict[tuple[str, int], dict[str, Any]]] = {name: {} for name in cfg.schedulers}
     series: dict[str, dict[tuple[str, int], dict[str, np.ndarray]]] = {name: {} for name in cfg.schedulers}

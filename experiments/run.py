@@ -20,23 +20,26 @@ import itertools
 import json
 import os
 import shutil
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from cluster_sim.results import write_atomic
 from experiments.run_config import MARL, ExperimentConfig, absolute_spec, load_experiment_config
+from experiments.tasks import (
+    CONFIG_FILE,
+    STATE_FILE,
+    TASKS_DIR,
+    TRAIN_DIR,
+    evaluate,
+    finished,
+    task_id,
+    write_task,
+)
 
-CONFIG_FILE = "config.yaml"
-STATE_FILE = "state.json"
-TASKS_DIR = "tasks"
-TRAIN_DIR = "train"
-PLOTS_DIR = "plots"
 Log = Callable[[str], None]
 
 
@@ -108,12 +111,6 @@ def init_ray(cfg: ExperimentConfig, address: str | None, log: Log) -> bool:
 # ---------------------------------------------------------------------------------------------- tasks
 
 
-def task_id(scheduler: str, seed: int, workload: str = "") -> str:
-    safe = "".join(c if c.isalnum() or c in "-_+" else "_" for c in scheduler)
-    where = "".join(c if c.isalnum() or c in "-_+." else "_" for c in workload)
-    return f"{safe}__{where}__seed{seed}" if workload else f"{safe}__seed{seed}"
-
-
 def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
     """One self-contained spec (absolute paths) per scheduler x workload x seed."""
     from cluster_sim.plugins import absolute_target
@@ -155,97 +152,6 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
                 "cwd": os.getcwd(),  # where dotted plugin modules are found
             })  # fmt: skip
     return specs
-
-
-def build_eval_simulator(spec: Mapping[str, Any]) -> Any:
-    """The simulator of one task (ground-truth interference; same seed => same workload)."""
-    from cluster_sim.build import build_simulator
-
-    return build_simulator(
-        spec["cluster"],
-        spec["workload"],
-        seed=spec["seed"],
-        interference=spec["interference"],
-        interference_data=spec["interference_data"],
-        restart_cost=spec["restart_cost"],
-        perf_model=spec["perf_model"],
-        start_cost=spec.get("start_cost", 0.0),
-    )
-
-
-def sample_timeline(t: np.ndarray, values: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
-    """A step function (value from each time on) sampled at ``points`` evenly spaced times."""
-    if len(t) == 0:
-        return np.zeros(0), np.zeros(0)
-    grid = np.linspace(float(t[0]), float(t[-1]), points)
-    idx = np.clip(np.searchsorted(t, grid, side="right") - 1, 0, len(t) - 1)
-    return grid, values[idx].astype(np.float64)
-
-
-def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Run one scheduler on one seed; returns metrics, JCTs and sampled timelines (plain data)."""
-    import socket
-
-    from experiments.simulate import make_scheduler_by_name
-
-    cpu0 = time.process_time()
-    if spec.get("cwd") and spec["cwd"] not in sys.path:
-        sys.path.append(spec["cwd"])  # dotted plugin and scheduler modules resolve as in the driver
-    if spec.get("plugins"):
-        from cluster_sim.plugins import load_plugins
-
-        load_plugins(spec["plugins"])
-    sim = build_eval_simulator(spec)
-    result = sim.run(make_scheduler_by_name(spec["policy"], spec["seed"], **spec.get("options", {})))
-    metrics = result.metrics()
-    metrics["scheduler"] = spec["scheduler"]
-    metrics["workload"] = spec.get("workload_label", "")
-    metrics["task_cpu_seconds"] = time.process_time() - cpu0  # setup + simulation, whatever else shares the CPU
-    grid, busy = sample_timeline(result.timeline_t, result.timeline_busy, spec["timeline_points"])
-    _, queue = sample_timeline(result.timeline_t, result.timeline_queue, spec["timeline_points"])
-    jct = result.jct
-    return {
-        "metrics": metrics,
-        "seed": spec["seed"],
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "node_id": _node_id(),
-        "jct": jct[~np.isnan(jct)].astype(np.float64),
-        "timeline_t": grid - (grid[0] if len(grid) else 0.0),
-        "utilization": busy / result.num_gpus,
-        "queue": queue,
-    }
-
-
-def _node_id() -> str | None:
-    """The Ray node this runs on (None outside Ray)."""
-    try:
-        import ray
-
-        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-    except Exception:  # a worker without a runtime context: no node id to record
-        return None
-
-
-def write_task(out: Path, spec: Mapping[str, Any], res: Mapping[str, Any]) -> None:
-    """Write one task's results into a temporary folder renamed into place (a present folder is complete)."""
-    tasks = out / TASKS_DIR
-    final = tasks / spec["id"]
-    tmp = tasks / f".{spec['id']}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    np.savez_compressed(
-        tmp / "series.npz", jct=res["jct"], t=res["timeline_t"], utilization=res["utilization"], queue=res["queue"]
-    )
-    info = {k: res[k] for k in ("seed", "host", "pid", "node_id")} | {"finished_at": time.time()}
-    write_atomic(tmp / "metrics.json", json.dumps({**res["metrics"], **info}, indent=2) + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-
-
-def finished(out: Path, spec: Mapping[str, Any]) -> bool:
-    folder = out / TASKS_DIR / spec["id"]
-    return (folder / "metrics.json").is_file() and (folder / "series.npz").is_file()
 
 
 def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log: Log) -> int:
@@ -307,14 +213,6 @@ def _on_node(node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(node_id, soft=True) if node_id else "DEFAULT"
-
-
-def load_task(out: Path, spec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    folder = out / TASKS_DIR / spec["id"]
-    metrics = json.loads((folder / "metrics.json").read_text())
-    with np.load(folder / "series.npz") as z:
-        series = {k: z[k] for k in z.files}
-    return metrics, series
 
 
 # ---------------------------------------------------------------------------------------------- run

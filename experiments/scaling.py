@@ -146,7 +146,7 @@ def rollout_throughput(cfg: ExperimentConfig, spec: Any, module: Any, agents: in
 
 def evaluation_episode(cfg: ExperimentConfig, module: Any, env: Any, agents: int) -> dict[str, Any]:
     """One episode of the scaling workload with the policy in-process; wall time, latency and JCT."""
-    from experiments.run import build_eval_simulator
+    from experiments.tasks import build_eval_simulator
     from marl.export import TorchScriptPolicy
     from marl.scheduler import MarlScheduler
 
@@ -247,7 +247,7 @@ def run_scaling(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]:
 
 def _baselines(cfg: ExperimentConfig, out: Path, workload: str) -> dict[str, float]:
     """Average JCT of the experiment's heuristics on the same episode (when its tasks ran it)."""
-    from experiments.run import TASKS_DIR, task_id
+    from experiments.tasks import TASKS_DIR, task_id
 
     sc = cfg.scaling_config
     assert sc is not None

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cluster_sim.model_rules import default_batch_sizes
 from cluster_sim.model_zoo import MODEL_NAMES
 from cluster_sim.policies import get_policy
 from cluster_sim.simulator import Simulator
-from cluster_sim.synthetic import default_batch_sizes
 from cluster_sim.workload import Workload
 from marl.dispatch import SPILL, Dispatcher, owned_agents
 from marl.env import MarlSchedEnv

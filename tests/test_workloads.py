@@ -144,7 +144,7 @@ def test_philly_pollux_model_rule_follows_gpu_time(philly_path: Path) -> None:
 def test_philly_default_models_tell_nothing_of_a_jobs_size(philly: Workload, philly_path: Path) -> None:
     """``model_rule=independent``: models come from the tenant's mix; short and long jobs of a tenant
     share one mix, while tenants differ."""
-    from cluster_sim.synthetic import assign_models, make_rng
+    from cluster_sim.model_rules import assign_models, make_rng
 
     assert philly.meta["model_rule"] == "independent"
     tenant = philly.tenant.astype(np.int64)

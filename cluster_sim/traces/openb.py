@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cluster_sim.model_rules import assign_models, default_batch_sizes, make_rng
 from cluster_sim.model_zoo import MODEL_NAMES
-from cluster_sim.synthetic import assign_models, default_batch_sizes, make_rng
 from cluster_sim.traces.table import (
     TraceFormatError,
     float_column,

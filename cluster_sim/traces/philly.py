@@ -1,7 +1,7 @@
 """Loader for the Microsoft Philly job list as processed by Pollux (``pollux-osdi21/traces/philly.csv``).
 
 Columns ``timestamp,duration,num_gpus,gpu_time,cluster``; the file is not sorted by submit time. The
-trace has no model types, so models come from a seeded rule (:func:`cluster_sim.synthetic.assign_models`):
+trace has no model types, so models come from a seeded rule (:func:`cluster_sim.model_rules.assign_models`):
 ``independent`` (default) draws from each virtual cluster's model mix and never looks at a job's size;
 ``pollux`` is Pollux's GPU-time rule, which tells any model-based estimator the job's size. The draws are
 made over the whole sorted file before any filter or window, so a job keeps its model whichever subset of
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cluster_sim.model_rules import assign_models, default_batch_sizes, make_rng
 from cluster_sim.model_zoo import MODEL_NAMES
-from cluster_sim.synthetic import assign_models, default_batch_sizes, make_rng
 from cluster_sim.traces.table import (
     TraceFormatError,
     float_column,

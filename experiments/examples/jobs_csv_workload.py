@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cluster_sim.model_rules import default_batch_sizes
 from cluster_sim.model_zoo import MODEL_NAMES
-from cluster_sim.synthetic import default_batch_sizes
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import register_workload_kind
 
