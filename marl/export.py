@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from cluster_sim.results import write_atomic
-from interference.base import InterferenceModel, NoInterference
+from interference.base import InterferenceModel
+from interference.loader import load_interference_model
 from marl.hgnn import HGNNPolicyNet, example_inputs, trace_policy
 from marl.obs_layout import OBS_KEYS, ObsLayout
 from marl.scheduler import MarlScheduler
@@ -37,20 +38,6 @@ FORMAT = "marlsched-policy"
 FORMAT_VERSION = 1
 MODULE_SUBDIR = Path("learner_group") / "learner" / "rl_module" / "shared"
 Log = Callable[[str], None]
-
-
-def interference_model(mode: str, model_path: str | None = None) -> InterferenceModel:
-    """The interference model of a mode name ("none", "oracle", "learned" with a model file)."""
-    if mode == "none":
-        return NoInterference()
-    try:
-        from interference import load_interference_model
-    except ImportError as err:
-        raise ValueError(
-            f"interference mode {mode!r} needs interference.load_interference_model, which this installation "
-            f"lacks ({err}); use mode 'none'"
-        ) from None
-    return load_interference_model(mode, model_path)
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -244,9 +231,9 @@ def predictor_of(meta: Mapping[str, Any], policy_dir: str | Path | None = None) 
     if mode == "learned":
         if policy_dir is None or not pred.get("model_file"):
             raise ValueError("a learned predictor needs the policy folder holding its model file")
-        return interference_model(mode, str(Path(policy_dir) / pred["model_file"]))
+        return load_interference_model(mode, str(Path(policy_dir) / pred["model_file"]))
     data = pred.get("data")
-    return interference_model(mode, data if data and Path(str(data).removeprefix("gavel:")).exists() else None)
+    return load_interference_model(mode, data if data and Path(str(data).removeprefix("gavel:")).exists() else None)
 
 
 def marl_scheduler(

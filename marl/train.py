@@ -601,22 +601,20 @@ def _json_default(value: Any) -> Any:
 
 def eval_simulator(cfg: TrainConfig, workload_spec: str, seed: int) -> Any:
     """The evaluation simulator: the run's cluster and workload, the evaluation's ground-truth interference."""
-    from cluster_sim.perf_model import PerformanceModel
-    from cluster_sim.simulator import Simulator
-    from marl.export import interference_model
-    from topology import build_cluster, parse_spec
+    from cluster_sim.build import build_simulator
 
     env = cfg.env
-    cluster = env.get("cluster", "small")
-    if isinstance(cluster, Mapping):
-        cluster = parse_spec(dict(cluster), source=f"{cfg.source}: env.cluster")
-    view = build_cluster(cluster).view
-    workload = parse_workload_spec(workload_spec, cluster_gpus=view.num_gpus, seed=seed)
-    perf = PerformanceModel(view) if env.get("perf_model", True) else None
     mode = cfg.evaluation.interference
     data = {"oracle": cfg.evaluation.oracle_data, "learned": env.get("interference_model")}.get(mode)
-    interference = interference_model(mode, data)
-    return Simulator(view, workload, perf=perf, interference=interference, restart_cost=env.get("restart_cost", 0.0))
+    return build_simulator(
+        env.get("cluster", "small"),
+        workload_spec,
+        seed=seed,
+        interference=mode,
+        interference_data=data,
+        restart_cost=env.get("restart_cost", 0.0),
+        perf_model=env.get("perf_model", True),
+    )
 
 
 def comparison_markdown(report: Mapping[str, Any]) -> str:

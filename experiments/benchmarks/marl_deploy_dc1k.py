@@ -92,8 +92,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cluster_sim.perf_model import PerformanceModel
     from cluster_sim.simulator import Simulator
     from cluster_sim.workload_spec import parse_workload_spec
+    from interference import load_interference_model
     from marl.deploy import RayActorPolicy
-    from marl.export import interference_model, marl_scheduler, read_metadata
+    from marl.export import marl_scheduler, read_metadata
     from topology import build_cluster
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         export_s = time.perf_counter() - t0
         view = build_cluster(args.cluster).view
         workload = parse_workload_spec(args.workload, cluster_gpus=view.num_gpus, seed=args.seed)
-        truth = interference_model("oracle", args.oracle_data)
+        truth = load_interference_model("oracle", args.oracle_data)
         sim = Simulator(view, workload, perf=PerformanceModel(view), interference=truth, record_timeline=False)
         if args.address:
             ray.init(address=args.address, log_to_driver=False)
