@@ -140,12 +140,15 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         "",
     ]
     if train_info is not None and cfg.train_config is not None:
+        from marl.env_config import EnvConfig
+
         t = cfg.train_config
+        env = EnvConfig.from_dict(t.env)
         lines += [
-            f"`marl` is the policy this run trained (`train/`: {t.env.get('num_agents', 4)} agents, warm start "
+            f"`marl` is the policy this run trained (`train/`: {env.num_agents} agents, warm start "
             f"{'on' if t.warm_start.enabled else 'off'}, {train_info.get('iterations', 0)} PPO iterations, "
             f"{train_info.get('train_s', 0):.0f} s{' in the last invocation' if train_info.get('resumed') else ''}; "
-            f"training workload `{t.env.get('workload')}`, interference `{t.env.get('interference', 'none')}`), "
+            f"training workload `{env.workload}`, interference `{env.interference}`), "
             "evaluated on the seeds above with the ground-truth interference.",
             "",
         ]

@@ -4,7 +4,7 @@ instead of after minutes of training.
 
 Every section is a frozen dataclass; its fields are the allowed keys. An unknown key, a wrong type or an
 out-of-range value raises :class:`TrainConfigError` naming the file, the dotted key path, its line and
-the allowed keys or values. The ``env`` section takes the keys of :class:`marl.env.EnvConfig` (minus
+the allowed keys or values. The ``env`` section takes the keys of :class:`marl.env_config.EnvConfig` (minus
 ``seed`` and ``eval``, which training sets itself).
 """
 
@@ -22,13 +22,9 @@ from typing import Any
 import yaml
 
 from interference.loader import interference_modes
+from marl.env_config import ENV_DEFAULTS, ENV_KEYS
 
 DEFAULT_HEURISTICS = ("fifo", "tiresias", "gandiva", "drf", "closest-gpus", "sjf", "srtf")
-# Keys of marl.env.EnvConfig a YAML file may set (seed/eval are set per run; extra is internal).
-ENV_KEYS = (
-    "cluster", "workload", "num_agents", "queue_slots", "placements", "interference", "interference_model",
-    "predictor", "perf_model", "restart_cost", "reward_scale", "partition_unit", "queue_order",
-)  # fmt: skip
 
 
 class TrainConfigError(ValueError):
@@ -285,7 +281,7 @@ def check_train_values(cfg: TrainConfig, chk: ConfigChecker) -> None:
         raise chk.fail(("env", "workload"), "expected a workload spec string such as 'synthetic:300,load=0.9'")
     if "cluster" in env and not isinstance(env["cluster"], (str, Mapping)):
         raise chk.fail(("env", "cluster"), "expected a preset name, a YAML path or a cluster spec mapping")
-    mode = env.get("interference", "none")
+    mode = env.get("interference", ENV_DEFAULTS.interference)
     if mode not in interference_modes():
         raise chk.fail(("env", "interference"), f"{mode!r} is not one of {', '.join(interference_modes())}")
     predictor = env.get("predictor")
@@ -306,7 +302,7 @@ def check_train_values(cfg: TrainConfig, chk: ConfigChecker) -> None:
     if cfg.predictor_training.data:
         _check_gavel(chk, ("predictor_training", "data"), cfg.predictor_training.data)
     _positive(chk, ("predictor_training",), cfg.predictor_training, ("steps",))
-    placements = env.get("placements", ("consolidate", "closest-gpus", "spread"))
+    placements = env.get("placements", ENV_DEFAULTS.placements)
     if not isinstance(placements, (list, tuple)) or not all(isinstance(p, str) for p in placements):
         raise chk.fail(("env", "placements"), "expected a list of placement strategy names")
     for key in ("num_agents", "queue_slots"):

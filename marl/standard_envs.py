@@ -62,7 +62,7 @@ def _check_invalid_action(value: str) -> str:
 class ParallelSchedEnv(ParallelEnv):
     """PettingZoo ``ParallelEnv``: agents ``p0 .. p{K-1}``, one per partition, all acting every step.
 
-    ``config`` takes the keys of :class:`marl.env.EnvConfig`. Agents not in a step's actions wait (if
+    ``config`` takes the keys of :class:`marl.env_config.EnvConfig`. Agents not in a step's actions wait (if
     their mask allows it). Every agent terminates together at the end of the workload.
     """
 
@@ -119,7 +119,7 @@ class ParallelSchedEnv(ParallelEnv):
 class SingleAgentSchedEnv(gym.Env):
     """Gymnasium ``Env``: one agent schedules the whole cluster (``num_agents`` is 1), with the same
     observation and action conventions as each multi-agent agent. ``config`` takes the keys of
-    :class:`marl.env.EnvConfig`."""
+    :class:`marl.env_config.EnvConfig`."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 

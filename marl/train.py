@@ -35,6 +35,7 @@ from cluster_sim.results import save_figure, write_atomic
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
 from marl.config import TrainConfig, load_train_config, parse_train_config
+from marl.env_config import ENV_DEFAULTS, EnvConfig
 
 STATE_FILE = "state.json"
 CONFIG_FILE = "config.yaml"
@@ -87,7 +88,7 @@ def _episode_metrics_callback() -> type:
 def training_env_config(cfg: TrainConfig) -> dict[str, Any]:
     """The env_config of training envs (the workload spec wrapped so evaluation seeds are never drawn)."""
     env = cfg.env_config()
-    spec = env.get("workload", "synthetic:100")
+    spec = env.get("workload", ENV_DEFAULTS.workload)
     env["workload"] = DisjointSeedWorkload(spec, frozenset(cfg.evaluation.seeds))
     return env
 
@@ -114,23 +115,22 @@ def prepare_predictor(cfg: TrainConfig, run_dir: Path, log: Log) -> TrainConfig:
 
 def checkpoint_meta(cfg: TrainConfig, iteration: int) -> dict[str, Any]:
     """What export needs besides the module: the env settings the policy was trained under."""
-    env = cfg.env
-    mode = env.get("interference", "none")
-    predictor = env.get("predictor") or mode
+    env = EnvConfig.from_dict(cfg.env)
+    predictor = env.predictor or env.interference
     return {
         "run": cfg.name,
         "iteration": iteration,
-        "cluster": _cluster_spec(env.get("cluster", "small")),
-        "num_agents": env.get("num_agents", 4),
-        "queue_slots": env.get("queue_slots", 3),
-        "placements": list(env.get("placements", ("consolidate", "closest-gpus", "spread"))),
-        "partition_unit": env.get("partition_unit", "rack"),
-        "queue_order": env.get("queue_order", "arrival"),
-        "workload": env.get("workload", "synthetic:100"),
-        "interference": mode,
+        "cluster": _cluster_spec(env.cluster),
+        "num_agents": env.num_agents,
+        "queue_slots": env.queue_slots,
+        "placements": list(env.placements),
+        "partition_unit": env.partition_unit,
+        "queue_order": env.queue_order,
+        "workload": env.workload,
+        "interference": env.interference,
         "predictor": predictor,
         # learned: the model file (copied into an exported policy); oracle: Gavel's measured pairs, if any
-        "interference_model": env.get("interference_model") if predictor != "none" else None,
+        "interference_model": env.interference_model if predictor != "none" else None,
         "model": cfg.to_dict()["model"],
     }
 
@@ -564,7 +564,7 @@ def evaluate_run(cfg: TrainConfig, run_dir: str | Path, log: Log = print) -> dic
     for name in cfg.evaluation.heuristics:
         schedulers[name] = lambda name=name: get_policy(name, seed=cfg.seed)
     per_seed: dict[str, list[dict]] = {name: [] for name in schedulers}
-    workload = cfg.evaluation.workload or cfg.env.get("workload", "synthetic:100")
+    workload = cfg.evaluation.workload or EnvConfig.from_dict(cfg.env).workload
     t0 = time.perf_counter()
     for seed in cfg.evaluation.seeds:
         sim = eval_simulator(cfg, workload, seed)
@@ -603,17 +603,17 @@ def eval_simulator(cfg: TrainConfig, workload_spec: str, seed: int) -> Any:
     """The evaluation simulator: the run's cluster and workload, the evaluation's ground-truth interference."""
     from cluster_sim.build import build_simulator
 
-    env = cfg.env
+    env = EnvConfig.from_dict(cfg.env)
     mode = cfg.evaluation.interference
-    data = {"oracle": cfg.evaluation.oracle_data, "learned": env.get("interference_model")}.get(mode)
+    data = {"oracle": cfg.evaluation.oracle_data, "learned": env.interference_model}.get(mode)
     return build_simulator(
-        env.get("cluster", "small"),
+        env.cluster,
         workload_spec,
         seed=seed,
         interference=mode,
         interference_data=data,
-        restart_cost=env.get("restart_cost", 0.0),
-        perf_model=env.get("perf_model", True),
+        restart_cost=env.restart_cost,
+        perf_model=env.perf_model,
     )
 
 

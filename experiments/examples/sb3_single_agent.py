@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.results import write_atomic
-from marl.env import EnvConfig
+from marl.env_config import EnvConfig
 from marl.obs_layout import ObsLayout
 from marl.scheduler import MarlScheduler
 
