@@ -28,12 +28,12 @@ from interference.base import InterferenceModel
 from interference.loader import load_interference_model
 from marl.hgnn import HGNNPolicyNet, example_inputs, trace_policy
 from marl.obs_layout import OBS_KEYS, ObsLayout
+from marl.run_folder import CKPT_META
 from marl.scheduler import MarlScheduler
 
 TORCHSCRIPT_FILE = "policy.pt"
 ONNX_FILE = "policy.onnx"
 METADATA_FILE = "metadata.json"
-CKPT_META = "marl_meta.json"  # written by marl.train beside every checkpoint
 FORMAT = "marlsched-policy"
 FORMAT_VERSION = 1
 MODULE_SUBDIR = Path("learner_group") / "learner" / "rl_module" / "shared"

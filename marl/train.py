@@ -1,14 +1,8 @@
 """`marlsched train`: imitation warm start, then PPO on RLlib's new API stack, then evaluation.
 
-A run folder holds everything a run produces, so that a killed run can be resumed from it:
-
-- ``config.yaml``: the validated config; ``state.json``: last checkpointed iteration and its path;
-- ``warm_start/``: the imitated module (``module/``) and ``metrics.json`` (loss and accuracy per epoch);
-- ``checkpoints/iter_NNNNNN/``: ``Algorithm.save_to_path`` plus ``marl_meta.json`` (what export needs);
-- ``progress.csv`` (one row per PPO iteration), ``tb/`` (TensorBoard, when a writer is installed),
-  ``learning_curve.png``;
-- ``policy/``: the exported policy (see :mod:`marl.export`); ``eval.json`` and ``comparison.md``: the
-  trained policy against the heuristics on workload seeds that training never draws.
+The phases live in their own modules: the warm start in :mod:`marl.warm_start`, evaluation in
+:mod:`marl.evaluation`, the run folder (state for resuming, progress rows, learning curve, checkpoint
+metadata) in :mod:`marl.run_folder`. This module builds PPO and runs its loop, checkpointing and resuming.
 
 Training draws episode workloads from the env's seed stream; :class:`DisjointSeedWorkload` moves any draw
 that hits an evaluation seed elsewhere, so evaluation is on unseen workloads by construction.
@@ -16,7 +10,6 @@ that hits an evaluation seed elsewhere, so evaluation is on unseen workloads by 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -27,26 +20,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
 
-from cluster_sim.results import save_figure, write_atomic
+from cluster_sim.results import write_atomic
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
 from marl.config import TrainConfig, load_train_config, parse_train_config
-from marl.env_config import ENV_DEFAULTS, EnvConfig
+from marl.env_config import ENV_DEFAULTS
+from marl.evaluation import evaluate_run
+from marl.run_folder import (
+    CKPT_META,
+    CONFIG_FILE,
+    CSV_COLUMNS,
+    POLICY_ID,
+    RunFolder,
+    checkpoint_meta,
+    iteration_row,
+    plot_learning_curve,
+    progress_line,
+    summary_writer,
+)
+from marl.warm_start import run_warm_start
 
-STATE_FILE = "state.json"
-CONFIG_FILE = "config.yaml"
-PROGRESS_FILE = "progress.csv"
-CKPT_META = "marl_meta.json"
-POLICY_ID = "shared"
 KEEP_CHECKPOINTS = 3
-CSV_COLUMNS = (
-    "iteration", "env_steps", "episodes", "episode_return_mean", "avg_jct", "entropy", "policy_loss", "vf_loss",
-    "vf_explained_var", "iter_s", "wall_s",
-)  # fmt: skip
 
 Log = Callable[[str], None]
 
@@ -111,37 +108,6 @@ def prepare_predictor(cfg: TrainConfig, run_dir: Path, log: Log) -> TrainConfig:
         fit(load_gavel_pairs(pt.data), PredictorConfig(steps=pt.steps, seed=cfg.seed)).save(path)
         log(f"interference predictor: {path} ({time.perf_counter() - t0:.0f} s)")
     return dataclasses.replace(cfg, env={**env, "interference_model": str(path.resolve())})
-
-
-def checkpoint_meta(cfg: TrainConfig, iteration: int) -> dict[str, Any]:
-    """What export needs besides the module: the env settings the policy was trained under."""
-    env = EnvConfig.from_dict(cfg.env)
-    predictor = env.predictor or env.interference
-    return {
-        "run": cfg.name,
-        "iteration": iteration,
-        "cluster": _cluster_spec(env.cluster),
-        "num_agents": env.num_agents,
-        "queue_slots": env.queue_slots,
-        "placements": list(env.placements),
-        "partition_unit": env.partition_unit,
-        "queue_order": env.queue_order,
-        "workload": env.workload,
-        "interference": env.interference,
-        "predictor": predictor,
-        # learned: the model file (copied into an exported policy); oracle: Gavel's measured pairs, if any
-        "interference_model": env.interference_model if predictor != "none" else None,
-        "model": cfg.to_dict()["model"],
-    }
-
-
-def _cluster_spec(cluster: Any) -> Any:
-    """Preset names stay names; a YAML file is inlined so the policy does not depend on its path."""
-    from topology import CLUSTER_PRESETS
-
-    if isinstance(cluster, str) and cluster not in CLUSTER_PRESETS and Path(cluster).is_file():
-        return yaml.safe_load(Path(cluster).read_text())
-    return cluster
 
 
 # ---------------------------------------------------------------------------------------------- Ray
@@ -225,146 +191,6 @@ def module_spec_for(cfg: TrainConfig, env_config: Mapping[str, Any]) -> tuple[An
 # ---------------------------------------------------------------------------------------------- run
 
 
-class RunFolder:
-    """Paths and small state files of one run."""
-
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root).resolve()  # RLlib's checkpointing takes absolute paths only (else "empty scheme")
-
-    @property
-    def state_path(self) -> Path:
-        return self.root / STATE_FILE
-
-    def read_state(self) -> dict[str, Any]:
-        if not self.state_path.is_file():
-            return {"iteration": 0, "checkpoint": None, "warm_start": False, "wall_s": 0.0}
-        return json.loads(self.state_path.read_text())
-
-    def write_state(self, state: Mapping[str, Any]) -> None:
-        write_atomic(self.state_path, json.dumps(dict(state), indent=2) + "\n")
-
-    def read_rows(self) -> list[dict[str, str]]:
-        path = self.root / PROGRESS_FILE
-        if not path.is_file():
-            return []
-        with path.open(newline="") as f:
-            return list(csv.DictReader(f))
-
-    def write_rows(self, rows: list[Mapping[str, Any]]) -> None:
-        out = [list(CSV_COLUMNS)] + [[_fmt(r.get(c)) for c in CSV_COLUMNS] for r in rows]
-        write_atomic(self.root / PROGRESS_FILE, out)
-
-
-def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def _num(value: Any) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-    return out
-
-
-def iteration_row(result: Mapping[str, Any], iteration: int, iter_s: float, wall_s: float) -> dict[str, Any]:
-    """One progress.csv row from an ``Algorithm.train()`` result."""
-    er = result.get("env_runners", {})
-    ln = result.get("learners", {}).get(POLICY_ID, {})
-    return {
-        "iteration": iteration,
-        "env_steps": int(_num(er.get("num_env_steps_sampled_lifetime", result.get("num_env_steps_sampled_lifetime")))),
-        "episodes": int(np.nan_to_num(_num(er.get("num_episodes", 0)))),
-        "episode_return_mean": _num(er.get("episode_return_mean")),
-        "avg_jct": _num(er.get("avg_jct")),
-        "entropy": _num(ln.get("entropy")),
-        "policy_loss": _num(ln.get("policy_loss")),
-        "vf_loss": _num(ln.get("vf_loss")),
-        "vf_explained_var": _num(ln.get("vf_explained_var")),
-        "iter_s": iter_s,
-        "wall_s": wall_s,
-    }
-
-
-def _summary_writer(logdir: Path) -> Any:
-    """TensorBoard writer from torch (needs the tensorboard package) or tensorboardX; None if neither."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError:
-            return None
-    return SummaryWriter(str(logdir))
-
-
-def _progress_line(row: Mapping[str, Any], total: int) -> str:
-    def f(key: str, fmt: str) -> str:
-        v = row[key]
-        return "-" if isinstance(v, float) and math.isnan(v) else format(v, fmt)
-
-    return (
-        f"iter {row['iteration']}/{total}  env steps {row['env_steps']}  return {f('episode_return_mean', '.2f')}  "
-        f"avg JCT {f('avg_jct', '.0f')} s  entropy {f('entropy', '.3f')}  policy loss {f('policy_loss', '.4f')}  "
-        f"vf loss {f('vf_loss', '.3g')}  {row['iter_s']:.1f} s"
-    )
-
-
-def run_warm_start(cfg: TrainConfig, env_config: Mapping[str, Any], module: Any, run: RunFolder, log: Log) -> dict:
-    """Imitate the expert into ``module.net``; saves the module and the metrics under ``warm_start/``."""
-    from marl.warm_start import collect_expert_data, split_holdout, train_imitation
-
-    ws = cfg.warm_start
-    t0 = time.perf_counter()
-    data = collect_expert_data(
-        env_config,
-        strategy=ws.strategy,
-        backfill=ws.backfill,
-        episodes=ws.episodes,
-        seed=cfg.seed,
-        gamma=cfg.ppo.gamma,
-    )
-    collect_s = time.perf_counter() - t0
-    log(
-        f"warm start: {ws.episodes} expert episodes, {data.env_steps} env steps, {int(data.choice.sum())} "
-        f"decision states, expert avg JCT {np.mean(data.avg_jct):.0f} s ({collect_s:.1f} s)"
-    )
-    train, holdout = split_holdout(data)
-    history = train_imitation(
-        module.net,
-        train,
-        epochs=ws.epochs,
-        batch_size=ws.batch_size,
-        lr=ws.lr,
-        value_coef=ws.value_coef,
-        seed=cfg.seed,
-        holdout=holdout,
-        log=log,
-    )
-    report = {
-        "expert": {"strategy": ws.strategy, "backfill": ws.backfill, "avg_jct": data.avg_jct},
-        "env_steps": data.env_steps,
-        "states": len(data),
-        "decision_states": int(data.choice.sum()),
-        "collect_s": collect_s,
-        "train_s": time.perf_counter() - t0 - collect_s,
-        "history": history,
-    }
-    folder = run.root / "warm_start"
-    tmp = run.root / "warm_start.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    module.save_to_path(str(tmp / "module"))  # tmp is absolute: run.root is resolved
-    write_atomic(tmp / CKPT_META, json.dumps(checkpoint_meta(cfg, 0), indent=2) + "\n")
-    write_atomic(tmp / "metrics.json", json.dumps(report, indent=2) + "\n")
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
-    return report
-
-
 def save_checkpoint(algo: Any, cfg: TrainConfig, run: RunFolder, iteration: int) -> Path:
     """``algo.save_to_path`` into a temporary folder renamed into place; keeps the last few."""
     ckpts = run.root / "checkpoints"
@@ -440,7 +266,7 @@ def train(
                 load_module_weights(algo, module.get_state())
             log(f"PPO: built with {cfg.ppo.num_env_runners} env runners ({time.perf_counter() - t0:.1f} s)")
         run.write_rows(rows)
-        writer = _summary_writer(run.root / "tb") if algo is not None else None
+        writer = summary_writer(run.root / "tb") if algo is not None else None
         wall0 = float(state.get("wall_s", 0.0))
         t_start = time.perf_counter()
         budget_s = None if cfg.ppo.time_budget_min is None else cfg.ppo.time_budget_min * 60.0
@@ -460,7 +286,7 @@ def train(
                     if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
                         writer.add_scalar(f"train/{key}", value, it)
                 writer.flush()
-            log(_progress_line(row, total))
+            log(progress_line(row, total))
             out_of_time = budget_s is not None and row["wall_s"] >= budget_s
             if it % cfg.ppo.checkpoint_every == 0 or it == total or out_of_time:
                 path = save_checkpoint(algo, cfg, run, it)
@@ -503,145 +329,6 @@ def resume_config(run_dir: str | Path) -> TrainConfig:
 
 
 # ---------------------------------------------------------------------------------------------- outputs
-
-
-def plot_learning_curve(rows: list[Mapping[str, Any]], path: Path) -> None:
-    """Average JCT and episode return per iteration (PNG, Agg backend)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    it = np.array([int(r["iteration"]) for r in rows])
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, key, label in (
-        (axes[0], "avg_jct", "average JCT (s)"),
-        (axes[1], "episode_return_mean", "episode return (sum over agents)"),
-        (axes[2], "entropy", "policy entropy"),
-    ):
-        y = np.array([_num(r[key]) for r in rows])
-        ok = ~np.isnan(y)
-        ax.plot(it[ok], y[ok], marker="o", ms=3, alpha=0.5, label="per iteration")
-        window = min(5, int(ok.sum()))
-        if window >= 2:  # episodes draw different workloads, so single iterations are noisy
-            smooth = np.convolve(y[ok], np.ones(window) / window, mode="valid")
-            ax.plot(it[ok][window - 1 :], smooth, lw=2, label=f"mean of last {window}")
-            ax.legend(fontsize=8)
-        ax.set_xlabel("PPO iteration")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    save_figure(fig, path)
-
-
-EVAL_METRICS = ("avg_jct", "p50_jct", "p95_jct", "avg_queue_delay", "makespan", "gpu_utilization", "jobs_completed")
-
-
-def evaluate_run(cfg: TrainConfig, run_dir: str | Path, log: Log = print) -> dict[str, Any]:
-    """Trained policy, warm-started policy, expert and heuristics on the evaluation seeds; writes
-    ``eval.json`` and ``comparison.md`` into ``run_dir``."""
-    from marl.expert import ExpertPolicy
-    from marl.export import TorchScriptPolicy, load_marl_policy, marl_scheduler, read_metadata
-    from marl.obs_layout import ObsLayout
-
-    run_dir = Path(run_dir).resolve()
-    policy_dir = run_dir / "policy"
-    meta = read_metadata(policy_dir)
-    schedulers: dict[str, Callable[[], Any]] = {"marl": lambda: load_marl_policy(policy_dir)}
-    warm = run_dir / "warm_start" / "module"
-    if warm.is_dir():
-        from marl.rl_module import HGNNRLModule
-
-        net = HGNNRLModule.from_checkpoint(str(warm)).net
-        warm_fn = TorchScriptPolicy(net)
-        schedulers["marl-warm-start"] = lambda: marl_scheduler(
-            warm_fn, meta, policy_dir=policy_dir, name="marl-warm-start"
-        )
-    layout = ObsLayout.from_dict(meta["layout"])
-    expert = ExpertPolicy(layout, meta["placements"], cfg.warm_start.strategy, cfg.warm_start.backfill)
-    schedulers["expert"] = lambda: marl_scheduler(expert, meta, policy_dir=policy_dir, name="expert")
-    from cluster_sim.policies import get_policy
-
-    for name in cfg.evaluation.heuristics:
-        schedulers[name] = lambda name=name: get_policy(name, seed=cfg.seed)
-    per_seed: dict[str, list[dict]] = {name: [] for name in schedulers}
-    workload = cfg.evaluation.workload or EnvConfig.from_dict(cfg.env).workload
-    t0 = time.perf_counter()
-    for seed in cfg.evaluation.seeds:
-        sim = eval_simulator(cfg, workload, seed)
-        for name, make in schedulers.items():
-            result = sim.run(make())
-            metrics = result.metrics()
-            metrics["scheduler"] = name
-            per_seed[name].append(metrics)
-    means = {name: {k: float(np.mean([m[k] for m in runs])) for k in EVAL_METRICS} for name, runs in per_seed.items()}
-    for name, runs in per_seed.items():
-        means[name]["avg_jct_std"] = float(np.std([m["avg_jct"] for m in runs]))
-    report = {
-        "workload": workload,
-        "seeds": list(cfg.evaluation.seeds),
-        "interference": cfg.evaluation.interference,
-        "cluster": meta["cluster"],
-        "num_agents": meta["num_agents"],
-        "mean": means,
-        "per_seed": per_seed,
-        "eval_s": time.perf_counter() - t0,
-    }
-    write_atomic(run_dir / "eval.json", json.dumps(report, indent=2, default=_json_default) + "\n")
-    table = comparison_markdown(report)
-    write_atomic(run_dir / "comparison.md", table)
-    log(table)
-    return report
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def eval_simulator(cfg: TrainConfig, workload_spec: str, seed: int) -> Any:
-    """The evaluation simulator: the run's cluster and workload, the evaluation's ground-truth interference."""
-    from cluster_sim.build import build_simulator
-
-    env = EnvConfig.from_dict(cfg.env)
-    mode = cfg.evaluation.interference
-    data = {"oracle": cfg.evaluation.oracle_data, "learned": env.interference_model}.get(mode)
-    return build_simulator(
-        env.cluster,
-        workload_spec,
-        seed=seed,
-        interference=mode,
-        interference_data=data,
-        restart_cost=env.restart_cost,
-        perf_model=env.perf_model,
-    )
-
-
-def comparison_markdown(report: Mapping[str, Any]) -> str:
-    """Markdown table of the mean metrics per scheduler, best average JCT first, relative to FIFO."""
-    means = report["mean"]
-    ref = means.get("fifo", {}).get("avg_jct")
-    cluster = report["cluster"]
-    if isinstance(cluster, Mapping):
-        cluster = cluster.get("name", "an inline cluster spec")
-    lines = [
-        f"# MARL vs heuristics: {report['workload']} on {cluster}, {report['num_agents']} agents",
-        "",
-        f"Interference: {report['interference']}; workload seeds {report['seeds']} (never drawn in training); "
-        "means over seeds.",
-        "",
-        "| scheduler | avg JCT (s) | ± std | vs FIFO | p50 JCT (s) | p95 JCT (s) | queue delay (s) | makespan (s) "
-        "| GPU util | jobs done |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, m in sorted(means.items(), key=lambda kv: kv[1]["avg_jct"]):
-        rel = f"{m['avg_jct'] / ref:.3f}" if ref else "-"
-        lines.append(
-            f"| {name} | {m['avg_jct']:.0f} | {m['avg_jct_std']:.0f} | {rel} | {m['p50_jct']:.0f} | "
-            f"{m['p95_jct']:.0f} | {m['avg_queue_delay']:.0f} | {m['makespan']:.0f} | {m['gpu_utilization']:.3f} | "
-            f"{m['jobs_completed']:.0f} |"
-        )
-    return "\n".join(lines) + "\n"
 
 
 def train_from_file(config_path: str | Path, out_dir: str | Path, **kwargs: Any) -> dict[str, Any]:

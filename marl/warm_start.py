@@ -13,6 +13,9 @@ from a critic that already knows the scale of the reward.
 
 from __future__ import annotations
 
+import json
+import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +24,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from cluster_sim.results import write_atomic
+from marl.config import TrainConfig
 from marl.env import MarlSchedEnv
 from marl.expert import ExpertPolicy
 from marl.hgnn import HGNNPolicyNet
 from marl.obs_layout import OBS_KEYS, ObsLayout
+from marl.run_folder import CKPT_META, RunFolder, checkpoint_meta
 
 
 @dataclass
@@ -250,3 +256,54 @@ def split_holdout(data: ExpertData, holdout_episodes: int = 1) -> tuple[ExpertDa
         return data, None
     cut = n_ep - holdout_episodes
     return data.subset(np.flatnonzero(data.episode < cut)), data.subset(np.flatnonzero(data.episode >= cut))
+
+
+def run_warm_start(
+    cfg: TrainConfig, env_config: Mapping[str, Any], module: Any, run: RunFolder, log: Callable[[str], None]
+) -> dict:
+    """Imitate the expert into ``module.net``; saves the module and the metrics under ``warm_start/``."""
+    ws = cfg.warm_start
+    t0 = time.perf_counter()
+    data = collect_expert_data(
+        env_config,
+        strategy=ws.strategy,
+        backfill=ws.backfill,
+        episodes=ws.episodes,
+        seed=cfg.seed,
+        gamma=cfg.ppo.gamma,
+    )
+    collect_s = time.perf_counter() - t0
+    log(
+        f"warm start: {ws.episodes} expert episodes, {data.env_steps} env steps, {int(data.choice.sum())} "
+        f"decision states, expert avg JCT {np.mean(data.avg_jct):.0f} s ({collect_s:.1f} s)"
+    )
+    train, holdout = split_holdout(data)
+    history = train_imitation(
+        module.net,
+        train,
+        epochs=ws.epochs,
+        batch_size=ws.batch_size,
+        lr=ws.lr,
+        value_coef=ws.value_coef,
+        seed=cfg.seed,
+        holdout=holdout,
+        log=log,
+    )
+    report = {
+        "expert": {"strategy": ws.strategy, "backfill": ws.backfill, "avg_jct": data.avg_jct},
+        "env_steps": data.env_steps,
+        "states": len(data),
+        "decision_states": int(data.choice.sum()),
+        "collect_s": collect_s,
+        "train_s": time.perf_counter() - t0 - collect_s,
+        "history": history,
+    }
+    folder = run.root / "warm_start"
+    tmp = run.root / "warm_start.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    module.save_to_path(str(tmp / "module"))  # tmp is absolute: run.root is resolved
+    write_atomic(tmp / CKPT_META, json.dumps(checkpoint_meta(cfg, 0), indent=2) + "\n")
+    write_atomic(tmp / "metrics.json", json.dumps(report, indent=2) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return report

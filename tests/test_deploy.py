@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from marl.config import parse_train_config
+from marl.evaluation import eval_simulator
 from marl.export import export_policy_dir, load_marl_policy
-from marl.train import RunFolder, eval_simulator, module_spec_for, run_warm_start, training_env_config
+from marl.run_folder import RunFolder
+from marl.train import module_spec_for, training_env_config
+from marl.warm_start import run_warm_start
 
 CFG = {
     "name": "deploy",

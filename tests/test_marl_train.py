@@ -262,7 +262,9 @@ def test_train_checkpoint_resume_export_and_evaluate(ray_local, tmp_path: Path, 
 
 def test_policy_with_learned_predictor_exports_and_runs_without_ray(tmp_path: Path, traces_dir: Path) -> None:
     from marl.export import export_policy_dir, read_metadata
-    from marl.train import RunFolder, module_spec_for, prepare_predictor, run_warm_start, training_env_config
+    from marl.run_folder import RunFolder
+    from marl.train import module_spec_for, prepare_predictor, training_env_config
+    from marl.warm_start import run_warm_start
 
     data = json.loads(json.dumps(TINY))
     data["env"]["interference"] = "learned"  # trains a (tiny) predictor into the run folder
@@ -282,7 +284,7 @@ def test_policy_with_learned_predictor_exports_and_runs_without_ray(tmp_path: Pa
         import sys
         from marl.export import load_marl_policy
         from marl.config import parse_train_config
-        from marl.train import eval_simulator
+        from marl.evaluation import eval_simulator
         sched = load_marl_policy({str(tmp_path / "policy")!r})
         assert sched.predictor.name == "learned", sched.predictor
         cfg = parse_train_config({TINY!r})

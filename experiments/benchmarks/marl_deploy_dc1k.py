@@ -42,7 +42,8 @@ def export_untrained(
     """Export a freshly initialised (seed 0) policy of ``cluster``'s partition shape into ``out/policy``."""
     from marl.config import parse_train_config
     from marl.export import export_policy_dir
-    from marl.train import CKPT_META, checkpoint_meta, module_spec_for
+    from marl.run_folder import CKPT_META, checkpoint_meta
+    from marl.train import module_spec_for
 
     env: dict[str, Any] = {
         "cluster": cluster,
