@@ -81,6 +81,10 @@ class JobReport:
     progress: float = 0.0
 
 
+# job states (SchedulerView.job_state, ClusterStateView.job_states)
+WAITING_ARRIVAL, QUEUED, RUNNING, DONE = 0, 1, 2, 3
+
+
 @runtime_checkable
 class SchedulerView(Protocol):
     """Read-only state at a scheduling point. The simulator itself implements it (no copies).
@@ -109,6 +113,15 @@ class SchedulerView(Protocol):
 
     def placement(self, job: int) -> np.ndarray:
         """GPUs held by a running job."""
+        ...
+
+    def job_state(self, job: int) -> int:
+        """0 not arrived, 1 queued, 2 running, 3 done (:data:`RUNNING`, :data:`DONE`, ...)."""
+        ...
+
+    @property
+    def job_gpus_held(self) -> np.ndarray:
+        """(N,) GPUs each job holds now (0 unless running): a read-only array."""
         ...
 
     def attained_service(self, job: int) -> float:
@@ -142,6 +155,11 @@ class SchedulerView(Protocol):
     # -- elastic jobs: limits a user states and figures a running job reports (no oracle) ----------------
     elastic: bool  # whether elastic jobs may change GPU count and batch size in this simulation
 
+    def application(self, job: int):
+        """The measured application ``job`` trains (its step times and gradient statistics, as profiled
+        offline), or None for a job whose work is a duration."""
+        ...
+
     def is_elastic(self, job: int) -> bool:
         """Whether ``job`` may change its GPU count and batch size (it trains a measured application)."""
         ...
@@ -161,6 +179,41 @@ class SchedulerView(Protocol):
     def job_report(self, job: int):
         """What an elastic job's training loop has measured (a :class:`JobReport`), or None: step times
         on the configurations it ran on and its current gradient statistics, as AdaptDL reports them."""
+        ...
+
+
+@runtime_checkable
+class ClusterStateView(SchedulerView, Protocol):
+    """What a scheduler that keeps its own state across scheduling points reads besides
+    :class:`SchedulerView` (the MARL coordinator): counters to learn what changed since it last looked,
+    and per-job arrays instead of per-job calls. The simulator implements it."""
+
+    @property
+    def num_arrived(self) -> int:
+        """Jobs that have arrived so far; they are jobs ``0 .. num_arrived - 1`` (arrival order)."""
+        ...
+
+    @property
+    def num_completed(self) -> int:
+        """Jobs that have finished so far."""
+        ...
+
+    @property
+    def job_states(self) -> np.ndarray:
+        """(N,) per job: 0 not arrived, 1 queued, 2 running, 3 done (read-only)."""
+        ...
+
+    @property
+    def job_factor(self) -> np.ndarray:
+        """(N,) each job's current interference throughput factor, 1.0 when nothing slows it (read-only)."""
+        ...
+
+    def attained_services(self, jobs: np.ndarray) -> np.ndarray:
+        """:meth:`SchedulerView.attained_service` of many jobs at once."""
+        ...
+
+    def uplink_jobs(self, rack: int) -> int:
+        """Running jobs whose traffic crosses ``rack``'s uplink (jobs spanning several racks)."""
         ...
 
 

@@ -33,7 +33,20 @@ from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.model_zoo import model_index
 from cluster_sim.ordered_ids import OrderedIds
 from cluster_sim.pollux_apps import consolidated
-from cluster_sim.protocol import Decision, InvalidDecision, JobReport, Preempt, Resize, Scheduler, SetBatch, Start
+from cluster_sim.protocol import (
+    DONE,
+    QUEUED,
+    RUNNING,
+    WAITING_ARRIVAL,
+    Decision,
+    InvalidDecision,
+    JobReport,
+    Preempt,
+    Resize,
+    Scheduler,
+    SetBatch,
+    Start,
+)
 from cluster_sim.results import SimResult
 from cluster_sim.workload import Workload
 from interference.base import CoLocation, InterferenceModel, NoInterference, Sharing
@@ -42,7 +55,6 @@ from topology.view import ClusterView, Level
 # jobs spanning pods or more share rack/pod uplinks; a plain int because Enum attribute lookups are slow
 _POD = int(Level.POD)
 
-WAITING_ARRIVAL, QUEUED, RUNNING, DONE = 0, 1, 2, 3
 _COMPLETION, _WAKEUP, _EPOCH = 0, 1, 2
 
 

@@ -12,10 +12,9 @@ An agent's observation only changes when its own partition or queue does, or whe
 a round it is rebuilt only for the agents that acted; its pool and candidates (the costly part) are kept
 across scheduling points until its partition's occupancy or its queue head changes.
 
-The view passed in is the :class:`cluster_sim.simulator.Simulator` (or anything with the same read-only
-members: ``num_arrived``, ``num_completed``, ``job_states``, ``job_factor``, ``attained_services``,
-``uplink_jobs``, ``estimated_speed``, ``executed_time`` beside the SchedulerView ones). The coordinator
-starts every job itself and never preempts, so a job's executed time is ``now - started_at``.
+The coordinator reads the declared :class:`cluster_sim.protocol.ClusterStateView` (which the simulator
+implements), never the simulator's internals. It starts every job itself and never preempts, so a job's
+executed time is ``now - started_at``.
 """
 
 from __future__ import annotations
@@ -26,8 +25,7 @@ import numpy as np
 
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.placement import FreePool, consolidate
-from cluster_sim.protocol import Start
-from cluster_sim.simulator import DONE
+from cluster_sim.protocol import DONE, ClusterStateView, Start
 from interference.base import InterferenceModel, NoInterference
 from marl.candidates import DEFAULT_PLACEMENTS, LocalView, partition_pool, propose, strategies
 from marl.dispatch import Dispatcher
@@ -130,7 +128,7 @@ class Coordinator:
         self.view = None
 
     # ------------------------------------------------------------ lifecycle
-    def reset(self, view) -> None:
+    def reset(self, view: ClusterStateView) -> None:
         """Start a new run on ``view`` (its workload may differ from the last run's)."""
         if (view.topo.num_gpus, view.topo.num_servers) != (self.topo.num_gpus, self.topo.num_servers):
             raise ValueError(f"view's cluster {view.topo.name!r} is not the coordinator's {self.topo.name!r}")
@@ -153,7 +151,7 @@ class Coordinator:
         self._spill_starts: list[tuple[int, np.ndarray]] = []
         self._occ = np.full(self.topo.num_gpus, -1, dtype=np.int64)  # GPU -> job as the agents' pools see it
 
-    def begin(self, view) -> None:
+    def begin(self, view: ClusterStateView) -> None:
         """A new scheduling point: learn completions and arrivals, start spill jobs, hand off blocked heads."""
         self.view = view
         need = self.jobs.num_gpus

@@ -3,12 +3,15 @@ no oracle durations in observations, dispatch rules, spill jobs, and a real RLli
 
 from __future__ import annotations
 
+import typing
+
 import numpy as np
 import pytest
 
 from cluster_sim.model_rules import default_batch_sizes
 from cluster_sim.model_zoo import MODEL_NAMES
 from cluster_sim.policies import get_policy
+from cluster_sim.protocol import ClusterStateView
 from cluster_sim.simulator import Simulator
 from cluster_sim.workload import Workload
 from marl.dispatch import SPILL, Dispatcher, owned_agents
@@ -195,6 +198,65 @@ def test_scheduler_adapter_equals_env(who: str) -> None:
     other = ExpertPolicy(env.layout, env.config.placements, strategy="spread")
     assert not np.array_equal(Simulator(env.view, env.sim.jobs, perf=env.perf).run(
         MarlScheduler(other, env.layout, num_agents=4)).span, deployed.span), "placements must matter"  # fmt: skip
+
+
+def _declared_members(protocol: type) -> set[str]:
+    names: set[str] = set()
+    for cls in protocol.__mro__:
+        if cls in (object, typing.Protocol, typing.Generic) or not getattr(cls, "_is_protocol", False):
+            continue
+        names |= {n for n in vars(cls) if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+    return names
+
+
+class _DeclaredOnly:
+    """A simulator seen through ClusterStateView alone: reading any member it does not declare fails."""
+
+    members = _declared_members(ClusterStateView)
+
+    def __init__(self, sim: Simulator) -> None:
+        self._sim = sim
+
+    def __getattr__(self, name: str):
+        if name not in self.members:
+            raise AttributeError(f"{name!r} is not declared by ClusterStateView")
+        return getattr(self._sim, name)
+
+
+class _ThroughProtocol:
+    """Hands ``inner`` the simulator as :class:`_DeclaredOnly` at every call."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.seen: _DeclaredOnly | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def _view(self, sim: Simulator) -> _DeclaredOnly:
+        if self.seen is None or self.seen._sim is not sim:
+            self.seen = _DeclaredOnly(sim)
+        return self.seen
+
+    def reset(self, sim: Simulator) -> None:
+        self.inner.reset(self._view(sim))
+
+    def schedule(self, sim: Simulator):
+        return self.inner.schedule(self._view(sim))
+
+
+def test_coordinator_reads_only_the_declared_view() -> None:
+    env = small_env(workload=busy_workload(60, 7), eval=True)
+    expert = ExpertPolicy(env.layout, env.config.placements, backfill=True)
+    sim = Simulator(env.view, env.make_workload(0), perf=env.perf)
+    assert isinstance(sim, ClusterStateView)
+    direct = sim.run(MarlScheduler(expert, env.layout, num_agents=4))
+    declared = Simulator(env.view, env.make_workload(0), perf=env.perf).run(
+        _ThroughProtocol(MarlScheduler(expert, env.layout, num_agents=4))
+    )
+    assert np.array_equal(direct.start, declared.start) and np.array_equal(direct.end, declared.end)
+    with pytest.raises(AttributeError, match="not declared"):
+        _DeclaredOnly(sim)._state  # noqa: B018
 
 
 def test_scheduler_rejects_a_layout_of_another_cluster() -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from cluster_sim.goodput import GoodputFunction, fit_perf_params
 from cluster_sim.policies.base import PolicyScheduler
-from cluster_sim.protocol import Decision, JobReport, Preempt, Resize, SchedulerView, SetBatch, Start
+from cluster_sim.protocol import DONE, RUNNING, Decision, JobReport, Preempt, Resize, SchedulerView, SetBatch, Start
 
 RESTART_DELAY = 30.0  # seconds a reallocation costs in Pollux's restart penalty
 PINNED = {"ncf": (1, 32768)}  # Pollux's simulator keeps ncf on one GPU at this batch size
@@ -118,8 +118,8 @@ class ElasticPolicy(PolicyScheduler):
         # least attained service first, then arrival: ties in every search go to these jobs
         att = np.array([view.attained_service(int(j)) for j in jobs])
         jobs = jobs[np.lexsort((view.jobs.arrival[jobs], att))]
-        cur = np.array([len(view.placement(int(j))) if view.job_state(int(j)) == 2 else 0 for j in jobs])
-        for j in [j for j in self._memo if view.job_state(j) == 3]:  # finished jobs need no tables
+        cur = np.array([len(view.placement(int(j))) if view.job_state(int(j)) == RUNNING else 0 for j in jobs])
+        for j in [j for j in self._memo if view.job_state(j) == DONE]:  # finished jobs need no tables
             del self._memo[j]
         least = np.array([view.gpu_range(int(j))[0] for j in jobs])
         placement, plans = self._allocate_placed(view, jobs, cur, least)
@@ -311,7 +311,7 @@ class ElasticPolicy(PolicyScheduler):
             if j not in order:
                 continue
             g, batch = order.pop(j)
-            started = view.job_state(j) != 2 or j in stopped
+            started = view.job_state(j) != RUNNING or j in stopped
             decisions.append(Start(j, g, batch) if started else Resize(j, g, batch))
             self._restarts[j] += 1
             for k in waiting.get(j, ()):
