@@ -1,4 +1,6 @@
-"""One function builds a simulator from plain settings, for the CLI, experiment tasks and Python users."""
+"""One function builds a simulator from plain settings, for the CLI, experiment tasks, training evaluation
+and Python users (:func:`build_simulator`); the training environment, which keeps its cluster and models
+across episodes, assembles one from those parts (:func:`assemble_simulator`)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ from cluster_sim.perf_model import PerformanceModel
 from cluster_sim.simulator import Simulator
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
+from interference.base import InterferenceModel
 from interference.loader import load_interference_model
 from topology import ClusterSpec, build_cluster, parse_spec
+from topology.view import ClusterView
 
 
 def build_simulator(
@@ -44,12 +48,8 @@ def build_simulator(
     if isinstance(workload, str):
         workload = parse_workload_spec(workload, cluster_gpus=view.num_gpus, seed=seed)
     perf = PerformanceModel(view) if perf_model else None
-    if perf is not None and workload.meta.get("pollux_traces"):  # Pollux's jobs run at its measured speeds
-        from cluster_sim.pollux_apps import PolluxPerformance
-
-        perf = PolluxPerformance(perf, workload.meta["pollux_traces"], view)
     model = None if interference == "none" else load_interference_model(interference, interference_data)
-    return Simulator(
+    return assemble_simulator(
         view,
         workload,
         perf=perf,
@@ -61,3 +61,21 @@ def build_simulator(
         elastic=elastic,
         batch_change_cost=batch_change_cost,
     )
+
+
+def assemble_simulator(
+    view: ClusterView,
+    workload: Workload,
+    *,
+    perf: PerformanceModel | None,
+    interference: InterferenceModel | None,
+    **options: Any,
+) -> Simulator:
+    """A simulator from parts already built (what a training environment reuses across episodes): jobs of
+    Pollux's measured applications run at their measured speeds. ``options`` go to
+    :class:`~cluster_sim.simulator.Simulator`."""
+    if perf is not None and workload.meta.get("pollux_traces"):
+        from cluster_sim.pollux_apps import PolluxPerformance
+
+        perf = PolluxPerformance(perf, workload.meta["pollux_traces"], view)
+    return Simulator(view, workload, perf=perf, interference=interference, **options)

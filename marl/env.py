@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
+from cluster_sim.build import assemble_simulator
 from cluster_sim.perf_model import PerformanceModel
 from cluster_sim.simulator import Simulator
 from cluster_sim.workload import Workload
@@ -103,7 +104,7 @@ class MarlSchedEnv(MultiAgentEnv):
         cfg = self.config
         workload_seed = self._base_seed if cfg.eval else int(self._rng.integers(2**31 - 1))
         self.workload_seed = workload_seed
-        self.sim = Simulator(
+        self.sim = assemble_simulator(
             self.view,
             self.make_workload(workload_seed),
             perf=self.perf,

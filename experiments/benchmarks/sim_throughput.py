@@ -29,23 +29,11 @@ DEV_WINDOW = "start=4973359,end=6182959"  # 2017-11-01 00:00 .. 2017-11-15 00:00
 
 
 def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.Queue) -> None:
-    from cluster_sim.perf_model import PerformanceModel
+    from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
-    from cluster_sim.simulator import Simulator
-    from cluster_sim.workload_spec import parse_workload_spec
-    from interference import load_interference_model
-    from topology import build_cluster
 
     t0 = time.perf_counter()
-    c = build_cluster(cluster)
-    w = parse_workload_spec(workload, cluster_gpus=c.view.num_gpus, seed=0)
-    sim = Simulator(
-        c.view,
-        w,
-        perf=PerformanceModel(c.view),
-        interference=load_interference_model(interference, None),
-        restart_cost=30.0,
-    )
+    sim = build_simulator(cluster, workload, seed=0, interference=interference, restart_cost=30.0)
     setup = time.perf_counter() - t0
     result = sim.run(get_policy(policy, seed=0))
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
