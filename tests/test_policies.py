@@ -369,7 +369,7 @@ def test_preemptions_come_before_starts():
 
 
 def test_qssf_expected_remaining_time_is_the_mean_residual_life_of_its_history() -> None:
-    from cluster_sim.policies.qssf import History
+    from cluster_sim.policies.run_history import History
 
     hist = History()
     hist.add(np.array([7, 7, 7, 7]), np.array([10.0, 20.0, 30.0, 100.0]))

@@ -155,6 +155,26 @@ class PolicyScheduler:
         return starts
 
 
+def admitted_by_budget(need: np.ndarray, budget: int) -> np.ndarray:
+    """Which of the jobs (GPU counts ``need``, in rank order) a greedy pass admits within ``budget`` GPUs:
+    the longest prefix that fits, then every later job that still fits (backfilling)."""
+    cs = np.cumsum(need)
+    k = int(np.searchsorted(cs, budget, side="right"))  # this prefix fits as a whole
+    admitted = np.zeros(len(need), dtype=bool)
+    admitted[:k] = True
+    if k < len(need):
+        budget -= int(cs[k - 1]) if k else 0
+        rest = need[k:]
+        smallest_after = np.minimum.accumulate(rest[::-1])[::-1]
+        for i, n in enumerate(rest.tolist()):
+            if budget < smallest_after[i]:
+                break
+            if n <= budget:
+                admitted[k + i] = True
+                budget -= n
+    return admitted
+
+
 def admit_by_rank(
     sched: PolicyScheduler, view: SchedulerView, pool: FreePool, ranked: np.ndarray, is_running: np.ndarray
 ) -> tuple[list[Decision], np.ndarray, list[Start]]:
@@ -165,22 +185,7 @@ def admit_by_rank(
     job needs the GPUs, and a lower-ranked job never takes GPUs that a higher-ranked one was denied.
     Returns the decisions (preemptions first), the victims and the starts.
     """
-    need = view.jobs.num_gpus[ranked].astype(np.int64)
-    budget = view.topo.num_gpus
-    cs = np.cumsum(need)
-    k = int(np.searchsorted(cs, budget, side="right"))  # this prefix fits as a whole
-    admitted = np.zeros(len(ranked), dtype=bool)
-    admitted[:k] = True
-    if k < len(ranked):
-        budget -= int(cs[k - 1]) if k else 0
-        rest = need[k:]
-        smallest_after = np.minimum.accumulate(rest[::-1])[::-1]
-        for i, n in enumerate(rest.tolist()):
-            if budget < smallest_after[i]:
-                break
-            if n <= budget:
-                admitted[k + i] = True
-                budget -= n
+    admitted = admitted_by_budget(view.jobs.num_gpus[ranked].astype(np.int64), view.topo.num_gpus)
     victims = ranked[is_running & ~admitted]
     for v in victims.tolist():
         pool.release(view.placement(v), v)

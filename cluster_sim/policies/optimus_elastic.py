@@ -6,7 +6,7 @@ Every ``interval`` (60 s) each active job's remaining time on ``n`` GPUs is esti
   it converges; the traces here carry no loss curves, so ``W`` is fitted from the jobs that finished
   instead: the conditional mean residual ``E[P − p | P > p]`` of the total progress ``P`` of finished
   jobs of the same application and tenant (of the same application where the tenant has fewer than 3), at
-  the job's progress ``p`` so far (:class:`~cluster_sim.policies.qssf.History`). Before any job of its
+  the job's progress ``p`` so far (:class:`~cluster_sim.policies.run_history.History`). Before any job of its
   application has finished, a job is expected to need the application's standard training (its epochs
   at the smallest batch), or as much again as it has done. No job's own length is read.
   ``oracle=True`` is Pollux's "Optimus+Oracle" baseline instead (see :meth:`ElasticOptimus._oracle_tables`):
@@ -36,7 +36,7 @@ from cluster_sim.policies.elastic import (
     greedy_counts,
     kept_batch,
 )
-from cluster_sim.policies.qssf import History
+from cluster_sim.policies.run_history import History
 from cluster_sim.pollux_apps import consolidated
 from cluster_sim.protocol import SchedulerView
 

@@ -1,0 +1,165 @@
+"""What a scheduler learns from the jobs it saw finish: run times per tenant and GPU count.
+
+No job's own duration is read. A job that leaves the GPUs without being preempted has finished; its
+wall time on the GPUs is what a cluster's logs record, grouped by tenant and GPU count as a scheduler
+keeps per-user history. A job that has run ``x`` seconds so far is expected to need ``E[D - x | D > x]``
+more over the finished jobs of its group that ran longer than ``x`` (the conditional mean residual
+life). A trace window starts with the history of the jobs that finished before it
+(``workload.meta["history"]``, see :func:`cluster_sim.traces.window.window`), as a deployed scheduler has
+its logs. Groups without history back off to the tenant, then to the GPU count, then to everything; a
+job older than every finished job of its group is expected to need as long again as it has run.
+
+Used by :class:`~cluster_sim.policies.qssf.QSSF`, the elastic Optimus and the learned priority agents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
+
+PRIOR_S = 3600.0  # expected run time before any job has finished
+
+
+class History:
+    """Finished run times per key, with the conditional mean residual life answered vectorised.
+
+    All keys share one array sorted by (key, time), searched through the composite value
+    ``key * SPAN + time``, with suffix sums of the times, so a query for any number of jobs of any keys is
+    one binary search. The latest run times wait in a small unsorted buffer that queries compare against
+    directly; a full buffer is inserted into the sorted array in one pass, never re-sorting the history.
+    """
+
+    SPAN = 1e9  # seconds: larger than any run time (about 31 years), so keys never overlap
+    BUFFER = 256
+
+    def __init__(self) -> None:
+        self._value = np.zeros(0)  # key * SPAN + time, sorted
+        self._time = np.zeros(0)
+        self._suffix = np.zeros(1)  # suffix[i] = sum of _time[i:]
+        self._buf_key: list[int] = []
+        self._buf_time: list[float] = []
+
+    def add(self, keys: np.ndarray, times: np.ndarray) -> None:
+        times = np.minimum(np.asarray(times, dtype=np.float64), self.SPAN * 0.999)
+        self._buf_key.extend(keys.tolist())
+        self._buf_time.extend(times.tolist())
+        if len(self._buf_key) >= self.BUFFER:
+            self._merge()
+
+    def residual(self, keys: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """E[D - x | D > x] per row (``x`` itself where no run time of the key exceeds ``x``)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        base = keys * self.SPAN
+        lo = np.searchsorted(self._value, base + x, side="right")
+        hi = np.searchsorted(self._value, base + self.SPAN, side="left")
+        above = (hi - lo).astype(np.float64)
+        total = self._suffix[lo] - self._suffix[hi]
+        if self._buf_key:
+            bk, bt = np.asarray(self._buf_key), np.asarray(self._buf_time)
+            longer = (bk[None, :] == keys[:, None]) & (bt[None, :] > x[:, None])
+            above += longer.sum(axis=1)
+            total += (longer * bt[None, :]).sum(axis=1)
+        mean_above = np.divide(total, above, out=np.zeros(len(keys)), where=above > 0)
+        return np.where(above > 0, mean_above - x, x)  # older than all: as long again
+
+    def _merge(self) -> None:
+        bk, bt = np.asarray(self._buf_key, dtype=np.int64), np.asarray(self._buf_time)
+        new = bk * self.SPAN + bt
+        order = np.argsort(new, kind="stable")
+        at = np.searchsorted(self._value, new[order])
+        self._value = np.insert(self._value, at, new[order])
+        self._time = np.insert(self._time, at, bt[order])
+        self._suffix = np.concatenate([np.cumsum(self._time[::-1])[::-1], [0.0]])
+        self._buf_key, self._buf_time = [], []
+
+
+class TenantHistory:
+    """Finished run times at four back-off levels, learned from the jobs that leave the GPUs.
+
+    Call :meth:`learn` at the start of every round and :meth:`after_round` with the round's decisions;
+    :meth:`expected_remaining` then answers for any jobs.
+    """
+
+    def __init__(self, min_history: int = 3) -> None:
+        if min_history < 1:
+            raise ValueError(f"min_history must be >= 1, got {min_history}")
+        self.min_history = int(min_history)
+        self._on_gpus = np.zeros(0, dtype=np.int64)
+
+    def reset(self, view: SchedulerView) -> None:
+        self._on_gpus = np.zeros(0, dtype=np.int64)  # jobs holding GPUs once the last round was applied
+        self._levels = [History() for _ in range(4)]
+        self._most_gpus = int(view.jobs.num_gpus.max(initial=1))
+        self._keys = self._group_keys(view.jobs.tenant, view.jobs.num_gpus)
+        self._counts = [np.zeros(int(k.max(initial=0)) + 1, dtype=np.int64) for k in self._keys]
+        past = view.jobs.meta.get("history")
+        if past is not None and len(past["duration"]):
+            pt, pg = np.asarray(past["tenant"]), np.asarray(past["num_gpus"])
+            known = (pt < len(view.jobs.tenants)) & (pg <= self._most_gpus)  # groups this workload can have
+            self._record(self._group_keys(pt[known], pg[known]), np.asarray(past["duration"])[known])
+
+    def _group_keys(self, tenant: np.ndarray, num_gpus: np.ndarray) -> list[np.ndarray]:
+        """Keys at each back-off level: (tenant, GPUs), tenant, GPUs, everything."""
+        t, g = np.asarray(tenant, dtype=np.int64), np.asarray(num_gpus, dtype=np.int64)
+        return [t * (self._most_gpus + 1) + g, t, g, np.zeros(len(t), dtype=np.int64)]
+
+    def learn(self, view: SchedulerView) -> None:
+        """Jobs that left the GPUs since the last round without being preempted have finished."""
+        prev = self._on_gpus
+        if not len(prev):
+            return
+        here = np.zeros(len(view.jobs), dtype=bool)
+        here[np.asarray(view.running, dtype=np.int64)] = True
+        here[np.asarray(view.queue, dtype=np.int64)] = True
+        gone = prev[~here[prev]]
+        if len(gone):
+            self._record([keys[gone] for keys in self._keys], view.executed_times(gone))
+            self._on_gpus = prev[here[prev]]  # recorded once, even if no round follows
+
+    def after_round(self, view: SchedulerView, decisions: Sequence[Decision]) -> None:
+        """Remember which jobs hold GPUs once ``decisions`` are applied."""
+        running = np.asarray(view.running, dtype=np.int64)
+        preempted = [d.job for d in decisions if isinstance(d, Preempt)]
+        started = [d.job for d in decisions if isinstance(d, Start)]
+        if preempted:
+            running = np.setdiff1d(running, preempted)
+        self._on_gpus = np.concatenate([running, np.asarray(started, dtype=np.int64)])
+
+    def _record(self, keys: list[np.ndarray], times: np.ndarray) -> None:
+        """Finished run times under their key at every back-off level."""
+        for level, (hist, k) in enumerate(zip(self._levels, keys, strict=True)):
+            hist.add(k, times)
+            if len(k) and int(k.max()) >= len(self._counts[level]):
+                grown = np.zeros(int(k.max()) + 1, dtype=np.int64)
+                grown[: len(self._counts[level])] = self._counts[level]
+                self._counts[level] = grown
+            np.add.at(self._counts[level], k, 1)
+
+    def group_size(self, jobs: np.ndarray) -> np.ndarray:
+        """Finished jobs of each job's (tenant, GPU count) group so far."""
+        k = self._keys[0][jobs]
+        counts = self._counts[0]
+        return np.where(k < len(counts), counts[np.minimum(k, len(counts) - 1)], 0)
+
+    def expected_remaining(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+        """E[D - x | D > x] per job from the history of finished jobs (x = wall seconds run so far)."""
+        return self.residual(jobs, view.executed_times(jobs))
+
+    def residual(self, jobs: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """E[D - x | D > x] per job for given run times ``x`` (``x = 0``: the group's mean run time)."""
+        x = np.asarray(x, dtype=np.float64)
+        est = np.full(len(jobs), np.nan)
+        for hist, keys, counts in zip(self._levels, self._keys, self._counts, strict=True):
+            todo = np.flatnonzero(np.isnan(est))
+            if not len(todo):
+                break
+            k = keys[jobs[todo]]
+            enough = counts[k] >= self.min_history
+            if enough.any():
+                est[todo[enough]] = hist.residual(k[enough], x[todo[enough]])
+        missing = np.isnan(est)
+        est[missing] = np.maximum(PRIOR_S - x[missing], x[missing])
+        return est
