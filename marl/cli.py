@@ -1,4 +1,4 @@
-"""`marlsched train` and `marlsched export`; experiments.cli registers them with :func:`add_train_commands`.
+"""`marlsched train`, `train-priority` and `export`; experiments.cli registers them (:func:`add_train_commands`).
 
 Heavy modules (torch, ray) load inside the commands so that `marlsched --help` starts fast.
 """
@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_train_commands", "main", "run_export", "run_train"]
+__all__ = ["add_train_commands", "main", "run_export", "run_train", "run_train_priority"]
 
 
 def add_train_commands(subparsers) -> None:
@@ -45,6 +45,19 @@ def add_train_commands(subparsers) -> None:
     e.add_argument("--no-onnx", action="store_true", help="TorchScript only")
     e.set_defaults(func=run_export)
 
+    t = subparsers.add_parser(
+        "train-priority",
+        help="train the preemptive priority agents (QSSF warm start, PPO on trace windows) and export them",
+        description=(
+            "Train the priority agents of marl.priority_agents on random windows of a trace with RLlib PPO; "
+            "writes progress.csv, learning_curve.png and the exported policy folder OUT/policy, usable as "
+            "`simulate --policy marl:OUT/policy` on any cluster."
+        ),
+    )
+    t.add_argument("--config", required=True, help="YAML config (e.g. experiments/configs/marl_philly.yaml)")
+    t.add_argument("--out", required=True, help="output folder")
+    t.set_defaults(func=run_train_priority)
+
 
 def run_train(args: argparse.Namespace) -> int:
     from marl.config import load_train_config
@@ -75,6 +88,13 @@ def run_train(args: argparse.Namespace) -> int:
         log=log,
     )
     print(f"run folder: {summary['out']} ({summary.get('iterations', 0)} PPO iterations)")
+    return 0
+
+
+def run_train_priority(args: argparse.Namespace) -> int:
+    from marl.priority_train import train_priority
+
+    train_priority(args.config, args.out)
     return 0
 
 

@@ -266,8 +266,13 @@ def load_marl_policy(
 ) -> MarlScheduler:
     """The exported policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no ray).
 
-    ``predictor`` overrides the interference predictor recorded in the metadata.
+    ``predictor`` overrides the interference predictor recorded in the metadata. A folder of the
+    priority agents (:mod:`marl.priority_export`) loads as those, one agent per rack.
     """
+    from marl.priority_export import is_priority_policy, load_priority_policy
+
+    if is_priority_policy(policy_dir):
+        return load_priority_policy(policy_dir, name=name, num_threads=num_threads)
     meta = read_metadata(policy_dir)
     fn = TorchScriptPolicy(Path(policy_dir) / meta["files"]["torchscript"], num_threads=num_threads)
     return marl_scheduler(fn, meta, predictor=predictor, policy_dir=policy_dir, name=name)

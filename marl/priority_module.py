@@ -1,0 +1,63 @@
+"""RLlib wrapper of :class:`marl.priority_net.PriorityNet`: a Gaussian over per-slot scores (new API stack).
+
+The action is one score per job slot, drawn from a diagonal Gaussian around the network's scores with one
+learned standard deviation (RLlib's default ``TorchDiagGaussian`` for a Box action space). Padded slots
+get mean 0 and log-std 0 as constants, so their (ignored) actions add nothing to the PPO ratio, the KL or
+the entropy gradient. Evaluation uses the mean: the deterministic scores of the exported network.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from torch import nn
+
+from marl.priority_features import JobSetLayout
+from marl.priority_net import PriorityNet
+
+
+def priority_module_spec(layout: JobSetLayout, hidden: int = 64, init_log_std: float = -1.0) -> RLModuleSpec:
+    """The shared module of all priority agents for ``layout``'s spaces."""
+    return RLModuleSpec(
+        module_class=PriorityRLModule,
+        observation_space=layout.space(),
+        action_space=layout.action_space(),
+        model_config={"hidden": int(hidden), "init_log_std": float(init_log_std)},
+    )
+
+
+class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
+    """Shared scoring policy and centralised critic of the priority agents."""
+
+    def setup(self) -> None:
+        cfg = self.model_config or {}
+        self.net = PriorityNet(int(cfg.get("hidden", 64)))
+        self.log_std = nn.Parameter(torch.tensor(float(cfg.get("init_log_std", -1.0))))
+
+    def _encode(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        obs = batch[Columns.OBS]
+        return self.net.encode(obs["jobs"], obs["parts"])
+
+    def _dist_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        scores, ctx = self._encode(batch)
+        valid = batch[Columns.OBS]["jobs"][..., 0] > 0
+        log_std = torch.where(valid, self.log_std.expand_as(scores), torch.zeros_like(scores))
+        return torch.cat([scores, log_std], dim=-1), ctx
+
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        inputs, _ = self._dist_inputs(batch)
+        return {Columns.ACTION_DIST_INPUTS: inputs}
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        inputs, ctx = self._dist_inputs(batch)
+        return {Columns.ACTION_DIST_INPUTS: inputs, Columns.EMBEDDINGS: ctx}
+
+    def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
+        if embeddings is None:
+            _, embeddings = self._encode(batch)
+        return self.net.value(embeddings)

@@ -1,0 +1,228 @@
+"""Train the priority agents with RLlib PPO on trace windows, and export the result.
+
+Warm start: the network's scores are QSSF's rank key plus a residual whose last layer starts at zero
+(:mod:`marl.priority_net`), so iteration 0 *is* QSSF, the strongest non-oracle heuristic; PPO then learns
+where to deviate. The reward is relative to QSSF's schedule of the same window
+(:mod:`marl.priority_env`), an input-dependent baseline. Progress goes to ``progress.csv`` and a
+learning-curve PNG; the network is exported to ``OUT/policy`` (:mod:`marl.priority_export`).
+
+    marlsched train-priority --config experiments/configs/marl_philly.yaml --out results/marl_philly
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from marl.priority_env import PriorityEnv, PriorityEnvConfig
+
+POLICY_ID = "shared"
+Log = Callable[[str], None]
+PPO_DEFAULTS: dict[str, Any] = {
+    "time_budget_min": 30.0,
+    "iterations": 200,
+    "num_env_runners": 2,
+    "num_cpus_per_env_runner": 0.5,
+    "train_batch_size": 4000,
+    "minibatch_size": 1000,
+    "num_epochs": 4,
+    "lr": 3e-4,
+    "gamma": 1.0,
+    "lambda": 0.95,
+    "clip_param": 0.2,
+    "vf_loss_coeff": 0.5,
+    "vf_clip_param": 1e4,
+    "entropy_coeff": 0.0,
+    "grad_clip": 1.0,
+    "sample_timeout_s": 1800,
+}
+MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0}
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """The YAML config with defaults filled in; unknown sections or keys are named in the error."""
+    path = Path(path)
+    raw = yaml.safe_load(path.read_text()) or {}
+    allowed = {"name", "seed", "env", "model", "ppo", "ray"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ValueError(f"{path}: unknown sections {unknown}; allowed: {sorted(allowed)}")
+    for section, defaults in (("model", MODEL_DEFAULTS), ("ppo", PPO_DEFAULTS)):
+        bad = sorted(set(raw.get(section) or {}) - set(defaults))
+        if bad:
+            raise ValueError(f"{path}: {section} has unknown keys {bad}; allowed: {sorted(defaults)}")
+    env = dict(raw.get("env") or {})
+    env.setdefault("seed", int(raw.get("seed", 0)))
+    PriorityEnvConfig.from_dict(env)  # validates, names the bad key
+    return {
+        "name": raw.get("name", path.stem),
+        "seed": int(raw.get("seed", 0)),
+        "env": env,
+        "model": {**MODEL_DEFAULTS, **(raw.get("model") or {})},
+        "ppo": {**PPO_DEFAULTS, **(raw.get("ppo") or {})},
+        "ray": {"num_cpus": 2, "object_store_mb": 100, **(raw.get("ray") or {})},
+    }
+
+
+def _callbacks() -> type:
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+
+    class EpisodeGain(RLlibCallback):
+        """Logs each finished episode's average JCT and its gain over the reference schedule."""
+
+        def on_episode_end(self, *, episode, metrics_logger=None, **kwargs) -> None:
+            info = next((i for i in episode.get_infos(-1).values() if isinstance(i, Mapping) and "avg_jct" in i), None)
+            if info is None or metrics_logger is None:
+                return
+            metrics_logger.log_value("avg_jct", float(info["avg_jct"]), reduce="mean")
+            metrics_logger.log_value("gain", 1.0 - info["avg_jct"] / info["reference_jct"], reduce="mean")
+
+    return EpisodeGain
+
+
+def ppo_config(cfg: Mapping[str, Any]) -> Any:
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+
+    from marl.priority_module import priority_module_spec
+
+    p = cfg["ppo"]
+    layout = PriorityEnv(cfg["env"]).layout
+    spec = priority_module_spec(layout, **cfg["model"])
+    return (
+        PPOConfig()
+        .environment(
+            PriorityEnv,
+            env_config=cfg["env"],
+            disable_env_checking=True,
+            normalize_actions=False,
+            clip_actions=False,
+        )
+        .env_runners(
+            num_env_runners=p["num_env_runners"],
+            num_cpus_per_env_runner=p["num_cpus_per_env_runner"],
+            sample_timeout_s=p["sample_timeout_s"],
+        )
+        .learners(num_learners=0)
+        .multi_agent(policies={POLICY_ID}, policy_mapping_fn=lambda agent_id, episode=None, **kw: POLICY_ID)
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={POLICY_ID: spec}))
+        .training(
+            train_batch_size_per_learner=p["train_batch_size"],
+            minibatch_size=p["minibatch_size"],
+            num_epochs=p["num_epochs"],
+            lr=p["lr"],
+            gamma=p["gamma"],
+            lambda_=p["lambda"],
+            clip_param=p["clip_param"],
+            vf_clip_param=p["vf_clip_param"],
+            vf_loss_coeff=p["vf_loss_coeff"],
+            entropy_coeff=p["entropy_coeff"],
+            grad_clip=p["grad_clip"],
+        )
+        .callbacks(_callbacks())
+        .debugging(seed=cfg["seed"])
+    )
+
+
+def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [(r["minutes"], r["gain"]) for r in rows if r["gain"] == r["gain"]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if pts:
+        ax.plot([m for m, _ in pts], [100 * g for _, g in pts], marker="o", ms=3)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel("training time (min)")
+    ax.set_ylabel("avg JCT below QSSF (%)")
+    ax.set_title("priority agents: training windows, gain over the reference schedule")
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = print) -> dict[str, Any]:
+    """Train, log progress, export ``OUT/policy``; returns a summary."""
+    import ray
+
+    from marl.priority_export import save_priority_policy
+    from marl.priority_net import PriorityNet
+
+    cfg = load_config(config_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = False
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=cfg["ray"]["num_cpus"],
+            object_store_memory=int(cfg["ray"]["object_store_mb"]) * 1024**2,
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+        started = True
+    p = cfg["ppo"]
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    algo = ppo_config(cfg).build_algo()
+    try:
+        for it in range(1, int(p["iterations"]) + 1):
+            res = algo.train()
+            runners = res.get("env_runners", {})
+            row = {
+                "iteration": it,
+                "minutes": (time.perf_counter() - t0) / 60.0,
+                "env_steps": int(res.get("num_env_steps_sampled_lifetime", 0) or 0),
+                "episodes": int(runners.get("num_episodes_lifetime", 0) or 0),
+                "gain": float(runners.get("gain", float("nan"))),
+                "avg_jct": float(runners.get("avg_jct", float("nan"))),
+                "return": float(runners.get("episode_return_mean", float("nan"))),
+            }
+            rows.append(row)
+            log(
+                f"iter {it:3d}  {row['minutes']:5.1f} min  steps {row['env_steps']:>8}  episodes {row['episodes']:>4}  "
+                f"gain over QSSF {100 * row['gain']:+.2f}%  avg JCT {row['avg_jct']:,.0f} s"
+            )
+            _write_rows(rows, out / "progress.csv")
+            plot_curve(rows, out / "learning_curve.png")
+            if row["minutes"] >= float(p["time_budget_min"]):
+                break
+        module = algo.get_module(POLICY_ID)
+        net = PriorityNet(int(cfg["model"]["hidden"]))
+        net.load_state_dict(module.net.state_dict())
+        meta = {
+            "agents": {"hysteresis": cfg["env"].get("hysteresis", PriorityEnvConfig.hysteresis), "per": "rack"},
+            "trained": {
+                "command": f"marlsched train-priority --config {config_path} --out {out_dir}",
+                "config": cfg,
+                "iterations": len(rows),
+                "minutes": rows[-1]["minutes"] if rows else 0.0,
+                "log_std": float(module.log_std.detach()),
+                "python": sys.version.split()[0],
+            },
+        }
+        policy = save_priority_policy(net, out / "policy", meta)
+        log(f"policy: {policy}")
+    finally:
+        algo.stop()
+        if started:
+            ray.shutdown()
+    return {"iterations": len(rows), "rows": rows, "policy": str(out / "policy")}
+
+
+def _write_rows(rows: list[dict[str, Any]], path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)

@@ -1,0 +1,196 @@
+"""The preemptive priority agents: QSSF as a special case, no leak, preemption without loss, the env's
+relative reward, export, the shipped policy, and a brief real RLlib training run."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cluster_sim.build import build_simulator
+from cluster_sim.policies import get_policy
+from cluster_sim.workload import Workload
+from marl.priority_agents import PriorityAgents, qssf_scores
+from marl.priority_net import NetScorer, PriorityNet
+
+DEV = 4_973_359.0
+SHIPPED = Path(__file__).resolve().parents[1] / "experiments" / "policies" / "philly-small"
+
+
+@pytest.fixture(scope="module")
+def window(traces_dir: Path) -> str:
+    start = DEV + 6 * 86400.0
+    return f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,start={start},end={start + 86400},load=0.9"
+
+
+def _run(spec: str, policy, cluster: str = "small"):
+    return build_simulator(cluster, spec, seed=0, restart_cost=30.0).run(policy)
+
+
+def test_one_agent_with_qssf_scores_is_qssf(window: str) -> None:
+    qssf = _run(window, get_policy("qssf", seed=0))
+    ours = _run(window, PriorityAgents(qssf_scores, num_agents=1))
+    assert qssf.metrics()["preemptions"] > 0 or qssf.jct.size > 100
+    np.testing.assert_array_equal(ours.jct, qssf.jct)
+
+
+def test_untrained_network_scores_equal_qssf_scores(window: str) -> None:
+    sim = build_simulator("small", window, seed=0)
+    agents = PriorityAgents(num_agents=4)
+    agents.reset(sim)
+    sim.advance()
+    obs = None
+    while obs is None and sim.advance():
+        obs = agents.observe(sim)
+    assert obs is not None
+    net_scores = NetScorer(PriorityNet(32))(obs.arrays)
+    valid = obs.job_ids >= 0
+    np.testing.assert_allclose(net_scores[valid], qssf_scores(obs.arrays)[valid], rtol=1e-5)
+
+
+class _Recorder:
+    """QSSF's scores, remembering every observation before ``until``."""
+
+    def __init__(self, until: float) -> None:
+        self.until, self.seen, self.view = until, [], None
+
+    def __call__(self, arrays):
+        if self.view.now < self.until:
+            self.seen.append((self.view.now, {k: v.copy() for k, v in arrays.items()}))
+        return qssf_scores(arrays)
+
+
+def test_changing_unfinished_jobs_durations_leaves_every_observation_unchanged(window: str) -> None:
+    base = build_simulator("small", window, seed=0)
+    res = _run(window, PriorityAgents(qssf_scores, num_agents=4))
+    cut = float(np.quantile(res.end, 0.5))
+    unfinished = ~(res.end <= cut)
+    jobs: Workload = base.jobs
+    longer = dataclasses.replace(jobs, duration=np.where(unfinished, jobs.duration * 3.0 + 100.0, jobs.duration))
+    seen = []
+    for workload in (jobs, longer):
+        rec = _Recorder(cut)
+        agents = PriorityAgents(rec, num_agents=4)
+        sim = build_simulator("small", workload, seed=0, restart_cost=30.0)
+        rec.view = sim
+        sim.run(agents)
+        seen.append(rec.seen)
+    assert len(seen[0]) > 50 and len(seen[0]) == len(seen[1])
+    for (t0, a), (t1, b) in zip(*seen, strict=True):
+        assert t0 == t1
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_random_scores_preempt_and_lose_no_job(window: str) -> None:
+    rng = np.random.default_rng(0)
+
+    def noisy(arrays):
+        return qssf_scores(arrays) + rng.normal(0.0, 4.0, size=arrays["jobs"].shape[:2])
+
+    res = _run(window, PriorityAgents(noisy, num_agents=4, hysteresis=0.0))
+    m = res.metrics()
+    assert m["jobs_completed"] == len(res.jct)
+    assert res.preemptions.sum() > 10
+    # every job ran its full work: executed wall time covers its duration (restart stalls only add)
+    assert np.all(res.executed >= res.workload.duration - 1e-6)
+
+
+def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
+    from marl.priority_env import PriorityEnv
+
+    env = PriorityEnv({"workload": window, "interference": "none", "interference_data": None})
+    obs, _ = env.reset()
+    total, steps, done = 0.0, 0, False
+    while not done:
+        obs, rew, term, _, info = env.step({a: qssf_scores({"jobs": o["jobs"]}) for a, o in obs.items()})
+        total += rew["p0"]
+        steps += 1
+        done = term["__all__"]
+    assert steps > 20
+    assert info["p0"]["avg_jct"] == pytest.approx(info["p0"]["reference_jct"])
+    assert abs(total) < 1e-6
+    # worse scores (reversed) give a negative relative return
+    obs, _ = env.reset()
+    total, done = 0.0, False
+    while not done:
+        obs, rew, term, _, info = env.step({a: -qssf_scores({"jobs": o["jobs"]}) for a, o in obs.items()})
+        total += rew["p0"]
+        done = term["__all__"]
+    assert info["p0"]["avg_jct"] > info["p0"]["reference_jct"]
+    assert total == pytest.approx(-(info["p0"]["avg_jct"] - info["p0"]["reference_jct"]) * info["p0"]["jobs"] / 360000)
+
+
+def test_export_equals_the_network_and_runs_on_another_cluster(tmp_path: Path, window: str) -> None:
+    from marl.priority_export import load_priority_policy, save_priority_policy
+
+    torch.manual_seed(0)
+    net = PriorityNet(16)
+    for p in net.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    save_priority_policy(net, tmp_path / "pol", {"agents": {"hysteresis": 3.0}})
+    scripted = torch.jit.load(str(tmp_path / "pol" / "policy.pt"))
+    for n, k in ((5, 1), (300, 8)):
+        jobs = torch.rand(3, n, net.job[0].in_features)
+        jobs[..., 0] = (jobs[..., 0] > 0.3).float()
+        parts = torch.rand(3, k, net.part[0].in_features)
+        with torch.no_grad():
+            np.testing.assert_allclose(scripted(jobs, parts)[0].numpy(), net(jobs, parts)[0].numpy(), atol=1e-5)
+    sched = load_priority_policy(tmp_path / "pol")
+    sim = build_simulator("dc-1k", build_simulator("small", window).jobs, seed=0)
+    res = sim.run(sched)
+    assert sched.num_agents == sim.topo.num_racks > 4
+    assert res.metrics()["jobs_completed"] == len(res.jct)
+
+
+@pytest.mark.skipif(not (SHIPPED / "metadata.json").is_file(), reason="no shipped policy")
+def test_shipped_policy_loads_and_schedules(window: str) -> None:
+    from experiments.simulate import make_scheduler_by_name
+
+    sched = make_scheduler_by_name(f"marl:{SHIPPED}", 0)
+    res = _run(window, sched)
+    assert sched.num_agents == 4
+    assert res.metrics()["jobs_completed"] == len(res.jct)
+
+
+def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces_dir: Path) -> None:
+    import yaml
+
+    from marl.priority_export import load_priority_policy
+    from marl.priority_train import train_priority
+
+    cfg = {
+        "env": {
+            "trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv",
+            "window_days": 1.0,
+            "load": 0.5,
+            "train_start": 2_592_000,
+            "train_end": 3_000_000,
+            "interference": "none",
+            "interference_data": None,
+        },
+        "model": {"hidden": 16},
+        "ppo": {"iterations": 2, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
+                "num_env_runners": 1},
+    }  # fmt: skip
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = train_priority(path, tmp_path / "run", log=lambda s: None)
+    assert out["iterations"] == 2
+    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
+    load_priority_policy(tmp_path / "run" / "policy")
+
+
+def test_bad_config_names_the_key(tmp_path: Path) -> None:
+    from marl.priority_train import load_config
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("env:\n  windw_days: 3\n")
+    with pytest.raises(ValueError, match="windw_days"):
+        load_config(path)
+    path.write_text("ppo:\n  lr_rate: 3\n")
+    with pytest.raises(ValueError, match="lr_rate"):
+        load_config(path)
