@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         paired = {p: [r[p] / r[args.reference] - 1 for r in rows] for p in args.policies}
         print(
             f"{'paired':>15} "
-            + " ".join(f"{np.mean(paired[p]):>+6.1%}±{np.std(paired[p]):.1%}"[-10:].rjust(10) for p in args.policies)
+            + " ".join(f"{np.mean(paired[p]):+.1%}±{np.std(paired[p]):.1%}".rjust(10) for p in args.policies)
         )
 
 
