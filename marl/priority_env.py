@@ -13,7 +13,8 @@ Reward, shared by all agents: minus the jobs in the system integrated over the t
 reset), divided by ``reward_scale`` seconds. Summed over an episode it is ``-(total JCT - total JCT of
 the reference) / reward_scale``: the workload's own weight, which dominates returns in scheduling,
 cancels, and what is left is what the policy changed (an input-dependent baseline in reward form; it
-does not depend on the actions, so the policy gradient stays unbiased).
+does not depend on the actions, so the policy gradient stays unbiased). Observations carry the
+reference's state beside the agents' own (``critic``, read by the value function only).
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ class InSystemIntegral:
         self.sc = np.concatenate([[0.0], np.cumsum(self.c)])
         self.total = float(self.sc[-1] - self.sa[-1])  # F(infinity): the total JCT
 
+    def count(self, t: float) -> int:
+        """Jobs in the system at ``t``."""
+        return int(np.searchsorted(self.a, t, side="right") - np.searchsorted(self.c, t, side="right"))
+
     def __call__(self, t: float) -> float:
         na = int(np.searchsorted(self.a, t, side="right"))
         nc = int(np.searchsorted(self.c, t, side="right"))
@@ -109,7 +114,7 @@ class PriorityEnv(MultiAgentEnv):
         probe = build_simulator(cfg.cluster, self._probe_workload(), seed=0)
         self.agents_policy.reset(probe)
         self.layout = self.agents_policy.layout
-        self.observation_spaces = {a: self.layout.space() for a in self.agents}
+        self.observation_spaces = {a: self.layout.space(critic=True) for a in self.agents}
         self.action_spaces = {a: self.layout.action_space() for a in self.agents}
         offset = 1000 * int(getattr(config, "worker_index", 0)) + int(getattr(config, "vector_index", 0))
         self._rng = np.random.Generator(np.random.PCG64(cfg.seed + offset))
@@ -173,11 +178,19 @@ class PriorityEnv(MultiAgentEnv):
         )
 
     def _observations(self) -> dict[str, dict[str, np.ndarray]]:
+        critic = self._critic()
         if self._obs is None:
             zeros = {k: np.zeros(s, dtype=np.float32) for k, s in self.layout.shapes().items()}
-            return {a: zeros for a in self.agents}
+            return {a: {**zeros, "critic": critic} for a in self.agents}
         arrays = self._obs.arrays
-        return {a: {key: arrays[key][k] for key in arrays} for k, a in enumerate(self.agents)}
+        return {a: {**{key: arrays[key][k] for key in arrays}, "critic": critic} for k, a in enumerate(self.agents)}
+
+    def _critic(self) -> np.ndarray:
+        """:data:`~marl.priority_features.CRITIC_FEATURES` now (no deficit without a reference)."""
+        sim = self.sim
+        n = sim.num_arrived - sim.num_completed
+        ref = self.reference.count(sim.now) if self.reference is not None else n
+        return np.array([n / 100.0, ref / 100.0, (n - ref) / 10.0], dtype=np.float32)
 
     def _advance(self) -> bool:
         """Advance to the next point where some agent has a waiting job; True when the run is over."""

@@ -8,7 +8,10 @@ Observation of agent ``k`` (arrays of one agent; the scheduler stacks all agents
 
 - ``jobs`` ``(N, Fj)``: one row per job slot, columns :data:`JOB_FEATURES`; column 0 is ``valid``;
 - ``parts`` ``(K, Fp)``: every partition's summary, columns :data:`PART_FEATURES`, rolled so that the
-  agent's own partition is row 0 (the top level of the encoder reads them; the critic sees all).
+  agent's own partition is row 0 (the top level of the encoder reads them; the critic sees all);
+- in training only, ``critic`` ``(Fc,)``: :data:`CRITIC_FEATURES`, what the reference schedule of the
+  same window is doing now. Only the value function reads them (an asymmetric critic); the scores, and
+  so the exported policy, never do.
 
 Times enter as ``log1p(hours) / 5`` (:func:`marl.features.log_hours`), the expected remaining time also
 as ``ln(seconds) / LOG_SCALE``, the scale of the scores (QSSF's rank key is ``-LOG_SCALE`` times it).
@@ -49,6 +52,12 @@ PART_FEATURES: tuple[str, ...] = (
     "size",  # GPUs / the cluster's GPUs
 )
 
+CRITIC_FEATURES: tuple[str, ...] = (
+    "in_system",  # jobs in the system now / 100
+    "reference_in_system",  # jobs in the reference schedule's system at the same time / 100
+    "deficit",  # (in_system - reference_in_system) / 10: the gap the return-to-go mostly depends on
+)
+
 
 @dataclass(frozen=True)
 class JobSetLayout:
@@ -65,9 +74,11 @@ class JobSetLayout:
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {"jobs": (self.N, len(JOB_FEATURES)), "parts": (self.K, len(PART_FEATURES))}
 
-    def space(self) -> gym.spaces.Dict:
+    def space(self, critic: bool = False) -> gym.spaces.Dict:
+        """The observation space; ``critic`` adds the training-only ``critic`` key."""
+        shapes = self.shapes() | ({"critic": (len(CRITIC_FEATURES),)} if critic else {})
         return gym.spaces.Dict(
-            {k: gym.spaces.Box(-np.inf, np.inf, shape=s, dtype=np.float32) for k, s in self.shapes().items()}
+            {k: gym.spaces.Box(-np.inf, np.inf, shape=s, dtype=np.float32) for k, s in shapes.items()}
         )
 
     def action_space(self) -> gym.spaces.Box:

@@ -4,6 +4,11 @@ The action is one score per job slot, drawn from a diagonal Gaussian around the 
 learned standard deviation (RLlib's default ``TorchDiagGaussian`` for a Box action space). Padded slots
 get mean 0 and log-std 0 as constants, so their (ignored) actions add nothing to the PPO ratio, the KL or
 the entropy gradient. Evaluation uses the mean: the deterministic scores of the exported network.
+
+The value is the network's centralised critic plus a training-only term of the ``critic`` inputs (the
+reference schedule's state, :data:`marl.priority_features.CRITIC_FEATURES`): with a reward relative to
+that reference, the return-to-go depends mostly on how far behind or ahead of it the system is, which
+no deployed agent could observe. The term lives here, not in the exported network.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 
-from marl.priority_features import JobSetLayout
+from marl.priority_features import CRITIC_FEATURES, JobSetLayout
 from marl.priority_net import PriorityNet
 
 
@@ -25,7 +30,7 @@ def priority_module_spec(layout: JobSetLayout, hidden: int = 64, init_log_std: f
     """The shared module of all priority agents for ``layout``'s spaces."""
     return RLModuleSpec(
         module_class=PriorityRLModule,
-        observation_space=layout.space(),
+        observation_space=layout.space(critic=True),
         action_space=layout.action_space(),
         model_config={"hidden": int(hidden), "init_log_std": float(init_log_std)},
     )
@@ -38,6 +43,8 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
         cfg = self.model_config or {}
         self.net = PriorityNet(int(cfg.get("hidden", 64)))
         self.log_std = nn.Parameter(torch.tensor(float(cfg.get("init_log_std", -1.0))))
+        h = self.net.hidden
+        self.critic_extra = nn.Sequential(nn.Linear(len(CRITIC_FEATURES), h), nn.ReLU(), nn.Linear(h, 1))
 
     def _encode(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         obs = batch[Columns.OBS]
@@ -60,4 +67,6 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         if embeddings is None:
             _, embeddings = self._encode(batch)
-        return self.net.value(embeddings)
+        value = self.net.value(embeddings)
+        critic = batch[Columns.OBS].get("critic")
+        return value if critic is None else value + self.critic_extra(critic).squeeze(-1)

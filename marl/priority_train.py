@@ -4,7 +4,9 @@ Warm start: the network's scores are QSSF's rank key plus a residual whose last 
 (:mod:`marl.priority_net`), so iteration 0 *is* QSSF, the strongest non-oracle heuristic; PPO then learns
 where to deviate. The reward is relative to QSSF's schedule of the same window
 (:mod:`marl.priority_env`), an input-dependent baseline. Progress goes to ``progress.csv`` and a
-learning-curve PNG; the network is exported to ``OUT/policy`` (:mod:`marl.priority_export`).
+learning-curve PNG; the network is exported to ``OUT/policy`` (:mod:`marl.priority_export`), and every
+``snapshot_every`` iterations to ``OUT/snapshots/iter-NNN``, so that a policy can be selected on held-out
+windows (``experiments/benchmarks/heuristic_spread.py --policies marl:OUT/snapshots/iter-NNN``).
 
     marlsched train-priority --config experiments/configs/marl_philly.yaml --out results/marl_philly
 """
@@ -41,6 +43,7 @@ PPO_DEFAULTS: dict[str, Any] = {
     "entropy_coeff": 0.0,
     "grad_clip": 1.0,
     "sample_timeout_s": 1800,
+    "snapshot_every": 10,  # export OUT/snapshots/iter-NNN every so many iterations (0: never), for selection
 }
 MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0}
 
@@ -155,9 +158,6 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
     """Train, log progress, export ``OUT/policy``; returns a summary."""
     import ray
 
-    from marl.priority_export import save_priority_policy
-    from marl.priority_net import PriorityNet
-
     cfg = load_config(config_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -174,6 +174,7 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     algo = ppo_config(cfg).build_algo()
+    export = _exporter(algo, cfg, rows, f"marlsched train-priority --config {config_path} --out {out_dir}")
     try:
         for it in range(1, int(p["iterations"]) + 1):
             res = algo.train()
@@ -194,15 +195,34 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
             )
             _write_rows(rows, out / "progress.csv")
             plot_curve(rows, out / "learning_curve.png")
-            if row["minutes"] >= float(p["time_budget_min"]):
+            last = row["minutes"] >= float(p["time_budget_min"]) or it == int(p["iterations"])
+            every = int(p["snapshot_every"])
+            if every and it % every == 0 and not last:
+                export(out / "snapshots" / f"iter-{it:03d}")
+            if last:
                 break
+        policy = export(out / "policy")
+        log(f"policy: {policy}")
+    finally:
+        algo.stop()
+        if started:
+            ray.shutdown()
+    return {"iterations": len(rows), "rows": rows, "policy": str(out / "policy")}
+
+
+def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], command: str) -> Callable[[Path], Path]:
+    """``export(folder)``: the shared module's network as a policy folder, with how it was made."""
+    from marl.priority_export import save_priority_policy
+    from marl.priority_net import PriorityNet
+
+    def export(folder: Path) -> Path:
         module = algo.get_module(POLICY_ID)
         net = PriorityNet(int(cfg["model"]["hidden"]))
         net.load_state_dict(module.net.state_dict())
         meta = {
             "agents": {"hysteresis": cfg["env"].get("hysteresis", PriorityEnvConfig.hysteresis), "per": "rack"},
             "trained": {
-                "command": f"marlsched train-priority --config {config_path} --out {out_dir}",
+                "command": command,
                 "config": cfg,
                 "iterations": len(rows),
                 "minutes": rows[-1]["minutes"] if rows else 0.0,
@@ -210,13 +230,9 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
                 "python": sys.version.split()[0],
             },
         }
-        policy = save_priority_policy(net, out / "policy", meta)
-        log(f"policy: {policy}")
-    finally:
-        algo.stop()
-        if started:
-            ray.shutdown()
-    return {"iterations": len(rows), "rows": rows, "policy": str(out / "policy")}
+        return save_priority_policy(net, folder, meta)
+
+    return export
 
 
 def _write_rows(rows: list[dict[str, Any]], path: Path) -> None:

@@ -106,6 +106,8 @@ def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
     obs, _ = env.reset()
     total, steps, done = 0.0, 0, False
     while not done:
+        # the critic's inputs: QSSF's own actions keep the system exactly where the reference is
+        assert obs["p0"]["critic"][2] == 0.0 and obs["p0"]["critic"][0] == obs["p0"]["critic"][1]
         obs, rew, term, _, info = env.step({a: qssf_scores({"jobs": o["jobs"]}) for a, o in obs.items()})
         total += rew["p0"]
         steps += 1
@@ -115,13 +117,34 @@ def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
     assert abs(total) < 1e-6
     # worse scores (reversed) give a negative relative return
     obs, _ = env.reset()
-    total, done = 0.0, False
+    total, done, deficits = 0.0, False, []
     while not done:
+        deficits.append(float(obs["p0"]["critic"][2]))
         obs, rew, term, _, info = env.step({a: -qssf_scores({"jobs": o["jobs"]}) for a, o in obs.items()})
         total += rew["p0"]
         done = term["__all__"]
+    assert max(deficits) > 0.0  # the reversed order falls behind the reference, and the critic sees it
     assert info["p0"]["avg_jct"] > info["p0"]["reference_jct"]
     assert total == pytest.approx(-(info["p0"]["avg_jct"] - info["p0"]["reference_jct"]) * info["p0"]["jobs"] / 360000)
+
+
+def test_critic_inputs_move_the_value_and_never_the_scores() -> None:
+    from ray.rllib.core.columns import Columns
+
+    from marl.priority_features import JobSetLayout
+    from marl.priority_module import priority_module_spec
+
+    torch.manual_seed(0)
+    module = priority_module_spec(JobSetLayout(N=6, K=2), hidden=8).build()
+    jobs = torch.rand(3, 6, 13)
+    jobs[..., 0] = 1.0
+    batch = {"jobs": jobs, "parts": torch.rand(3, 2, 6), "critic": torch.zeros(3, 3)}
+    ahead = {**batch, "critic": torch.tensor([[0.5, 0.3, 2.0]] * 3)}
+    with torch.no_grad():
+        dist = [module.forward_inference({Columns.OBS: b})[Columns.ACTION_DIST_INPUTS] for b in (batch, ahead)]
+        values = [module.compute_values({Columns.OBS: b}) for b in (batch, ahead)]
+    assert torch.equal(dist[0], dist[1])
+    assert not torch.allclose(values[0], values[1])
 
 
 def test_export_equals_the_network_and_runs_on_another_cluster(tmp_path: Path, window: str) -> None:
