@@ -21,7 +21,9 @@ import numpy as np
 
 from cluster_sim.model_rules import (
     GPU_TIME_BUCKET_EDGES_S,
+    MODEL_RULES,
     assign_models_by_gpu_time,
+    assign_models_by_tenant,
     default_batch_sizes,
     gpu_time_bucket,
     make_rng,
@@ -104,6 +106,7 @@ def synthetic_workload(
     seed: int,
     models: Sequence[str] | None = None,
     n_tenants: int = 4,
+    model_rule: str = "independent",
 ) -> Workload:
     """``n_jobs`` Philly-like jobs arriving as a Poisson process that offers ``load`` x ``cluster_gpus``.
 
@@ -112,10 +115,18 @@ def synthetic_workload(
     job's GPU count. The arrival rate is set from the drawn jobs' mean GPU-time,
     ``rate = load * cluster_gpus / mean(num_gpus * duration)``, so even a short workload offers the
     requested load instead of depending on whether a rare week-long job happened to be drawn. The first
-    job arrives at 0. ``models=None`` assigns models by Pollux's GPU-time rule
-    (:func:`assign_models_by_gpu_time`); a list of zoo names picks uniformly among them instead. Batch
-    sizes follow :func:`default_batch_sizes`; tenants ``tenant-0..n_tenants-1`` are uniform.
+    job arrives at 0. ``load`` below about 1 is the realistic regime: a steady stream in which a queue
+    forms and clears (give enough jobs to span several of the longest jobs); ``load`` far above 1 is a
+    burst that queues everything at once, where schedulers hardly differ.
+
+    ``models=None`` assigns models by ``model_rule`` (:mod:`cluster_sim.model_rules`): ``independent``
+    (the default) from each tenant's seeded mix, never reading a job's size; ``pollux`` by the job's
+    GPU-time, as Pollux's simulator did (a model then tells its job's size). A list of zoo names picks
+    uniformly among them instead. Batch sizes follow :func:`default_batch_sizes`; tenants
+    ``tenant-0..n_tenants-1`` are uniform.
     """
+    if model_rule not in MODEL_RULES:
+        raise ValueError(f"model_rule={model_rule!r}; choose one of {', '.join(MODEL_RULES)}")
     if n_jobs < 0:
         raise ValueError(f"n_jobs={n_jobs} must be >= 0")
     if not load > 0:
@@ -136,14 +147,18 @@ def synthetic_workload(
     if n_jobs > 1:
         rate = load * cluster_gpus / gpu_time.mean()
         arrival[1:] = np.cumsum(rng.exponential(1.0 / rate, size=n_jobs - 1))
-    if models is None:
-        model = assign_models_by_gpu_time(gpu_time, rng)
-    else:
+    if models is not None:
         if not models:
-            raise ValueError("models must name at least one model-zoo model (or be None for the GPU-time rule)")
+            raise ValueError("models must name at least one model-zoo model (or be None for model_rule)")
         pool = np.array([model_index(m) for m in models], dtype=np.int16)
         model = pool[rng.integers(0, len(pool), size=n_jobs)]
-    tenant = rng.integers(0, n_tenants, size=n_jobs).astype(np.int16)
+        tenant = rng.integers(0, n_tenants, size=n_jobs).astype(np.int16)
+    elif model_rule == "pollux":
+        model = assign_models_by_gpu_time(gpu_time, rng)
+        tenant = rng.integers(0, n_tenants, size=n_jobs).astype(np.int16)
+    else:
+        tenant = rng.integers(0, n_tenants, size=n_jobs).astype(np.int16)
+        model = assign_models_by_tenant(tenant, rng)
     return Workload(
         arrival=arrival,
         num_gpus=num_gpus,
@@ -154,7 +169,7 @@ def synthetic_workload(
         models=MODEL_NAMES,
         tenants=tuple(f"tenant-{i}" for i in range(n_tenants)),
         source="synthetic",
-        meta={"load": load, "cluster_gpus": cluster_gpus, "seed": seed},
+        meta={"load": load, "cluster_gpus": cluster_gpus, "seed": seed, "model_rule": model_rule},
     )
 
 

@@ -153,9 +153,19 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
         raise WorkloadSpecError(f"workload spec {spec!r}: {e}") from None
 
 
-def _synthetic(arg: str, *, seed: int, cluster_gpus: int, load: float = DEFAULT_SYNTHETIC_LOAD, tenants: int = 4):
+def _synthetic(
+    arg: str,
+    *,
+    seed: int,
+    cluster_gpus: int,
+    load: float = DEFAULT_SYNTHETIC_LOAD,
+    tenants: int = 4,
+    model_rule: str = "independent",
+) -> Workload:
     n = _convert(f"synthetic:{arg}", "N_JOBS", arg, int)
-    return synthetic_workload(n, load=load, cluster_gpus=cluster_gpus, seed=seed, n_tenants=tenants)
+    return synthetic_workload(
+        n, load=load, cluster_gpus=cluster_gpus, seed=seed, n_tenants=tenants, model_rule=model_rule
+    )
 
 
 def _philly(
@@ -181,7 +191,10 @@ def _pollux(arg: str, *, seed: int, cluster_gpus: int) -> Workload:
 
 
 register_workload_kind(
-    "synthetic", _synthetic, syntax="synthetic:N_JOBS[,load=F]", options={"load": float, "tenants": int}
+    "synthetic",
+    _synthetic,
+    syntax="synthetic:N_JOBS[,load=F][,model_rule=independent|pollux]",
+    options={"load": float, "tenants": int, "model_rule": str},
 )
 register_workload_kind(
     "philly",

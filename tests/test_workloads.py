@@ -84,10 +84,26 @@ def test_synthetic_tables_are_what_philly_csv_gives(philly_path: Path) -> None:
     assert t["gpu_time_quantiles"] == synthetic.PHILLY_GPU_TIME_QUANTILES
 
 
+def test_synthetic_models_by_default_tell_nothing_of_size() -> None:
+    w = synthetic_workload(4000, load=0.8, cluster_gpus=128, seed=7)
+    assert w.meta["model_rule"] == "independent"
+    gpu_h = w.num_gpus * w.duration / 3600
+    names = np.array(MODEL_NAMES)[w.model]
+    # every model appears among the short and among the long jobs: its name does not give the size away
+    assert set(names[gpu_h < 1]) == set(names[gpu_h >= 10]) and len(set(names)) == 6
+    # and the same tenant draws the same mix whatever its jobs' sizes: models follow tenants
+    for t in range(4):
+        short, long = names[(w.tenant == t) & (gpu_h < 1)], names[(w.tenant == t) & (gpu_h >= 1)]
+        top = max(set(short), key=list(short).count)
+        assert abs(np.mean(short == top) - np.mean(long == top)) < 0.15
+    with pytest.raises(ValueError, match="model_rule='size'"):
+        synthetic_workload(10, load=0.5, cluster_gpus=8, seed=1, model_rule="size")
+
+
 def test_synthetic_determinism_models_batches_tenants() -> None:
-    a = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=7)
-    b = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=7)
-    c = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=8)
+    a = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=7, model_rule="pollux")
+    b = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=7, model_rule="pollux")
+    c = synthetic_workload(2000, load=0.8, cluster_gpus=128, seed=8, model_rule="pollux")
     assert same(a, b)
     assert not np.array_equal(a.model, c.model)
     assert a.models == MODEL_NAMES
