@@ -1,5 +1,8 @@
 """Deployment: agents grouped into a few Ray actors, each answering its agents in one batched forward pass.
 
+Both kinds of policy folder deploy this way: :class:`RayActorPolicy` serves candidate-placement agents,
+:class:`RayActorScorer` priority agents (:func:`deploy_policy` picks by the folder).
+
 :class:`RayActorPolicy` is a ``policy_fn`` for :class:`marl.scheduler.MarlScheduler`: it splits the
 agents into ``num_actors`` groups (default: one per CPU that Ray has), sends each actor the stacked
 observations of its agents that have a choice, waits for all actors, and puts the logits back in agent
@@ -11,6 +14,9 @@ policy bytes and its pending call is retried, so an episode loses no decision. T
 bytes in the actors' arguments, so actors on other nodes need no shared disk, and actors are spread
 over the nodes. An agent whose mask allows a single action (typically "wait" on a full partition) is
 not asked: any policy takes that action, so skipping it changes no decision.
+
+:class:`RayActorScorer` is the ``scorer`` of :class:`marl.priority_agents.PriorityAgents` in the same
+way: every agent's job set goes to its group's actor, and the scores come back in agent order.
 """
 
 from __future__ import annotations
@@ -28,27 +34,34 @@ import torch
 
 from marl.export import marl_scheduler, read_metadata
 from marl.obs_layout import OBS_KEYS
+from marl.priority_agents import PriorityAgents
 from marl.scheduler import MarlScheduler
+
+PRIORITY_KEYS: tuple[str, ...] = ("jobs", "parts")  # the priority network's inputs, in order
 
 
 @ray.remote(max_restarts=-1, max_task_retries=-1)
 class PolicyActor:
     """The policy of a group of agents: TorchScript loaded from bytes, single-threaded batched inference."""
 
-    def __init__(self, policy_bytes: bytes, agents: list[int], num_threads: int = 1) -> None:
+    def __init__(
+        self, policy_bytes: bytes, agents: list[int], num_threads: int = 1, keys: tuple[str, ...] = OBS_KEYS
+    ) -> None:
         torch.set_num_threads(num_threads)
         self.agents = list(agents)
+        self.keys = tuple(keys)
         self.module = torch.jit.load(io.BytesIO(policy_bytes), map_location="cpu").eval()
         self.calls = 0
         self.decisions = 0
         self.busy_s = 0.0
 
     def logits(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Masked logits (B, C + 1) of B agents' observations stacked on a leading axis."""
+        """The network's first output for B agents' observations stacked on a leading axis: masked logits
+        (B, C + 1) of candidate agents, scores (B, N) of priority agents."""
         t0 = time.perf_counter()
         with torch.no_grad():
             # arrays from the object store are read-only views; torch wants its own writable copy
-            out, _ = self.module(*(torch.from_numpy(np.array(obs[k], dtype=np.float32)) for k in OBS_KEYS))
+            out, _ = self.module(*(torch.from_numpy(np.array(obs[k], dtype=np.float32)) for k in self.keys))
         self.calls += 1
         self.decisions += len(out)
         self.busy_s += time.perf_counter() - t0
@@ -91,22 +104,8 @@ class RayActorPolicy:
             raise ValueError(
                 f"policy in {policy_dir} was trained for {self.meta['num_agents']} agents, not {self.num_agents}"
             )
-        cpus = max(1.0, float(ray.cluster_resources().get("CPU", 1.0)))
-        n = int(num_actors) if num_actors is not None else int(cpus)
-        if n < 1:
-            raise ValueError(f"num_actors={num_actors} must be >= 1")
-        n = min(n, self.num_agents)
-        self.groups = [g.astype(np.int64) for g in np.array_split(np.arange(self.num_agents), n)]
         blob = (self.policy_dir / self.meta["files"]["torchscript"]).read_bytes()
-        # Held for the actors' lifetime: a restarted actor re-reads its constructor arguments from here.
-        self._blob = ray.put(blob)
-        per_actor = num_cpus if num_cpus is not None else cpus / n
-        self.actors = [
-            PolicyActor.options(num_cpus=per_actor, scheduling_strategy="SPREAD").remote(
-                self._blob, g.tolist(), num_threads
-            )
-            for g in self.groups
-        ]
+        self._blob, self.groups, self.actors = _start_actors(blob, self.num_agents, num_actors, num_cpus, num_threads)
         self.calls = 0
         self.agent_calls = 0
 
@@ -140,9 +139,92 @@ class RayActorPolicy:
         self.actors = []
 
 
+def _start_actors(
+    blob: bytes, num_agents: int, num_actors: int | None, num_cpus: float | None, num_threads: int, **kwargs: Any
+) -> tuple[Any, list[np.ndarray], list[Any]]:
+    """(object ref of the policy bytes, agent groups, actors): agents split into contiguous groups, one
+    actor each, by default one per CPU that Ray has, spread over the nodes."""
+    cpus = max(1.0, float(ray.cluster_resources().get("CPU", 1.0)))
+    n = int(num_actors) if num_actors is not None else int(cpus)
+    if n < 1:
+        raise ValueError(f"num_actors={num_actors} must be >= 1")
+    n = min(n, num_agents)
+    groups = [g.astype(np.int64) for g in np.array_split(np.arange(num_agents), n)]
+    # Held for the actors' lifetime: a restarted actor re-reads its constructor arguments from here.
+    ref = ray.put(blob)
+    per_actor = num_cpus if num_cpus is not None else cpus / n
+    actors = [
+        PolicyActor.options(num_cpus=per_actor, scheduling_strategy="SPREAD").remote(
+            ref, g.tolist(), num_threads, **kwargs
+        )
+        for g in groups
+    ]
+    return ref, groups, actors
+
+
+class RayActorScorer(RayActorPolicy):
+    """The ``scorer`` of priority agents over ``num_agents`` agents (default one per rack of the cluster
+    it is reset on), served by ``num_actors`` :class:`PolicyActor` s; every round each actor scores its
+    agents' job sets in one forward pass."""
+
+    def __init__(
+        self,
+        policy_dir: str | Path,
+        num_agents: int,
+        *,
+        num_actors: int | None = None,
+        num_cpus: float | None = None,
+        num_threads: int = 1,
+    ) -> None:
+        from marl.priority_export import TORCHSCRIPT, is_priority_policy
+
+        if not is_priority_policy(policy_dir):
+            raise ValueError(f"{policy_dir} is not a priority-agent policy folder; use RayActorPolicy")
+        self.policy_dir = Path(policy_dir)
+        self.num_agents = int(num_agents)
+        blob = (self.policy_dir / TORCHSCRIPT).read_bytes()
+        self._blob, self.groups, self.actors = _start_actors(
+            blob, self.num_agents, num_actors, num_cpus, num_threads, keys=PRIORITY_KEYS
+        )
+        self.calls = 0
+        self.agent_calls = 0
+
+    def __call__(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        if len(obs["jobs"]) != self.num_agents:
+            raise ValueError(f"{len(obs['jobs'])} agents observed; these actors serve {self.num_agents}")
+        futures = [
+            actor.logits.remote({k: obs[k][g] for k in PRIORITY_KEYS})
+            for actor, g in zip(self.actors, self.groups, strict=True)
+        ]
+        self.calls += 1
+        self.agent_calls += self.num_agents
+        return np.concatenate(ray.get(futures), axis=0)
+
+    def scheduler(self, *, name: str = "marl-ray", **kwargs: Any) -> PriorityAgents:  # type: ignore[override]
+        """The priority agents asking these actors (settings from the policy's metadata)."""
+        from marl.priority_export import load_priority_policy
+
+        local = load_priority_policy(self.policy_dir, num_agents=self.num_agents, name=name, **kwargs)
+        local.scorer = self
+        return local
+
+
 def deploy_policy(
-    policy_dir: str | Path, *, num_actors: int | None = None, num_cpus: float | None = None, name: str = "marl-ray"
-) -> tuple[MarlScheduler, RayActorPolicy]:
-    """(scheduler, actor policy) for ``policy_dir``; call ``shutdown()`` on the policy when done."""
-    policy = RayActorPolicy(policy_dir, num_actors=num_actors, num_cpus=num_cpus)
+    policy_dir: str | Path,
+    *,
+    num_agents: int | None = None,
+    num_actors: int | None = None,
+    num_cpus: float | None = None,
+    name: str = "marl-ray",
+) -> tuple[MarlScheduler | PriorityAgents, RayActorPolicy]:
+    """(scheduler, actor policy) for ``policy_dir`` of either kind; call ``shutdown()`` on the policy
+    when done. Priority agents need ``num_agents`` (their count is the deployment's choice)."""
+    from marl.priority_export import is_priority_policy
+
+    if is_priority_policy(policy_dir):
+        if num_agents is None:
+            raise ValueError(f"{policy_dir} holds priority agents: pass num_agents (e.g. one per rack)")
+        policy: RayActorPolicy = RayActorScorer(policy_dir, num_agents, num_actors=num_actors, num_cpus=num_cpus)
+    else:
+        policy = RayActorPolicy(policy_dir, num_agents, num_actors=num_actors, num_cpus=num_cpus)
     return policy.scheduler(name=name), policy

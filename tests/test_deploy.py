@@ -121,3 +121,58 @@ def test_killed_agent_actor_is_restarted_and_no_job_is_lost(ray_local, policy_di
         assert 0 < after["calls"] <= calls - kill_at + 1  # ...which served the rest of the episode
     finally:
         policy.shutdown()
+
+
+@pytest.fixture(scope="module")
+def priority_dir(tmp_path_factory) -> Path:
+    """A priority-agent policy with random residual weights, so that its scores differ from QSSF's."""
+    import torch
+
+    from marl.priority_export import save_priority_policy
+    from marl.priority_net import PriorityNet
+
+    torch.manual_seed(1)
+    net = PriorityNet(16)
+    for p in net.score.parameters():
+        torch.nn.init.normal_(p, std=1.0)
+    return save_priority_policy(net, tmp_path_factory.mktemp("prio") / "policy", {})
+
+
+def test_priority_agents_on_actors_match_in_process_and_survive_a_crash(
+    ray_local, priority_dir: Path, traces_dir: Path
+) -> None:
+    from cluster_sim.build import build_simulator
+    from marl.deploy import deploy_policy
+    from marl.priority_agents import PriorityAgents
+    from marl.priority_export import load_priority_policy
+
+    start = 4_973_359 + 6 * 86400  # a held-out day of Philly at load 0.9: jobs queue
+    spec = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,start={start},end={start + 86400},load=0.9"
+
+    def sim():
+        return build_simulator("small", spec, seed=3, restart_cost=30)
+
+    ref = sim().run(load_priority_policy(priority_dir, num_agents=4))
+    qssf = sim().run(PriorityAgents(num_agents=4))
+    assert not np.array_equal(ref.start, qssf.start)  # the random residual reorders jobs: scores matter
+    sched, policy = deploy_policy(priority_dir, num_agents=4, num_actors=2, num_cpus=0.25)
+    try:
+        _same_results(sim().run(sched), ref)
+        served = policy.info()
+        assert [s["agents"] for s in served] == [[0, 1], [2, 3]]
+        assert sum(s["decisions"] for s in served) == policy.agent_calls == 4 * policy.calls > 0
+        # a crashed actor is restarted from the same bytes and the run loses nothing
+        pid, calls, inner = served[1]["pid"], policy.calls, sched.scorer
+
+        def crash_once(obs):
+            if inner.calls == calls + 5:
+                ray_local.kill(policy.actors[1], no_restart=False)
+            return inner(obs)
+
+        sched.scorer = crash_once
+        _same_results(sim().run(sched), ref)
+        assert policy.info()[1]["pid"] != pid
+    finally:
+        policy.shutdown()
+    with pytest.raises(ValueError, match="pass num_agents"):
+        deploy_policy(priority_dir)
