@@ -177,6 +177,19 @@ def test_shipped_policy_loads_and_schedules(window: str) -> None:
     res = _run(window, sched)
     assert sched.num_agents == 4
     assert res.metrics()["jobs_completed"] == len(res.jct)
+    # unchanged on twice the racks: one agent per rack
+    medium = SHIPPED.parents[1] / "configs" / "clusters" / "medium-512.yaml"
+    sched = make_scheduler_by_name(f"marl:{SHIPPED}", 0)
+    half = window.replace("load=0.9", "load=0.5")  # a day of Philly offers at most 0.87 of 512 GPUs
+    assert _run(half, sched, cluster=str(medium)).metrics()["jobs_completed"] > 0 and sched.num_agents == 8
+    # it says how it was made, and the config it names is the one shipped beside it
+    import json
+
+    meta = json.loads((SHIPPED / "metadata.json").read_text())
+    assert meta["trained"]["command"].startswith(
+        "marlsched train-priority --config experiments/configs/marl_philly.yaml"
+    )
+    assert (SHIPPED / "config.yaml").read_text() == (SHIPPED.parents[1] / "configs" / "marl_philly.yaml").read_text()
 
 
 def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces_dir: Path) -> None:
