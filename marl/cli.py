@@ -1,4 +1,5 @@
-"""`marlsched train`, `train-priority` and `export`; experiments.cli registers them (:func:`add_train_commands`).
+"""`marlsched train`, `train-priority`, `tune-priority` and `export`; experiments.cli registers them
+(:func:`add_train_commands`).
 
 Heavy modules (torch, ray) load inside the commands so that `marlsched --help` starts fast.
 """
@@ -9,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_train_commands", "main", "run_export", "run_train", "run_train_priority"]
+__all__ = ["add_train_commands", "main", "run_export", "run_train", "run_train_priority", "run_tune_priority"]
 
 
 def add_train_commands(subparsers) -> None:
@@ -58,6 +59,24 @@ def add_train_commands(subparsers) -> None:
     t.add_argument("--out", required=True, help="output folder")
     t.set_defaults(func=run_train_priority)
 
+    u = subparsers.add_parser(
+        "tune-priority",
+        help="select a priority policy's preemption margin on the training period and write it into its metadata",
+        description=(
+            "Replay fixed windows of the config's training period (never the held-out weeks) with the policy "
+            "at each hysteresis factor e (a waiting job must promise e times less remaining time to preempt) "
+            "and write the factor with the lowest paired average JCT into POLICY/metadata.json."
+        ),
+    )
+    u.add_argument("--policy", required=True, help="priority policy folder (e.g. OUT/policy of train-priority)")
+    u.add_argument("--config", required=True, help="the training config: its env gives cluster, trace and period")
+    u.add_argument("--factors", type=float, nargs="+", default=None, help="candidate factors (default 2 4 8 16 31)")
+    u.add_argument("--days", type=float, default=7.0, help="window length in days (default 7)")
+    u.add_argument("--stride", type=float, default=3.5, help="days between window starts (default 3.5)")
+    u.add_argument("--load", type=float, default=0.9, help="offered load of every window (default 0.9)")
+    u.add_argument("--workers", type=int, default=None, help="parallel simulations (default: one per CPU)")
+    u.set_defaults(func=run_tune_priority)
+
 
 def run_train(args: argparse.Namespace) -> int:
     from marl.config import load_train_config
@@ -95,6 +114,31 @@ def run_train_priority(args: argparse.Namespace) -> int:
     from marl.priority_train import train_priority
 
     train_priority(args.config, args.out)
+    return 0
+
+
+def run_tune_priority(args: argparse.Namespace) -> int:
+    from marl.priority_train import load_config
+    from marl.priority_tune import FACTORS, tune_hysteresis
+
+    factors = args.factors or list(FACTORS)
+    command = f"marlsched tune-priority --policy {args.policy} --config {args.config}"
+    if args.factors:
+        command += " --factors " + " ".join(f"{f:g}" for f in factors)
+    for flag, default in (("days", 7.0), ("stride", 3.5), ("load", 0.9)):
+        if getattr(args, flag) != default:
+            command += f" --{flag} {getattr(args, flag):g}"
+    env = load_config(args.config)["env"]
+    tune_hysteresis(
+        args.policy,
+        env,
+        factors=factors,
+        days=args.days,
+        stride=args.stride,
+        load=args.load,
+        workers=args.workers,
+        command=command,
+    )
     return 0
 
 

@@ -10,7 +10,8 @@ policy space (their rank keys as scores), so a warm start can copy the strongest
 
 A waiting job's score is lowered by ``hysteresis`` before ranking, so a preemption needs a clear win:
 scores are on a log-time scale (the warm start copies QSSF's ``-ln E[remaining s]``), and the default
-``ln 31`` is QSSF's margin of 30.
+``ln 31`` is QSSF's margin of 30. A trained policy runs with the margin ``marlsched tune-priority``
+selected on its training windows (:mod:`marl.priority_tune`), stored in its metadata.
 
 Cooperation: an arriving job goes to the partition with the least estimated outstanding work per GPU
 (queued and running, from the tenants' history, :class:`~cluster_sim.policies.run_history.TenantHistory`;

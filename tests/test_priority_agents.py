@@ -14,6 +14,7 @@ from cluster_sim.build import build_simulator
 from cluster_sim.policies import get_policy
 from cluster_sim.workload import Workload
 from marl.priority_agents import PriorityAgents, qssf_scores
+from marl.priority_env import PriorityEnvConfig
 from marl.priority_net import NetScorer, PriorityNet
 
 DEV = 4_973_359.0
@@ -190,6 +191,11 @@ def test_shipped_policy_loads_and_schedules(window: str) -> None:
         "marlsched train-priority --config experiments/configs/marl_philly.yaml"
     )
     assert (SHIPPED / "config.yaml").read_text() == (SHIPPED.parents[1] / "configs" / "marl_philly.yaml").read_text()
+    # its margin was selected on training windows only (before the held-out 2017-11-01), and is the one it runs with
+    tuned = meta["tuned"]
+    assert tuned["command"].startswith("marlsched tune-priority --policy experiments/policies/philly-small")
+    assert all(float(w.split("end=")[1].split(",")[0]) <= DEV for w in tuned["windows"])
+    assert sched.hysteresis == pytest.approx(np.log(tuned["factor"]))
 
 
 def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces_dir: Path) -> None:
@@ -230,3 +236,29 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     path.write_text("ppo:\n  lr_rate: 3\n")
     with pytest.raises(ValueError, match="lr_rate"):
         load_config(path)
+
+
+def test_tune_priority_writes_the_best_margin_of_the_training_windows(tmp_path: Path, traces_dir: Path) -> None:
+    import json
+
+    from marl.priority_export import load_priority_policy, save_priority_policy
+    from marl.priority_tune import training_windows, tune_hysteresis
+
+    save_priority_policy(PriorityNet(16), tmp_path / "pol", {"agents": {"hysteresis": float(np.log(31.0))}})
+    env = {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "train_start": 2_592_000,
+           "train_end": 2_592_000 + 86400, "window_days": 0.5, "interference": "none",
+           "interference_data": None}  # fmt: skip
+    rec = tune_hysteresis(
+        tmp_path / "pol", env, factors=(1.5, 31.0), days=0.5, stride=0.5, workers=2, log=lambda s: None
+    )
+    table = np.array(rec["avg_jct"])
+    assert table.shape == (2, 2) and len(rec["windows"]) == 2
+    assert rec["factor"] == rec["factors"][int(np.argmin((table / table.mean(1, keepdims=True)).mean(0)))]
+    sched = load_priority_policy(tmp_path / "pol", num_agents=4)
+    assert sched.hysteresis == pytest.approx(np.log(rec["factor"]))
+    assert json.loads((tmp_path / "pol" / "metadata.json").read_text())["tuned"]["factor"] == rec["factor"]
+    # the recorded figure is what the loaded policy does on that window
+    spec = rec["windows"][1]
+    assert _run(spec, sched).jct.mean() == pytest.approx(table[1, rec["factors"].index(rec["factor"])], abs=0.1)
+    with pytest.raises(ValueError, match="--days"):
+        training_windows(PriorityEnvConfig.from_dict(env), 5.0, 1.0, 0.9)

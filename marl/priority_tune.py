@@ -1,0 +1,114 @@
+"""Select the priority agents' preemption margin (hysteresis) on the training period, after training.
+
+Training explores with score noise, which lowers the *effective* margin a waiting job needs to displace
+a running one; the deployed policy is deterministic, so the margin it was trained with
+(``env.hysteresis``, QSSF's ln 31) is not the one it should run with. This step replays fixed
+windows of the training period (never the held-out weeks) once per candidate factor ``e`` (hysteresis
+``ln e``: a waiting job must promise ``e`` times less remaining time) and writes the best into the
+policy's ``metadata.json``, with every window's figures, so the choice can be checked.
+
+The criterion is paired, since the window dominates a run's average JCT: each window's average JCT is
+divided by that window's mean over all factors, and the factor with the lowest mean ratio wins.
+
+    marlsched tune-priority --policy experiments/policies/philly-small --config experiments/configs/marl_philly.yaml
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from marl.priority_env import PriorityEnvConfig
+
+FACTORS = (2.0, 4.0, 8.0, 16.0, 31.0)
+Log = Callable[[str], None]
+
+
+def training_windows(env: PriorityEnvConfig, days: float, stride: float, load: float) -> list[str]:
+    """Workload specs of ``days``-long windows every ``stride`` days of the training period at ``load``."""
+    length, step = days * 86400.0, stride * 86400.0
+    starts = np.arange(env.train_start, env.train_end - length + 1.0, step)
+    if not len(starts):
+        raise ValueError(
+            f"the training period ({(env.train_end - env.train_start) / 86400:.1f} days) holds no {days}-day window; "
+            "pass a smaller --days"
+        )
+    return [f"{env.trace},start={t:.0f},end={t + length:.0f},load={load}" for t in starts]
+
+
+def _run(task: tuple[str, dict[str, Any], str, float]) -> float:
+    """Average JCT of the policy in ``policy_dir`` with hysteresis ``ln factor`` on one window."""
+    from cluster_sim.build import build_simulator
+    from marl.priority_export import load_priority_policy
+
+    policy_dir, env, spec, factor = task
+    cfg = PriorityEnvConfig.from_dict(env)
+    sim = build_simulator(
+        cfg.cluster,
+        spec,
+        seed=0,
+        interference=cfg.interference,
+        interference_data=cfg.interference_data if cfg.interference == "oracle" else None,
+        restart_cost=cfg.restart_cost,
+    )
+    sched = load_priority_policy(policy_dir, num_agents=cfg.num_agents)
+    sched.hysteresis = float(np.log(factor))
+    return float(sim.run(sched).jct.mean())
+
+
+def tune_hysteresis(
+    policy_dir: str | Path,
+    env: dict[str, Any],
+    *,
+    factors: Sequence[float] = FACTORS,
+    days: float = 7.0,
+    stride: float = 3.5,
+    load: float = 0.9,
+    workers: int | None = None,
+    command: str = "",
+    log: Log = print,
+) -> dict[str, Any]:
+    """Run every factor on every training window, write the best into ``policy_dir``; returns the record."""
+    policy_dir = Path(policy_dir)
+    path = policy_dir / "metadata.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{policy_dir} is not a policy folder (no metadata.json)")
+    if not factors or min(factors) < 1.0:
+        raise ValueError(f"factors must be >= 1 (1: no margin), got {list(factors)}")
+    cfg = PriorityEnvConfig.from_dict(env)
+    specs = training_windows(cfg, days, stride, load)
+    tasks = [(str(policy_dir), env, s, float(f)) for s in specs for f in factors]
+    log(f"{len(specs)} windows x {len(factors)} factors = {len(tasks)} simulations")
+    jct = np.empty(len(tasks))
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        for i, v in enumerate(pool.map(_run, tasks)):
+            jct[i] = v
+            w, f = divmod(i, len(factors))
+            log(f"[{i + 1}/{len(tasks)}] window {w} factor {factors[f]:g}: avg JCT {v:,.0f} s")
+    table = jct.reshape(len(specs), len(factors))
+    ratio = (table / table.mean(axis=1, keepdims=True)).mean(axis=0)
+    best = int(np.argmin(ratio))
+    record = {
+        "command": command,
+        "criterion": "mean over windows of avg JCT / the window's mean over factors",
+        "windows": specs,
+        "factors": [float(f) for f in factors],
+        "avg_jct": table.round(1).tolist(),
+        "mean_ratio": ratio.round(5).tolist(),
+        "factor": float(factors[best]),
+    }
+    meta = json.loads(path.read_text())
+    meta.setdefault("agents", {})["hysteresis"] = float(np.log(factors[best]))
+    meta["tuned"] = record
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(tmp, path)
+    log("factor  " + "  ".join(f"{f:>8g}" for f in factors) + "\nratio   " + "  ".join(f"{r:8.4f}" for r in ratio))
+    log(f"hysteresis ln {factors[best]:g} = {np.log(factors[best]):.4f} written to {path}")
+    return record
