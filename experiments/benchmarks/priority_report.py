@@ -25,6 +25,7 @@ rule independent, ground-truth interference, restart cost 30 s.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -88,7 +89,17 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _task_key(t: dict[str, Any]) -> tuple:
-    return (t["part"], t["cluster"], t["load"], t["window"], t["scheduler"], t["agents"], t["spec"])
+    """What makes a simulation: a policy's runs also by the policy's fingerprint (re-tuned or retrained: rerun)."""
+    policy = t.get("policy_id") if t["scheduler"] == POLICY else None
+    return (t["part"], t["cluster"], t["load"], t["window"], t["scheduler"], t["agents"], t["spec"], policy)
+
+
+def policy_fingerprint(policy_dir: str | Path) -> str:
+    """A short hash of the policy's network and metadata (hysteresis included)."""
+    h = hashlib.sha256()
+    for name in ("metadata.json", "policy.pt"):
+        h.update((Path(policy_dir) / name).read_bytes())
+    return h.hexdigest()[:12]
 
 
 def run_all(tasks: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
@@ -264,11 +275,13 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     policy = str(Path(args.policy).resolve())
+    policy_id = policy_fingerprint(policy)
     tasks: list[dict[str, Any]] = []
 
     def add(part: str, cluster: str, load: float, names: Sequence[str], agents: Sequence[int]) -> None:
         for w, spec in enumerate(window_specs(args.days, args.stride, load)):
-            base = {"part": part, "cluster": cluster, "load": load, "window": w, "spec": spec, "policy_dir": policy}
+            base = {"part": part, "cluster": cluster, "load": load, "window": w, "spec": spec, "policy_dir": policy,
+                    "policy_id": policy_id}  # fmt: skip
             tasks.extend({**base, "scheduler": POLICY, "agents": k} for k in agents)
             tasks.extend({**base, "scheduler": n, "agents": 0} for n in names)
 
@@ -282,6 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     saved = out / "results.json"
     kept = json.loads(saved.read_text())["rows"] if args.reuse and saved.is_file() else []
+    wanted = {_task_key(t) for t in tasks}
+    kept = list({_task_key(r): r for r in kept if _task_key(r) in wanted}.values())  # this policy's, once each
     done = {_task_key(r) for r in kept}
     rows = kept + run_all([t for t in tasks if _task_key(t) not in done], args.workers)
     from cluster_sim.results import write_atomic
@@ -291,6 +306,17 @@ def main(argv: list[str] | None = None) -> None:
     report += [
         f"Held-out Philly windows of {args.days:g} days every {args.stride:g} days over 2017-11-01..14, "
         "model rule independent, ground-truth interference, restart cost 30 s; average JCT in seconds.",
+        "",
+    ]
+    meta = json.loads((Path(policy) / "metadata.json").read_text())
+    tuned = meta.get("tuned")
+    report += [
+        f"Policy `{policy_id}`: hysteresis {meta.get('agents', {}).get('hysteresis', float('nan')):.4f} "
+        + (
+            f"(ln {tuned['factor']:g}, selected on {len(tuned['windows'])} training windows)."
+            if tuned
+            else "(untuned)."
+        ),
         "",
     ]
     cols = [f"{POLICY}4", *args.heuristics]
