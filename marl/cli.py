@@ -70,10 +70,12 @@ def add_train_commands(subparsers) -> None:
     )
     u.add_argument("--policy", required=True, help="priority policy folder (e.g. OUT/policy of train-priority)")
     u.add_argument("--config", required=True, help="the training config: its env gives cluster, trace and period")
-    u.add_argument("--factors", type=float, nargs="+", default=None, help="candidate factors (default 2 4 8 16 31)")
-    u.add_argument("--days", type=float, default=7.0, help="window length in days (default 7)")
-    u.add_argument("--stride", type=float, default=3.5, help="days between window starts (default 3.5)")
-    u.add_argument("--load", type=float, default=0.9, help="offered load of every window (default 0.9)")
+    # defaults: the config's tune section, else 2 4 8 16 31 on 7-day windows 3.5 days apart at load 0.9
+    own = "the config's tune section, else"
+    u.add_argument("--factors", type=float, nargs="+", default=None, help=f"candidates (default: {own} 2 4 8 16 31)")
+    u.add_argument("--days", type=float, default=None, help=f"window length in days (default: {own} 7)")
+    u.add_argument("--stride", type=float, default=None, help=f"days between window starts (default: {own} 3.5)")
+    u.add_argument("--load", type=float, default=None, help=f"offered load of every window (default: {own} 0.9)")
     u.add_argument("--workers", type=int, default=None, help="parallel simulations (default: one per CPU)")
     u.set_defaults(func=run_tune_priority)
 
@@ -119,26 +121,17 @@ def run_train_priority(args: argparse.Namespace) -> int:
 
 def run_tune_priority(args: argparse.Namespace) -> int:
     from marl.priority_train import load_config
-    from marl.priority_tune import FACTORS, tune_hysteresis
+    from marl.priority_tune import TUNE_DEFAULTS, tune_hysteresis
 
-    factors = args.factors or list(FACTORS)
+    cfg = load_config(args.config)
+    base = cfg["tune"] or TUNE_DEFAULTS  # the config's tune section, where it has one, gives the defaults
+    opts = {k: base[k] if getattr(args, k) is None else getattr(args, k) for k in ("factors", "days", "stride", "load")}
     command = f"marlsched tune-priority --policy {args.policy} --config {args.config}"
-    if args.factors:
-        command += " --factors " + " ".join(f"{f:g}" for f in factors)
-    for flag, default in (("days", 7.0), ("stride", 3.5), ("load", 0.9)):
-        if getattr(args, flag) != default:
-            command += f" --{flag} {getattr(args, flag):g}"
-    env = load_config(args.config)["env"]
-    tune_hysteresis(
-        args.policy,
-        env,
-        factors=factors,
-        days=args.days,
-        stride=args.stride,
-        load=args.load,
-        workers=args.workers,
-        command=command,
-    )
+    for flag in ("factors", "days", "stride", "load"):
+        if getattr(args, flag) is not None:
+            value = getattr(args, flag)
+            command += f" --{flag} " + (" ".join(f"{f:g}" for f in value) if flag == "factors" else f"{value:g}")
+    tune_hysteresis(args.policy, cfg["env"], **opts, workers=args.workers, command=command)
     return 0
 
 

@@ -6,7 +6,9 @@ where to deviate. The reward is relative to QSSF's schedule of the same window
 (:mod:`marl.priority_env`), an input-dependent baseline. Progress goes to ``progress.csv`` and a
 learning-curve PNG; the network is exported to ``OUT/policy`` (:mod:`marl.priority_export`), and every
 ``snapshot_every`` iterations to ``OUT/snapshots/iter-NNN``, so that a policy can be selected on held-out
-windows (``experiments/benchmarks/heuristic_spread.py --policies marl:OUT/snapshots/iter-NNN``).
+windows (``experiments/benchmarks/heuristic_spread.py --policies marl:OUT/snapshots/iter-NNN``). A
+``tune:`` section then selects the exported policy's preemption margin on the training period
+(:mod:`marl.priority_tune`), so the one command ends with the policy as deployed.
 
     marlsched train-priority --config experiments/configs/marl_philly.yaml --out results/marl_philly
 """
@@ -52,11 +54,13 @@ def load_config(path: str | Path) -> dict[str, Any]:
     """The YAML config with defaults filled in; unknown sections or keys are named in the error."""
     path = Path(path)
     raw = yaml.safe_load(path.read_text()) or {}
-    allowed = {"name", "seed", "env", "model", "ppo", "ray"}
+    allowed = {"name", "seed", "env", "model", "ppo", "ray", "tune"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}; allowed: {sorted(allowed)}")
-    for section, defaults in (("model", MODEL_DEFAULTS), ("ppo", PPO_DEFAULTS)):
+    from marl.priority_tune import TUNE_DEFAULTS
+
+    for section, defaults in (("model", MODEL_DEFAULTS), ("ppo", PPO_DEFAULTS), ("tune", TUNE_DEFAULTS)):
         bad = sorted(set(raw.get(section) or {}) - set(defaults))
         if bad:
             raise ValueError(f"{path}: {section} has unknown keys {bad}; allowed: {sorted(defaults)}")
@@ -70,6 +74,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
         "model": {**MODEL_DEFAULTS, **(raw.get("model") or {})},
         "ppo": {**PPO_DEFAULTS, **(raw.get("ppo") or {})},
         "ray": {"num_cpus": 2, "object_store_mb": 100, **(raw.get("ray") or {})},
+        # None: no margin selection after training (``marlsched tune-priority`` can run it later)
+        "tune": {**TUNE_DEFAULTS, **raw["tune"]} if raw.get("tune") is not None else None,
     }
 
 
@@ -155,9 +161,10 @@ def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = print) -> dict[str, Any]:
-    """Train, log progress, export ``OUT/policy``; returns a summary."""
+    """Train, log progress, export ``OUT/policy`` and, with a ``tune`` section, select its margin."""
     import ray
 
+    t0 = time.perf_counter()  # the minutes logged include Ray's start-up
     cfg = load_config(config_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -172,9 +179,9 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
         started = True
     p = cfg["ppo"]
     rows: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
     algo = ppo_config(cfg).build_algo()
-    export = _exporter(algo, cfg, rows, f"marlsched train-priority --config {config_path} --out {out_dir}")
+    command = f"marlsched train-priority --config {config_path} --out {out_dir}"
+    export = _exporter(algo, cfg, rows, command)
     try:
         for it in range(1, int(p["iterations"]) + 1):
             res = algo.train()
@@ -207,7 +214,18 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
         algo.stop()
         if started:
             ray.shutdown()
-    return {"iterations": len(rows), "rows": rows, "policy": str(out / "policy")}
+    summary: dict[str, Any] = {"iterations": len(rows), "rows": rows, "policy": str(out / "policy")}
+    if cfg["tune"] is not None:
+        from marl.priority_tune import tune_hysteresis
+
+        t = cfg["tune"]
+        summary["tuned"] = tune_hysteresis(
+            policy, cfg["env"], factors=t["factors"], days=t["days"], stride=t["stride"], load=t["load"],
+            workers=t["workers"], command=command, log=log,
+        )  # fmt: skip
+    summary["minutes"] = (time.perf_counter() - t0) / 60.0
+    log(f"training to the exported policy: {summary['minutes']:.1f} min")
+    return summary
 
 
 def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], command: str) -> Callable[[Path], Path]:

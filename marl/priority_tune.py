@@ -10,13 +10,18 @@ policy's ``metadata.json``, with every window's figures, so the choice can be ch
 The criterion is paired, since the window dominates a run's average JCT: each window's average JCT is
 divided by that window's mean over all factors, and the factor with the lowest mean ratio wins.
 
+A training config with a ``tune:`` section (keys of :data:`TUNE_DEFAULTS`) runs this step at the end of
+``marlsched train-priority``, so one command yields the policy as shipped; it also runs on its own:
+
     marlsched tune-priority --policy experiments/policies/philly-small --config experiments/configs/marl_philly.yaml
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -27,6 +32,7 @@ import numpy as np
 from marl.priority_env import PriorityEnvConfig
 
 FACTORS = (2.0, 4.0, 8.0, 16.0, 31.0)
+TUNE_DEFAULTS: dict[str, Any] = {"factors": list(FACTORS), "days": 7.0, "stride": 3.5, "load": 0.9, "workers": None}
 Log = Callable[[str], None]
 
 
@@ -84,9 +90,12 @@ def tune_hysteresis(
     cfg = PriorityEnvConfig.from_dict(env)
     specs = training_windows(cfg, days, stride, load)
     tasks = [(str(policy_dir), env, s, float(f)) for s in specs for f in factors]
+    t0 = time.perf_counter()
     log(f"{len(specs)} windows x {len(factors)} factors = {len(tasks)} simulations")
     jct = np.empty(len(tasks))
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+    # spawned, not forked: this runs at the end of training, in a process whose Ray threads a fork would copy
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=ctx) as pool:
         for i, v in enumerate(pool.map(_run, tasks)):
             jct[i] = v
             w, f = divmod(i, len(factors))
@@ -102,6 +111,7 @@ def tune_hysteresis(
         "avg_jct": table.round(1).tolist(),
         "mean_ratio": ratio.round(5).tolist(),
         "factor": float(factors[best]),
+        "minutes": round((time.perf_counter() - t0) / 60.0, 2),
     }
     meta = json.loads(path.read_text())
     meta.setdefault("agents", {})["hysteresis"] = float(np.log(factors[best]))

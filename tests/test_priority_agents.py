@@ -191,9 +191,10 @@ def test_shipped_policy_loads_and_schedules(window: str) -> None:
         "marlsched train-priority --config experiments/configs/marl_philly.yaml"
     )
     assert (SHIPPED / "config.yaml").read_text() == (SHIPPED.parents[1] / "configs" / "marl_philly.yaml").read_text()
-    # its margin was selected on training windows only (before the held-out 2017-11-01), and is the one it runs with
+    # its margin was selected on training windows only (before the held-out 2017-11-01), by the training command
+    # itself (the config's tune section), and is the one it runs with
     tuned = meta["tuned"]
-    assert tuned["command"].startswith("marlsched tune-priority --policy experiments/policies/philly-small")
+    assert tuned["command"] == meta["trained"]["command"]
     assert all(float(w.split("end=")[1].split(",")[0]) <= DEV for w in tuned["windows"])
     assert sched.hysteresis == pytest.approx(np.log(tuned["factor"]))
 
@@ -217,13 +218,19 @@ def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces
         "model": {"hidden": 16},
         "ppo": {"iterations": 2, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
                 "num_env_runners": 1},
+        "tune": {"factors": [1.5, 31], "days": 0.5, "stride": 3.0, "load": 0.5, "workers": 1},
     }  # fmt: skip
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = train_priority(path, tmp_path / "run", log=lambda s: None)
     assert out["iterations"] == 2
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
-    load_priority_policy(tmp_path / "run" / "policy")
+    # the tune section selected the exported policy's margin on two training windows, and it runs with it
+    tuned = out["tuned"]
+    assert len(tuned["windows"]) == 2 and tuned["factor"] in (1.5, 31.0)
+    assert tuned["command"] == f"marlsched train-priority --config {path} --out {tmp_path / 'run'}"
+    sched = load_priority_policy(tmp_path / "run" / "policy")
+    assert sched.hysteresis == pytest.approx(np.log(tuned["factor"]))
 
 
 def test_bad_config_names_the_key(tmp_path: Path) -> None:
@@ -236,6 +243,13 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     path.write_text("ppo:\n  lr_rate: 3\n")
     with pytest.raises(ValueError, match="lr_rate"):
         load_config(path)
+    path.write_text("tune:\n  factor: [4, 8]\n")
+    with pytest.raises(ValueError, match="factor"):
+        load_config(path)
+    path.write_text("tune:\n  factors: [4, 8]\n")  # given keys replace the defaults, the rest stay
+    assert load_config(path)["tune"] == {"factors": [4, 8], "days": 7.0, "stride": 3.5, "load": 0.9, "workers": None}
+    path.write_text("ppo:\n  lr: 0.001\n")
+    assert load_config(path)["tune"] is None  # no tune section: no margin selection after training
 
 
 def test_tune_priority_writes_the_best_margin_of_the_training_windows(tmp_path: Path, traces_dir: Path) -> None:
