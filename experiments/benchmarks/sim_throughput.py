@@ -75,10 +75,17 @@ def main() -> None:
         heavy = [measure("small", f"philly:{PHILLY},{DEV_WINDOW},load=0.9", p, args.interference) for p in policies]
         calm = [measure("dc-1k", f"philly:{PHILLY},{DEV_WINDOW}", p, args.interference) for p in policies]
         report([*heavy, *calm])
+        # a preemptive policy under load makes more decisions per event (restarts): per decision is the
+        # cost of one start or preemption with and without a long queue
         for h, c in zip(heavy, calm, strict=True):
             ratio = h["ev_per_s"] / c["ev_per_s"]
+            per_dec = (h["decisions"] / h["wall_seconds"]) / (c["decisions"] / c["wall_seconds"])
             name, q, wall = h["scheduler"], h["max_queue"], h["wall_seconds"]
-            print(f"{name:>10}: max queue {q:5d}, {wall:5.1f} s, events/s {ratio:.2f} x no-queue")
+            print(
+                f"{name:>10}: max queue {q:5d}, {wall:5.1f} s, events/s {ratio:.2f} x no-queue, decisions per "
+                f"event {h['decisions'] / h['events']:.2f} vs {c['decisions'] / c['events']:.2f}, "
+                f"decisions/s {per_dec:.2f} x no-queue"
+            )
     args.policies = args.policies or list(DEFAULT_POLICIES)
     if "philly" in args.scenario:
         print(f"== Philly trace on dc-1k ({PHILLY})")
