@@ -63,6 +63,8 @@ class PPOTrainConfig:
     time_budget_min: float | None = None  # stop after the iteration that exceeds this wall time
     num_env_runners: int = 2
     num_cpus_per_env_runner: float = 0.5  # fractional: whole CPUs per runner can hang build on 2 cores
+    # environments each runner steps together, so that the policy scores all their agents in one pass
+    num_envs_per_env_runner: int = 1
     train_batch_size: int = 2000
     minibatch_size: int = 500
     num_epochs: int = 4
@@ -318,7 +320,7 @@ def check_train_values(cfg: TrainConfig, chk: ConfigChecker) -> None:
         raise chk.fail(("warm_start", "value_coef"), "must be >= 0")
 
     ppo = cfg.ppo
-    _positive(chk, ("ppo",), ppo, ("iterations", "train_batch_size", "minibatch_size"))
+    _positive(chk, ("ppo",), ppo, ("iterations", "train_batch_size", "minibatch_size", "num_envs_per_env_runner"))
     _positive(
         chk, ("ppo",), ppo, ("num_epochs", "lr", "checkpoint_every", "num_cpus_per_env_runner", "sample_timeout_s")
     )

@@ -30,6 +30,7 @@ from interference.base import InterferenceModel
 from interference.loader import load_interference_model
 from marl.coordinator import Coordinator
 from marl.env_config import EnvConfig
+from marl.env_seeding import copy_offset, reset_generator
 from topology import ClusterSpec, build_cluster, hierarchy_tensors, parse_spec
 from topology.graph_tensors import HierarchyTensors
 from topology.view import ClusterView
@@ -71,8 +72,8 @@ class MarlSchedEnv(MultiAgentEnv):
         self.observation_spaces = {a: self.layout.space() for a in self.agents}
         self.action_spaces = {a: self.layout.action_space() for a in self.agents}
         # Distinct env copies (RLlib env runners and vector slots) draw distinct workloads.
-        offset = 1000 * int(getattr(config, "worker_index", 0)) + int(getattr(config, "vector_index", 0))
-        self._base_seed = cfg.seed if cfg.eval else cfg.seed + offset
+        self._env_context = config
+        self._base_seed = cfg.seed if cfg.eval else cfg.seed + copy_offset(config)
         self._rng = np.random.Generator(np.random.PCG64(self._base_seed))
         self.sim: Simulator | None = None
         self.last_result = None
@@ -100,7 +101,7 @@ class MarlSchedEnv(MultiAgentEnv):
     # ------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:
-            self._rng = np.random.Generator(np.random.PCG64(seed))
+            self._rng = reset_generator(seed, self._env_context, self.config.envs_per_runner)
         cfg = self.config
         workload_seed = self._base_seed if cfg.eval else int(self._rng.integers(2**31 - 1))
         self.workload_seed = workload_seed

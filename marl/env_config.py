@@ -24,8 +24,9 @@ class EnvConfig:
     ``(seed, cluster_gpus) -> Workload``. ``interference``: the simulator's ground truth ("learned" with
     ``interference_model`` for training). ``predictor``: the model whose predictions agents see; None uses
     the simulator's. Both also take an InterferenceModel object. ``eval``: every reset uses ``seed``
-    itself, so evaluation episodes are identical. ``queue_order``: which queued jobs the agents are shown
-    (:meth:`marl.coordinator.Coordinator.shown`).
+    itself, so evaluation episodes are identical. ``envs_per_runner``: vector slots per EnvRunner, set by
+    training so that every copy draws its own workloads (:mod:`marl.env_seeding`). ``queue_order``: which
+    queued jobs the agents are shown (:meth:`marl.coordinator.Coordinator.shown`).
     """
 
     cluster: str | Mapping[str, Any] = "small"
@@ -43,6 +44,7 @@ class EnvConfig:
     eval: bool = False
     partition_unit: str = "rack"
     queue_order: str = "arrival"
+    envs_per_runner: int = 1
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any] | None) -> EnvConfig:
@@ -65,6 +67,8 @@ class EnvConfig:
         return cfg
 
 
-# Keys of EnvConfig a YAML file may set (seed and eval are set per run).
-ENV_KEYS: tuple[str, ...] = tuple(f.name for f in fields(EnvConfig) if f.name not in ("seed", "eval"))
+# Keys of EnvConfig a YAML file may set (seed, eval and envs_per_runner are set per run).
+ENV_KEYS: tuple[str, ...] = tuple(
+    f.name for f in fields(EnvConfig) if f.name not in ("seed", "eval", "envs_per_runner")
+)
 ENV_DEFAULTS = EnvConfig()

@@ -27,6 +27,7 @@ import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from cluster_sim.build import build_simulator
+from marl.env_seeding import copy_offset, reset_generator
 from marl.priority_agents import PriorityAgents, qssf_scores
 
 
@@ -50,6 +51,7 @@ class PriorityEnvConfig:
     reward_scale: float = 360_000.0  # one unit = 100 job-hours
     relative: bool = True  # reward relative to the reference schedule
     seed: int = 0
+    envs_per_runner: int = 1  # set by training: with several, each runner's copies draw their own seeds
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PriorityEnvConfig:
@@ -116,8 +118,8 @@ class PriorityEnv(MultiAgentEnv):
         self.layout = self.agents_policy.layout
         self.observation_spaces = {a: self.layout.space(critic=True) for a in self.agents}
         self.action_spaces = {a: self.layout.action_space() for a in self.agents}
-        offset = 1000 * int(getattr(config, "worker_index", 0)) + int(getattr(config, "vector_index", 0))
-        self._rng = np.random.Generator(np.random.PCG64(cfg.seed + offset))
+        self._env_context = config
+        self._rng = np.random.Generator(np.random.PCG64(cfg.seed + copy_offset(config)))
         self.sim = None
         self.spec = ""
         self.reference_jct = float("nan")
@@ -129,7 +131,7 @@ class PriorityEnv(MultiAgentEnv):
     # ------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         if seed is not None:
-            self._rng = np.random.Generator(np.random.PCG64(seed))
+            self._rng = reset_generator(seed, self._env_context, self.config.envs_per_runner)
         cfg = self.config
         self.spec = cfg.window_spec(self._rng)
         self.workload_seed = int(self._rng.integers(2**31 - 1)) if cfg.workload is None else cfg.seed

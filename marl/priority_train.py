@@ -33,6 +33,7 @@ PPO_DEFAULTS: dict[str, Any] = {
     "iterations": 200,
     "num_env_runners": 2,
     "num_cpus_per_env_runner": 0.5,
+    "num_envs_per_env_runner": 1,  # environments stepped together per runner, scored in one pass
     "train_batch_size": 4000,
     "minibatch_size": 1000,
     "num_epochs": 4,
@@ -64,6 +65,9 @@ def load_config(path: str | Path) -> dict[str, Any]:
         bad = sorted(set(raw.get(section) or {}) - set(defaults))
         if bad:
             raise ValueError(f"{path}: {section} has unknown keys {bad}; allowed: {sorted(defaults)}")
+    envs = (raw.get("ppo") or {}).get("num_envs_per_env_runner", 1)
+    if isinstance(envs, bool) or not isinstance(envs, int) or envs < 1:
+        raise ValueError(f"{path}: ppo.num_envs_per_env_runner must be an integer >= 1, got {envs!r}")
     env = dict(raw.get("env") or {})
     env.setdefault("seed", int(raw.get("seed", 0)))
     PriorityEnvConfig.from_dict(env)  # validates, names the bad key
@@ -108,7 +112,7 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
         PPOConfig()
         .environment(
             PriorityEnv,
-            env_config=cfg["env"],
+            env_config={**cfg["env"], "envs_per_runner": p["num_envs_per_env_runner"]},
             disable_env_checking=True,
             normalize_actions=False,
             clip_actions=False,
@@ -116,6 +120,7 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
         .env_runners(
             num_env_runners=p["num_env_runners"],
             num_cpus_per_env_runner=p["num_cpus_per_env_runner"],
+            num_envs_per_env_runner=p["num_envs_per_env_runner"],
             sample_timeout_s=p["sample_timeout_s"],
         )
         .learners(num_learners=0)

@@ -139,12 +139,16 @@ def build_ppo_config(cfg: TrainConfig, env_config: dict[str, Any], module_spec: 
     from marl.env import MarlSchedEnv
 
     p = cfg.ppo
+    env_config = {**env_config, "envs_per_runner": p.num_envs_per_env_runner}
     return (
         PPOConfig()
-        .environment(MarlSchedEnv, env_config=env_config, disable_env_checking=True)
+        .environment(
+            MarlSchedEnv, env_config=env_config, disable_env_checking=True, normalize_actions=False, clip_actions=False
+        )
         .env_runners(
             num_env_runners=p.num_env_runners,
             num_cpus_per_env_runner=p.num_cpus_per_env_runner,
+            num_envs_per_env_runner=p.num_envs_per_env_runner,
             sample_timeout_s=p.sample_timeout_s,
         )
         .learners(num_learners=0)

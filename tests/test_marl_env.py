@@ -143,6 +143,53 @@ def test_seeding_eval_fixed_training_varies() -> None:
     assert np.array_equal(a, ev.sim.jobs.arrival), "eval resets repeat the workload"
 
 
+def test_vector_slots_of_every_runner_draw_their_own_workloads() -> None:
+    from ray.rllib.env.env_context import EnvContext
+
+    cfg = {"workload": "synthetic:30", "seed": 7}
+    drawn = {}
+    for runner in (1, 2):
+        for slot in range(2):
+            env = MarlSchedEnv(EnvContext({**cfg, "envs_per_runner": 2}, worker_index=runner))
+            env.reset(seed=7 + runner + slot)  # RLlib's first reset of this slot of this runner
+            drawn[runner, slot] = env.workload_seed
+    assert len(set(drawn.values())) == 4, f"copies replay each other's workloads: {drawn}"
+    one = MarlSchedEnv(EnvContext({**cfg, "envs_per_runner": 1}, worker_index=2))
+    one.reset(seed=9)
+    plain = MarlSchedEnv(cfg)
+    plain.reset(seed=9)
+    assert one.workload_seed == plain.workload_seed, "one environment per runner keeps the seed as given"
+
+
+def test_rllib_runner_steps_several_environments_with_one_module() -> None:
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+    from marl.rl_module import hgnn_module_spec
+
+    env_config = {"workload": "synthetic:12,load=1.5", "seed": 0, "envs_per_runner": 3}
+    probe = MarlSchedEnv(env_config)
+    spec = hgnn_module_spec(probe.layout, probe.hierarchy(), hidden=8, gpu_layers=1, server_layers=1)
+    config = (
+        PPOConfig()
+        .environment(MarlSchedEnv, env_config=env_config, disable_env_checking=True)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=3)
+        .multi_agent(policies={"shared"}, policy_mapping_fn=lambda agent_id, episode, **kw: "shared")
+        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={"shared": spec}))
+        .debugging(seed=0)
+    )
+    runner = MultiAgentEnvRunner(config=config)
+    try:
+        episodes = runner.sample(num_timesteps=30, random_actions=False)
+        assert sum(ep.env_steps() for ep in episodes) >= 30
+        seeds = [env.unwrapped.workload_seed for env in runner.env.envs]
+        assert len(set(seeds)) == 3, f"the runner's environments share workloads: {seeds}"
+        assert len({ep.id_ for ep in episodes}) >= 3  # one episode (chunk) per environment at least
+    finally:
+        runner.stop()
+
+
 # ---------------------------------------------------------------- expert and scheduler adapter
 
 

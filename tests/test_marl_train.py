@@ -38,6 +38,7 @@ TINY = {
     "ppo": {
         "iterations": 2,
         "num_env_runners": 1,
+        "num_envs_per_env_runner": 2,  # the runner steps two environments, scored in one pass
         "train_batch_size": 64,
         "minibatch_size": 32,
         "num_epochs": 1,
@@ -91,6 +92,7 @@ def test_unknown_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"ppo": {"lr": True}}, "ppo.lr: expected a finite number"),
         ({"ppo": {"minibatch_size": 999, "train_batch_size": 10}}, "ppo.minibatch_size: 999 exceeds"),
         ({"ppo": {"lambda": 1.5}}, "ppo.lambda: must be in (0, 1]"),
+        ({"ppo": {"num_envs_per_env_runner": 0}}, "ppo.num_envs_per_env_runner: must be > 0"),
         ({"warm_start": {"strategy": "spread-out"}}, "warm_start.strategy: 'spread-out' is not among env.placements"),
         ({"env": {"interference": "learned"}}, "env.interference_model: interference 'learned' needs"),
         ({"env": {"interference": "magic"}}, "env.interference: 'magic' is not one of"),

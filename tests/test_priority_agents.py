@@ -246,6 +246,9 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     path.write_text("tune:\n  factor: [4, 8]\n")
     with pytest.raises(ValueError, match="factor"):
         load_config(path)
+    path.write_text("ppo:\n  num_envs_per_env_runner: 0\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml: ppo\.num_envs_per_env_runner must be an integer >= 1"):
+        load_config(path)
     path.write_text("tune:\n  factors: [4, 8]\n")  # given keys replace the defaults, the rest stay
     assert load_config(path)["tune"] == {"factors": [4, 8], "days": 7.0, "stride": 3.5, "load": 0.9, "workers": None}
     path.write_text("ppo:\n  lr: 0.001\n")

@@ -3,14 +3,16 @@
 1. One process: the environment of a training config (default ``experiments/configs/marl_small.yaml``)
    stepped by its policy network (freshly initialised; a forward pass costs the same whatever the
    weights), with the share of time in the simulation (``Simulator.advance``/``apply``), the
-   coordinator (dispatch, candidates, features, interference predictions) and the network.
-2. RLlib: the same environment and network sampled by 1 and 2 EnvRunners at once (``--runners``), as
-   PPO samples them; the scaling from 1 to 2 runners is printed.
+   coordinator (dispatch, candidates, features, interference predictions) and the network. With
+   ``--envs N`` N copies step together and one forward pass scores all their agents, as an EnvRunner
+   with ``ppo.num_envs_per_env_runner: N`` does.
+2. RLlib: the same environment and network sampled by 1 and 2 EnvRunners at once (``--runners``), each
+   stepping 1 or N environments, as PPO samples them; the scaling from 1 to 2 runners is printed.
 
 The simulator's interference is the ground truth (``oracle``) and the agents see its predictions, so no
 predictor needs training first; ``--interference-model FILE`` uses a learned one for both instead.
 
-    python experiments/benchmarks/env_throughput.py [--config FILE] [--steps 3000] [--runners 1 2]
+    python experiments/benchmarks/env_throughput.py [--config FILE] [--steps 3000] [--envs 1 8] [--runners 1 2]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +70,8 @@ class Timers:
         setattr(owner, name, timed)
 
 
-def one_process(config: str, steps: int, interference_model: str | None, seed: int) -> dict[str, float]:
+def one_process(config: str, steps: int, interference_model: str | None, seed: int, envs: int = 1) -> dict[str, float]:
+    """``envs`` environments stepped together, all their agents scored by one forward pass per step."""
     import torch
 
     from cluster_sim.simulator import Simulator
@@ -86,30 +90,33 @@ def one_process(config: str, steps: int, interference_model: str | None, seed: i
         timers.wrap(Simulator, name, "simulation")
     for name in ("begin", "observe", "act", "end_round", "any_feasible", "batch"):
         timers.wrap(Coordinator, name, "coordinator")
-    env = MarlSchedEnv({**env_cfg, "seed": seed})
-    agents = env.possible_agents
+    copies = [MarlSchedEnv({**env_cfg, "seed": seed + 1000 * i, "envs_per_runner": envs}) for i in range(envs)]
+    agents = copies[0].possible_agents
     rng = np.random.default_rng(seed)
-    obs, _ = env.reset(seed=seed)
+    obs = [env.reset(seed=seed + 1000 * i)[0] for i, env in enumerate(copies)]
     done_steps, episodes, net_s = 0, 0, 0.0
     t_start = time.perf_counter()
     while done_steps < steps:
-        batch = {k: torch.from_numpy(np.stack([obs[a][k] for a in agents])) for k in OBS_KEYS}
+        batch = {k: torch.from_numpy(np.stack([o[a][k] for o in obs for a in agents])) for k in OBS_KEYS}
         t0 = time.perf_counter()
         with torch.no_grad():
             logits, _ = net(*(batch[k] for k in OBS_KEYS))
         net_s += time.perf_counter() - t0
         probs = torch.softmax(logits.double(), dim=1).numpy()
-        actions = {a: int(rng.choice(len(p), p=p / p.sum())) for a, p in zip(agents, probs, strict=True)}
-        obs, _, term, _, _ = env.step(actions)
-        done_steps += 1
-        if term["__all__"]:
-            episodes += 1
-            obs, _ = env.reset()
+        choice = [int(rng.choice(len(p), p=p / p.sum())) for p in probs]
+        for i, env in enumerate(copies):
+            actions = dict(zip(agents, choice[i * len(agents) : (i + 1) * len(agents)], strict=True))
+            obs[i], _, term, _, _ = env.step(actions)
+            if term["__all__"]:
+                episodes += 1
+                obs[i], _ = env.reset()
+        done_steps += envs
     wall = time.perf_counter() - t_start
     shares = {k: v / wall for k, v in timers.seconds.items()}
     shares["network"] = net_s / wall
     shares["other"] = 1.0 - sum(shares.values())
     return {
+        "envs": envs,
         "env_steps_per_s": done_steps / wall,
         "agent_steps_per_s": done_steps * len(agents) / wall,
         "episodes": episodes,
@@ -118,14 +125,22 @@ def one_process(config: str, steps: int, interference_model: str | None, seed: i
 
 
 def rllib_sampling(
-    config: str, steps: int, runners: int, interference_model: str | None, seed: int, address: str | None = None
+    config: str,
+    steps: int,
+    runners: int,
+    interference_model: str | None,
+    seed: int,
+    address: str | None = None,
+    envs: int = 1,
 ) -> dict:
-    """Env steps/s of ``runners`` EnvRunners sampling at once (in-process Ray, or the cluster at ``address``)."""
+    """Env steps/s of ``runners`` EnvRunners sampling at once, each stepping ``envs`` environments (in-process
+    Ray, or the cluster at ``address``)."""
     import ray
 
     from marl.train import build_ppo_config, module_spec_for, training_env_config
 
     cfg, env_cfg = env_config(config, interference_model)
+    cfg = replace(cfg, ppo=replace(cfg.ppo, num_envs_per_env_runner=envs))
     spec, _ = module_spec_for(cfg, env_cfg)
     train_env = training_env_config(cfg)
     train_env.update({k: v for k, v in env_cfg.items() if k != "workload"})
@@ -154,8 +169,8 @@ def rllib_sampling(
         ray.shutdown()
     total = int(sum(counts))
     return {
-        "runners": runners, "env_steps": total, "wall_s": wall, "env_steps_per_s": total / wall,
-        "runner_nodes": len(set(nodes)),
+        "runners": runners, "envs_per_runner": envs, "env_steps": total, "wall_s": wall,
+        "env_steps_per_s": total / wall, "runner_nodes": len(set(nodes)),
     }  # fmt: skip
 
 
@@ -163,24 +178,32 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(REPO / "experiments" / "configs" / "marl_small.yaml"))
     ap.add_argument("--steps", type=int, default=3000, help="environment steps per measurement")
+    ap.add_argument("--envs", type=int, nargs="+", default=[1, 8], help="environments stepped together per process")
     ap.add_argument("--runners", type=int, nargs="*", default=[1, 2], help="EnvRunner counts to sample with")
     ap.add_argument("--interference-model", help="a learned predictor file (default: the ground truth)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    print(f"== one process: {args.config}, {args.steps} steps", flush=True)
-    one = one_process(args.config, args.steps, args.interference_model, args.seed)
-    for key, value in one.items():
-        print(f"  {key:24s} {value:.3f}" if isinstance(value, float) else f"  {key:24s} {value}", flush=True)
+    ones = []
+    for n in args.envs:
+        print(f"== one process: {args.config}, {n} environment(s) stepped together, {args.steps} steps", flush=True)
+        ones.append(one_process(args.config, args.steps, args.interference_model, args.seed, envs=n))
+        for key, value in ones[-1].items():
+            print(f"  {key:24s} {value:.3f}" if isinstance(value, float) else f"  {key:24s} {value}", flush=True)
+    for o in ones[1:]:
+        print(f"  {o['envs']} envs / {ones[0]['envs']}: {o['env_steps_per_s'] / ones[0]['env_steps_per_s']:.2f}x")
     rows = []
-    for k in args.runners:
-        print(f"== RLlib, {k} EnvRunner(s)", flush=True)
-        rows.append(rllib_sampling(args.config, args.steps, k, args.interference_model, args.seed))
-        print(f"  env steps/s {rows[-1]['env_steps_per_s']:.1f} ({rows[-1]['env_steps']} steps in "
-              f"{rows[-1]['wall_s']:.1f} s)", flush=True)  # fmt: skip
-    if len(rows) > 1:
-        base = rows[0]["env_steps_per_s"]
-        for r in rows[1:]:
-            print(f"  {r['runners']} runners / {rows[0]['runners']}: {r['env_steps_per_s'] / base:.2f}x")
+    for n in args.envs:
+        for k in args.runners:
+            print(f"== RLlib, {k} EnvRunner(s) x {n} environment(s)", flush=True)
+            rows.append(rllib_sampling(args.config, args.steps, k, args.interference_model, args.seed, envs=n))
+            print(f"  env steps/s {rows[-1]['env_steps_per_s']:.1f} ({rows[-1]['env_steps']} steps in "
+                  f"{rows[-1]['wall_s']:.1f} s)", flush=True)  # fmt: skip
+    for n in args.envs:
+        by_k = {r["runners"]: r["env_steps_per_s"] for r in rows if r["envs_per_runner"] == n}
+        if len(by_k) > 1:
+            k0 = min(by_k)
+            for k in sorted(by_k)[1:]:
+                print(f"  {n} env(s) per runner: {k} runners / {k0}: {by_k[k] / by_k[k0]:.2f}x")
     sys.stdout.flush()
 
 
