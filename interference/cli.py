@@ -52,7 +52,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     _say(f"training on {int(pairs.feasible.sum())} feasible Gavel pairs ({cfg.members} ensemble members)")
-    total = cfg.steps * (2 if cfg.type_rank else 1)  # the structure, then the measured types' residual
+    # the structure, then the measured types' residual and their side of pairs with a new job
+    total = cfg.steps * (3 if cfg.type_rank else 1)
     model = fit(pairs, cfg, progress=lambda s, loss: _say(f"step {s + 1}/{total} loss {loss:.5f}"))
     queries, y, _ = gavel_queries(pairs)
     fit_metrics = metrics(model.throughput_factors(queries), y)

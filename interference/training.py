@@ -116,23 +116,29 @@ def fit_queries(
     # therefore constants to the fit: whatever slows A3C's partners is not GPU contention
     gate = torch.tensor(partner_gate(np.exp(z_raw[:, 0]), cols.gpu_util))
 
-    def predict(types: bool) -> torch.Tensor:
+    def predict(types: str | None) -> torch.Tensor:
         u = torch.sigmoid(p["cu"][:, None] + softplus(p["wu"]) @ z.T)  # (K, D)
         m = torch.sigmoid(p["cm"][:, None] + softplus(p["wm"]) @ z.T)
         lam = torch.sigmoid(p["mix"])[:, None]
         pressure = (lam * u[:, nbr] + (1.0 - lam) * m[:, nbr]) * gate[nbr]
         x = torch.cat([zo[job].expand(k, -1, -1), u[:, job, None], m[:, job, None]], dim=2)
-        slow = MAX_SENSITIVITY * torch.sigmoid(p["c"][:, None] + torch.einsum("knf,kf->kn", x, p["v"])) * pressure
-        if types:
+        sens = MAX_SENSITIVITY * torch.sigmoid(p["c"][:, None] + torch.einsum("knf,kf->kn", x, p["v"]))
+        slow = sens * pressure
+        if types == "both":
             scale = p["type_scale"]
             slow = slow * torch.exp(scale[:, job, 0] + scale[:, nbr, 1])
             slow = slow + (softplus(p["type_sens"])[:, job] * softplus(p["type_pres"])[:, nbr]).sum(2)
+        elif types == "job":  # the job measured, its partner taken as new
+            slow = torch.clamp(sens * torch.exp(p["side_sens"][:, job]), max=MAX_SENSITIVITY) * pressure
+        elif types == "partner":  # the partner measured, the job taken as new
+            side = p["side_pres"][:, nbr]
+            slow = sens * (pressure * torch.exp(side[..., 0]) + softplus(side[..., 1]))
         return 1.0 / (1.0 + slow)
 
     # stage 1: the descriptor structure, each member on its bootstrap resample
     opt = torch.optim.Adam(p.values(), lr=cfg.lr)
     for step in range(cfg.steps):
-        loss = (weights * (predict(False) - target) ** 2).sum()
+        loss = (weights * (predict(None) - target) ** 2).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -150,13 +156,30 @@ def fit_queries(
         p.update(res)
         opt = torch.optim.Adam(res.values(), lr=cfg.lr)
         for step in range(cfg.steps):
-            loss = ((predict(True) - target) ** 2).mean() * k
+            loss = ((predict("both") - target) ** 2).mean() * k
             loss = loss + cfg.type_l2 * sum((t**2).mean() for t in res.values()) * k
             opt.zero_grad()
             loss.backward()
             opt.step()
             if progress is not None and (step % 200 == 0 or step == cfg.steps - 1):
                 progress(cfg.steps + step, loss.item() / k)
+        # stage 3: one measured job next to a new one: each sample seen from either side, the rest frozen
+        for t in res.values():
+            t.requires_grad_(False)
+        side = {
+            "side_sens": torch.nn.Parameter(torch.zeros(k, nd, dtype=torch.float64)),
+            "side_pres": torch.nn.Parameter(torch.stack([torch.zeros(k, nd), torch.full((k, nd), -6.0)], 2).double()),
+        }
+        p.update(side)
+        opt = torch.optim.Adam(side.values(), lr=cfg.lr)
+        for step in range(cfg.steps):
+            loss = (((predict("job") - target) ** 2).mean() + ((predict("partner") - target) ** 2).mean()) * k
+            loss = loss + cfg.type_l2 * sum((t**2).mean() for t in side.values()) * k
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if progress is not None and (step % 200 == 0 or step == cfg.steps - 1):
+                progress(2 * cfg.steps + step, loss.item() / k)
 
     def lst(t: torch.Tensor | np.ndarray) -> list:
         return (t.detach().numpy() if isinstance(t, torch.Tensor) else t).tolist()

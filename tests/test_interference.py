@@ -315,16 +315,24 @@ def test_profile_columns_uncertainty_and_range(small_model: Path, pairs):
 
 
 def test_measured_types_get_their_residual_new_jobs_do_not(pairs):
-    """The type residual sharpens measured pairs; a job one parameter away from a measured one is new."""
+    """The type residual sharpens measured pairs; a job one parameter away from a measured one is new: next
+    to a measured partner it gets that partner's measured pressure, next to a new one the structure alone."""
     q, y, _ = gavel_queries(pairs.select(pairs.gpu_type == "V100"))
     cfg = TrainConfig(steps=300, members=2, seed=0)
     with_types, without = fit_queries(q, y, cfg), fit_queries(q, y, replace(cfg, type_rank=0))
     err = np.abs(with_types.throughput_factors(q) - y).mean()
     assert err < 0.7 * np.abs(without.throughput_factors(q) - y).mean()
-    nudged = [CoLocation(replace(c.job, params_m=c.job.params_m * 1.001), c.neighbours) for c in q[:50]]
+
+    def nudge(d: JobDescriptor) -> JobDescriptor:
+        return replace(d, params_m=d.params_m * 1.001)
+
+    both_new = [CoLocation(nudge(c.job), ((nudge(c.neighbours[0][0]), Sharing.GPU),)) for c in q[:50]]
     np.testing.assert_allclose(
-        with_types.throughput_factors(nudged), without.throughput_factors(nudged), atol=0.02
-    )  # both are the structure alone (its parameters differ only through the residual stage: not at all)
+        with_types.throughput_factors(both_new), without.throughput_factors(both_new), atol=0.02
+    )  # both are the structure alone (its parameters differ only through the residual stages: not at all)
+    job_new = [CoLocation(nudge(c.job), c.neighbours) for c in q]
+    side_err = np.abs(with_types.throughput_factors(job_new) - y).mean()
+    assert side_err < 0.9 * np.abs(without.throughput_factors(job_new) - y).mean(), "the partner's measurement helps"
 
 
 def test_partner_ranking_metric():
