@@ -2,7 +2,7 @@
 
 Two jobs time-slice a GPU. Job ``a`` next to partner ``b`` keeps the fraction
 
-    f_a = 1 / (1 + s_a · p_b),     p_b = g_b · (λ u_b + (1 − λ) m_b),     s_a = S · sigmoid(c + v · x_a)
+    f_a = 1 / (1 + s_a · p_b),     p_b = g_b · (λ u_b + (1 − λ) m_b),     s_a = S · sigmoid(c + v_u u_a + v_m m_a)
 
 of its solo throughput, where
 
@@ -12,8 +12,12 @@ of its solo throughput, where
   per step, FLOPs per parameter; see :mod:`interference.features`) with every weight ``w ≥ 0``;
 - ``p_b`` is the partner's pressure in [0, 1] (a fitted mix ``λ`` of its two uses), times the gate
   ``g_b`` that silences partners which issue almost no GPU work (see :func:`partner_gate`);
-- ``s_a`` is the job's sensitivity, bounded by ``S = MAX_SENSITIVITY``, any sign on its features ``x_a``
-  (intensity, batch size, step rate, precision, and its own ``u`` and ``m``).
+- ``s_a`` is the job's sensitivity, bounded by ``S = MAX_SENSITIVITY``, a function of its own two uses
+  with weights of either sign. Giving it every descriptor feature fits better in-sample but extrapolates
+  worse: on a held-out model family the leave-one-family-out MAE is 0.136 that way and 0.1265 this way
+  (Gavel's recommendation model, with a batch and a FLOPs-per-parameter ratio no other family has, was
+  predicted insensitive; it is the most sensitive). The pressure weights carry a small penalty for the
+  same reason (``TrainConfig.pres_l2``).
 
 Why this form rather than a free network (the previous set model was no better than predicting the mean
 on a held-out model family): the structure holds on jobs no table measured. A heavier partner never
@@ -33,9 +37,10 @@ side, fitted last with everything else frozen by seeing each training sample fro
 the other job were new: a measured job's sensitivity scale, ``min(S, s_a exp(σ_a)) · p_b``, or a measured
 partner's pressure, ``s_a (p_b exp(π_b) + q_b)`` with ``q_b ≥ 0`` (so a measured partner that slows others
 for reasons other than GPU work, as Gavel's A3C does through its CPU workers, keeps that effect). On
-Gavel's leave-one-family-out folds this is what most of the held-out pairs are, and it takes the MAE
-from 0.152 to 0.136. A pair of two new jobs gets the structure alone, so every guarantee above holds for
-new jobs, and a new partner's pressure is always monotone and gated.
+Gavel's leave-one-family-out folds this is what most of the held-out pairs are (with it the MAE went
+from 0.152 to 0.136, before the sensitivity was narrowed to the job's own uses). A pair of two new jobs
+gets the structure alone, so every guarantee above holds for new jobs, and a new partner's pressure is
+always monotone and gated.
 
 The parameters are an ensemble of ``K`` members fitted on bootstrap resamples of the job types; the
 prediction is their mean and ``std`` their spread, the uncertainty the CLI reports. Inputs outside the
@@ -67,7 +72,7 @@ from interference.features import (
 )
 from interference.queries import FactorCache, FlatQueries, flatten
 
-FORMAT = "marlsched-interference-contention/2"
+FORMAT = "marlsched-interference-contention/3"
 MIN_USE = 1e-3  # a profiled utilisation of 0 % still means the job is resident
 # A partner's pressure is gated by the work it issues: gate = x^n / (x^n + h^n), x its achieved fraction of
 # peak FLOP/s. A job at 1% of peak keeps 0.4% of its pressure, one at 3% keeps 96%. Fixed, not fitted:
@@ -99,15 +104,13 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 class ContentionParams:
     """Fitted parameters of ``K`` ensemble members (lists for JSON; arrays via :meth:`arrays`).
 
-    ``z`` (intensity) and ``o`` (own features) are standardised with ``z_mean/z_std`` and
-    ``o_mean/o_std`` before use; ``z_lo/z_hi`` and ``o_lo/o_hi`` are the raw ranges seen in training.
+    ``z`` (intensity) is standardised with ``z_mean/z_std`` before use; ``z_lo/z_hi`` and ``o_lo/o_hi``
+    are the raw ranges of the intensity and own features seen in training (the out-of-range flag).
     Non-negative parameters are stored raw and passed through softplus.
     """
 
     z_mean: list[float]
     z_std: list[float]
-    o_mean: list[float]
-    o_std: list[float]
     z_lo: list[float]
     z_hi: list[float]
     o_lo: list[float]
@@ -117,7 +120,7 @@ class ContentionParams:
     wm: list[list[float]]  # (K, Z) raw; memory-bandwidth-use weights = softplus(wm)
     cm: list[float]  # (K,)
     mix: list[float]  # (K,) raw; λ = sigmoid(mix), the weight of GPU use in the pressure
-    v: list[list[float]]  # (K, Z + O + 2) sensitivity weights on [z, o, u, m]
+    v: list[list[float]]  # (K, 2) sensitivity weights on the job's own [u, m]
     c: list[float]  # (K,)
     # measured job types: their facts, and a rank-R residual (K, T, R) raw, softplus'd; see the module doc
     type_keys: list[list] = field(default_factory=list)
@@ -191,9 +194,8 @@ class LearnedInterference:
         """(K, n) factor of each row ``job[i]`` of ``cols`` sharing its GPU with row ``other[i]``
         (``raw``: :meth:`_raw` of ``cols`` when the caller has it)."""
         p = self._p
-        z_raw, o_raw, gpu = self._raw(cols) if raw is None else raw
+        z_raw, _, gpu = self._raw(cols) if raw is None else raw
         z = (z_raw - p["z_mean"]) / p["z_std"]
-        o = (o_raw - p["o_mean"]) / p["o_std"]
         u = sigmoid(p["cu"][:, None] + softplus(p["wu"]) @ z.T)  # (K, N)
         m = sigmoid(p["cm"][:, None] + softplus(p["wm"]) @ z.T)
         gu, mu = cols.gpu_util / 100.0, cols.mem_util / 100.0
@@ -202,9 +204,8 @@ class LearnedInterference:
         gate = partner_gate(np.exp(z_raw[:, 0]), cols.gpu_util)
         lam = sigmoid(p["mix"])[:, None]
         pressure = (lam * u[:, other] + (1.0 - lam) * m[:, other]) * gate[other]
-        v, nf = p["v"], z.shape[1] + o.shape[1]
-        logit = (np.concatenate([z, o], axis=1) @ v[:, :nf].T).T + v[:, nf : nf + 1] * u + v[:, nf + 1 :] * m
-        sens = MAX_SENSITIVITY * sigmoid(p["c"][:, None] + logit[:, job])
+        v = p["v"]
+        sens = MAX_SENSITIVITY * sigmoid(p["c"][:, None] + v[:, :1] * u[:, job] + v[:, 1:] * m[:, job])
         slow = sens * pressure
         t = self._type_index(cols)
         ta, tb = t[job], t[other]

@@ -314,6 +314,22 @@ def test_profile_columns_uncertainty_and_range(small_model: Path, pairs):
     assert model.out_of_range(huge).all() and not model.out_of_range(fitted).any()
 
 
+def test_sensitivity_follows_the_jobs_own_use(small_model: Path):
+    """A new job's sensitivity is a function of its GPU and memory-bandwidth use alone: profiled alike, jobs
+    of any batch and speed suffer alike; profiled differently, they do not."""
+    model = LearnedInterference.load(small_model)
+    n = 6
+    lvl = np.zeros(n, dtype=np.int64)
+    victims = replace(
+        _cols(n, gpu_util=60.0, mem_util=40.0), batch=np.geomspace(8, 1024, n), solo_sps=np.geomspace(50, 5000, n)
+    )
+    f = model.predict_pairs(victims, _cols(n), lvl).factor
+    np.testing.assert_allclose(f, f[0], rtol=1e-12)
+    assert f[0] < 1.0
+    other = model.predict_pairs(replace(victims, gpu_util=np.full(n, 95.0), mem_util=np.full(n, 5.0)), _cols(n), lvl)
+    assert np.abs(other.factor - f).min() > 1e-4
+
+
 def test_measured_types_get_their_residual_new_jobs_do_not(pairs):
     """The type residual sharpens measured pairs; a job one parameter away from a measured one is new: next
     to a measured partner it gets that partner's measured pressure, next to a new one the structure alone."""
