@@ -8,7 +8,7 @@ itself (the ceiling of any predictor).
 
     python experiments/benchmarks/gpu_sharing.py [--model MODEL.json] [--json out.json]
 
-Without ``--model`` a predictor is fitted to Gavel's tables first (about 10 s).
+Without ``--model`` a predictor is fitted to Gavel's tables first (about 17 s).
 """
 
 from __future__ import annotations
