@@ -714,12 +714,9 @@ class Simulator:
                 changed.update(members)
 
     def _uplink_sharers(self, job: int) -> int:
-        racks, pods = self._uplinks_of[job]
-        most = 1
-        for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
-            for key in keys:
-                most = max(most, len(table[key]))
-        return most
+        racks, pods = self._uplinks_of[job]  # called for every job on an uplink that changed: kept in C loops
+        most_rack = max(map(len, map(self._rack_uplink.__getitem__, racks)), default=1)
+        return max(most_rack, max(map(len, map(self._pod_uplink.__getitem__, pods)), default=1), 1)
 
     def _settle(self, job: int) -> None:
         """Bring a running job's remaining work up to ``now`` at its current speed."""

@@ -158,14 +158,34 @@ def _synthetic(
     *,
     seed: int,
     cluster_gpus: int,
-    load: float = DEFAULT_SYNTHETIC_LOAD,
+    load: float | None = None,
     tenants: int = 4,
     model_rule: str = "independent",
+    gpu_scale: int = 1,
+    window_load: float | None = None,
 ) -> Workload:
+    """``load`` rates arrivals by the jobs' mean GPU-time, so a heavy tail of jobs running far past the
+    last arrival counts in full; ``window_load=F`` instead rescales the arrivals so that the jobs offer F x
+    the cluster's GPUs while they arrive (as the common ``load`` does for traces): the regime where a
+    queue really forms."""
     n = _convert(f"synthetic:{arg}", "N_JOBS", arg, int)
-    return synthetic_workload(
-        n, load=load, cluster_gpus=cluster_gpus, seed=seed, n_tenants=tenants, model_rule=model_rule
+    if load is not None and window_load is not None:
+        raise ValueError("give load=F or window_load=F, not both (window_load sets the arrival rate itself)")
+    w = synthetic_workload(
+        n,
+        load=DEFAULT_SYNTHETIC_LOAD if load is None else load,
+        cluster_gpus=cluster_gpus,
+        seed=seed,
+        n_tenants=tenants,
+        model_rule=model_rule,
+        gpu_scale=gpu_scale,
     )
+    if window_load is None:
+        return w
+    try:
+        return window(w, load=window_load, cluster_gpus=cluster_gpus)
+    except ValueError as e:
+        raise ValueError(f"window_load: {e}; for synthetic jobs: more jobs or a larger gpu_scale") from None
 
 
 def _philly(
@@ -193,8 +213,8 @@ def _pollux(arg: str, *, seed: int, cluster_gpus: int) -> Workload:
 register_workload_kind(
     "synthetic",
     _synthetic,
-    syntax="synthetic:N_JOBS[,load=F][,model_rule=independent|pollux]",
-    options={"load": float, "tenants": int, "model_rule": str},
+    syntax="synthetic:N_JOBS[,load=F|window_load=F][,model_rule=independent|pollux][,gpu_scale=K]",
+    options={"load": float, "window_load": float, "tenants": int, "model_rule": str, "gpu_scale": int},
 )
 register_workload_kind(
     "philly",

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from interference.base import CoLocation, JobDescriptor, Sharing
-from interference.composition import INFEASIBLE_GPU_FACTOR, compose
+from interference.composition import INFEASIBLE_GPU_FACTOR, HostScalars, compose
 from interference.contention import GPU_SHARE_COEF, gpu_share_factor
 from interference.gavel_data import GavelPairs
 from interference.gavel_jobs import gavel_job_type_of
@@ -56,6 +56,7 @@ class GroundTruthInterference:
                     self._measured[(g, a, b)] = float(na)
                     self._measured[(g, b, a)] = float(nb)
         self._types: dict[JobDescriptor, str | None] = {}
+        self._host = HostScalars()
         self._cache = FactorCache(self._compute)
 
     @property
@@ -90,7 +91,6 @@ class GroundTruthInterference:
 
     def _compute(self, queries: list[CoLocation]) -> np.ndarray:
         flat = flatten(queries)
-        cols = flat.columns()
         descs = flat.descriptors
 
         def gpu_pairs(job: np.ndarray, nbr: np.ndarray) -> np.ndarray:
@@ -103,7 +103,8 @@ class GroundTruthInterference:
                     known[k] = True
                     vals[k] = INFEASIBLE_GPU_FACTOR if np.isnan(v) else v
             if (~known).any():
+                cols = flat.columns()
                 vals[~known] = gpu_share_factor(cols.take(job[~known]), cols.take(nbr[~known]), self.gpu_share_coef)
             return vals
 
-        return compose(flat, cols, gpu_pairs)
+        return compose(flat, None, gpu_pairs, host=self._host)

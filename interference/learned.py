@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from interference.base import CoLocation
-from interference.composition import INFEASIBLE_GPU_FACTOR, compose
+from interference.composition import INFEASIBLE_GPU_FACTOR, HostScalars, compose
 from interference.features import (
     INTENSITY_FEATURES,
     OWN_FEATURES,
@@ -172,6 +172,7 @@ class LearnedInterference:
         self._p = params.arrays()
         self._types = {type_key(*k): i for i, k in enumerate(params.type_keys)}
         self._type_params = np.unique([float(k[0]) for k in params.type_keys])
+        self._host = HostScalars()
         self._cache = FactorCache(self._compute)
 
     # -- the model -----------------------------------------------------------------------------------
@@ -267,8 +268,7 @@ class LearnedInterference:
 
     def _compute(self, queries: list[CoLocation]) -> np.ndarray:
         flat = flatten(queries)
-        cols = flat.columns()
-        return compose(flat, cols, lambda a, b: self.gpu_members(cols, a, b).mean(axis=0))
+        return compose(flat, None, lambda a, b: self.gpu_members(flat.columns(), a, b).mean(axis=0), host=self._host)
 
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

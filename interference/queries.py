@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -35,6 +36,12 @@ class FlatQueries:
         return len(self.job)
 
     def columns(self) -> JobColumns:
+        """The descriptors as columns (built on first use: a batch that needs only memoised per-job
+        scalars never builds them)."""
+        return self._columns
+
+    @cached_property
+    def _columns(self) -> JobColumns:
         return JobColumns.from_descriptors(self.descriptors)
 
 

@@ -142,7 +142,7 @@ class Coordinator:
         self.descriptors = DescriptorCache(view.jobs, self.topo, perf)
         self.sync = SyncSensitivity(self.topo)
         self.agents = [_Agent(i, st) for i, st in enumerate(self._statics)]
-        self._shown: list[tuple[tuple[int, int], list[int]] | None] = [None] * self.num_agents
+        self._shown: list[tuple[tuple[int, int], list[int], int] | None] = [None] * self.num_agents
         self._next_job = 0
         self._running: set[int] = set()
         self._seen_done = 0
@@ -212,12 +212,13 @@ class Coordinator:
     # ------------------------------------------------------------ agents
     def any_feasible(self) -> bool:
         """Whether some agent has a feasible candidate (one of its first Q jobs fits its free GPUs)."""
-        need, q = self.jobs.num_gpus, self.layout.Q
-        for a in self.agents:
-            queue = self.dispatch.queues[a.index]
-            if queue and int(need[self.shown(a.index) if len(queue) > q else queue].min()) <= a.free:
-                return True
-        return False
+        queues = self.dispatch.queues
+        return any(queues[a.index] and self._shown_need(a.index) <= a.free for a in self.agents)
+
+    def _shown_need(self, agent: int) -> int:
+        """The fewest GPUs any job shown to ``agent`` needs (cached with the shown jobs)."""
+        self.shown(agent)
+        return self._shown[agent][2]
 
     def shown(self, agent: int) -> list[int]:
         """The (at most Q) queued jobs agent ``agent`` chooses among, in slot order.
@@ -231,6 +232,9 @@ class Coordinator:
         cached = self._shown[agent]
         if cached is not None and cached[0] == key:
             return cached[1]
+        if cached is not None and cached[0][0] == key[0] and len(cached[1]) < self.layout.Q:
+            self._shown[agent] = (key, *cached[1:])  # a short queue is shown whole, in arrival order
+            return cached[1]
         queue = self.dispatch.queues[agent]
         q = self.layout.Q
         if self.queue_order == "arrival" or len(queue) <= q:
@@ -242,7 +246,8 @@ class Coordinator:
             first = order[: q - 1]
             last = 0 if 0 not in first else order[q - 1]
             shown = [*ids[first].tolist(), int(ids[last])]
-        self._shown[agent] = (key, shown)  # callers never modify it
+        need = self.jobs.num_gpus
+        self._shown[agent] = (key, shown, min((int(need[j]) for j in shown), default=0))  # never modified
         return shown
 
     def observe(self) -> list[dict[str, np.ndarray]]:
@@ -344,10 +349,11 @@ class Coordinator:
             return
         queries, owners = [], []
         for a in agents:
+            occ = a.occ.tolist()
             for i, cand in enumerate(a.cands):
                 if cand is not None:
                     job, gpus = cand
-                    queries.append(interference_query(job, gpus, a.occ, a.static, self.jobs, self.descriptors))
+                    queries.append(interference_query(job, gpus, occ, a.static, self.jobs, self.descriptors))
                     owners.append((a, i))
         if queries:
             factors = np.asarray(self.predictor.throughput_factors(queries), dtype=np.float64)

@@ -406,3 +406,27 @@ def test_qssf_decisions_never_depend_on_a_running_jobs_true_duration(policy: str
     same = np.array_equal(a_jobs, b_jobs) and np.array_equal(a_start, b_start)
     assert same != leaks
     assert len(a_jobs) > 50  # a real stretch of decisions was compared
+
+
+def test_fifo_orders_a_queue_with_a_returning_job_and_passes_span_chunks() -> None:
+    """FIFO sorts only a queue a preempted job re-entered out of order, and a backfilling pass places
+    jobs far past the first chunk of its queue."""
+    fifo = get_policy("fifo", 0)
+    ordered = np.array([2, 5, 9], dtype=np.int64)
+    assert fifo.order(None, ordered) is ordered
+    np.testing.assert_array_equal(fifo.order(None, np.array([5, 9, 2])), [2, 5, 9])
+    # strict: 100 one-GPU jobs at 0 on 128 GPUs all start at once
+    res = run(make_scheduler("fifo", "consolidate"), cluster(servers=16), jobs([0.0] * 100, [1] * 100, [50.0] * 100))
+    assert (res.start == 0.0).all()
+    # backfilling on 32 GPUs, 8 held until 1000 s: at 1 s one of the 100 twenty-GPU jobs starts, the other
+    # 99 no longer fit, and the pass goes on to the one-GPU jobs behind them until the 4 free GPUs are used
+    n_big, n_small = 100, 300
+    arrival = [0.0] + [1.0] * (n_big + n_small)
+    gpus = [8] + [20] * n_big + [1] * n_small
+    res = run(
+        make_scheduler("fifo", "consolidate", backfill=True),
+        cluster(servers=4),
+        jobs(arrival, gpus, [1000.0] * len(gpus)),
+    )
+    at_one = np.flatnonzero(res.start == 1.0)
+    np.testing.assert_array_equal(at_one, [1, *range(1 + n_big, 1 + n_big + 4)])

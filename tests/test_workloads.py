@@ -491,3 +491,27 @@ def test_load_option_rescales_a_trace_window_to_offer_that_load(traces_dir: Path
     own = synthetic_workload(50, load=0.5, cluster_gpus=64, seed=0)
     spec = parse_workload_spec("synthetic:50,load=0.5", cluster_gpus=64, seed=0)
     np.testing.assert_array_equal(spec.arrival, own.arrival)
+
+
+def test_synthetic_gpu_scale_and_window_load_reach_a_queue_at_scale() -> None:
+    """``gpu_scale=K``: the same jobs and durations on K x the GPUs (capped at the cluster);
+    ``window_load=F``: arrivals rescaled so the jobs offer F x the cluster while they arrive."""
+    base = synthetic_workload(4000, load=0.8, cluster_gpus=8192, seed=3)
+    big = synthetic_workload(4000, load=0.8, cluster_gpus=8192, seed=3, gpu_scale=8)
+    np.testing.assert_array_equal(big.num_gpus, base.num_gpus * 8)
+    np.testing.assert_array_equal(big.duration, base.duration)
+    capped = synthetic_workload(4000, load=0.8, cluster_gpus=64, seed=3, gpu_scale=8)
+    assert capped.num_gpus.max() == 64 and capped.num_gpus.min() == 8
+    with pytest.raises(WorkloadSpecError, match="gpu_scale=0 must be an integer >= 1"):
+        parse_workload_spec("synthetic:10,gpu_scale=0", cluster_gpus=64, seed=0)
+    w = parse_workload_spec("synthetic:4000,window_load=0.9,gpu_scale=8", cluster_gpus=8192, seed=3)
+    length = w.arrival[-1]
+    inside = np.minimum(w.duration, length - w.arrival)
+    assert float(np.dot(w.num_gpus, inside)) / (length * 8192) == pytest.approx(0.9, rel=1e-6)
+    # the mean-GPU-time load of the same jobs offers far less while they arrive: the tail runs past them
+    length = big.arrival[-1]
+    assert float(np.dot(big.num_gpus, np.minimum(big.duration, length - big.arrival))) / (length * 8192) < 0.5
+    with pytest.raises(WorkloadSpecError, match="not both"):
+        parse_workload_spec("synthetic:100,load=1,window_load=1", cluster_gpus=64, seed=0)
+    with pytest.raises(WorkloadSpecError, match="more jobs or a larger gpu_scale"):
+        parse_workload_spec("synthetic:100,window_load=5", cluster_gpus=8192, seed=0)

@@ -22,6 +22,8 @@ import numpy as np
 from cluster_sim.placement import FreePool, Placement, get_placement
 from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
 
+_CHUNK = 64  # jobs converted to Python ints at a time by start_in_order
+
 
 class StayCache:
     """A per-job number fetched from the view once each time a job enters a set (queue or running).
@@ -136,22 +138,28 @@ class PolicyScheduler:
         free count are dropped up front and the pass ends once no remaining job fits.
         """
         order = np.asarray(order, dtype=np.int64)
-        need = view.jobs.num_gpus[order].astype(np.int64)
+        num_gpus = view.jobs.num_gpus
+        smallest_after = None
         if backfill:
+            need = num_gpus[order].astype(np.int64)
             keep = need <= pool.num_free
-            order, need = order[keep], need[keep]
-            smallest_after = np.minimum.accumulate(need[::-1])[::-1] if len(need) else need
+            order = order[keep]
+            smallest_after = np.minimum.accumulate(need[keep][::-1])[::-1].tolist() if len(order) else []
         starts: list[Start] = []
-        for i, (j, n) in enumerate(zip(order.tolist(), need.tolist(), strict=True)):
-            if backfill and pool.num_free < smallest_after[i]:
-                break
-            gpus = self.place(view, j, n, pool) if n <= pool.num_free else None
-            if gpus is None:
-                if not backfill:
-                    break
-                continue
-            pool.take(gpus, j)
-            starts.append(Start(j, gpus))
+        # In chunks: a pass usually ends within the first few jobs of a queue of thousands, so only what
+        # it reaches becomes Python ints.
+        for lo in range(0, len(order), _CHUNK):
+            chunk = order[lo : lo + _CHUNK]
+            for i, (j, n) in enumerate(zip(chunk.tolist(), num_gpus[chunk].tolist(), strict=True), lo):
+                if backfill and pool.num_free < smallest_after[i]:
+                    return starts
+                gpus = self.place(view, j, n, pool) if n <= pool.num_free else None
+                if gpus is None:
+                    if not backfill:
+                        return starts
+                    continue
+                pool.take(gpus, j)
+                starts.append(Start(j, gpus))
         return starts
 
 
