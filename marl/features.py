@@ -364,7 +364,7 @@ def interference_query(
     scheduling point): a candidate touches one or two servers, which plain sets handle faster than numpy."""
     gpu_server, server_gpus = st.gpu_server_list, st.server_gpu_ranges
     near: set[int] = set()
-    for s in {gpu_server[g] for g in gpus.tolist()}:
+    for s in set(map(gpu_server.__getitem__, gpus.tolist())):
         near.update(occ[server_gpus[s]])
     near.discard(-1)
     mine = descriptors.get(job, st.part.gpus.start + int(gpus[0]))

@@ -199,6 +199,26 @@ def test_ground_truth_composition_and_levels(pairs, truth):
     assert f1 == pytest.approx(expect) and f2 == pytest.approx(f1)
 
 
+def test_memoised_host_scalars_compose_bit_for_bit_as_columns(pairs):
+    """The per-descriptor memo of host pressure and communication share gives exactly the factors that
+    composing from columns gives, for mixed levels, repeated and fresh descriptors alike."""
+    from interference.composition import HostScalars, compose
+    from interference.queries import flatten
+
+    descs = [d for (g, _), d in sorted(pairs.descriptors.items()) if g == "V100"][:12]
+    rng = np.random.default_rng(0)
+    levels = [Sharing.GPU, Sharing.SERVER, Sharing.UPLINK]
+    host = HostScalars()
+    for _ in range(3):  # later rounds hit the memo
+        queries = [
+            CoLocation(descs[i], tuple((descs[k], levels[k % 3]) for k in rng.integers(0, 12, rng.integers(0, 6))))
+            for i in rng.integers(0, 12, 40)
+        ]
+        flat = flatten(queries)
+        gpu = lambda a, b: np.full(len(a), 0.7)  # noqa: E731
+        np.testing.assert_array_equal(compose(flat, None, gpu, host=host), compose(flat, flat.columns(), gpu))
+
+
 def test_gpu_share_constants_are_the_fit_on_gavel(pairs):
     queries, y, _ = gavel_queries(pairs)
     job = JobColumns.from_descriptors([q.job for q in queries])

@@ -102,8 +102,10 @@ def one_process(config: str, steps: int, interference_model: str | None, seed: i
         with torch.no_grad():
             logits, _ = net(*(batch[k] for k in OBS_KEYS))
         net_s += time.perf_counter() - t0
-        probs = torch.softmax(logits.double(), dim=1).numpy()
-        choice = [int(rng.choice(len(p), p=p / p.sum())) for p in probs]
+        # sample every agent's action at once (inverse CDF), as RLlib's action distribution does
+        cdf = torch.softmax(logits.double(), dim=1).cumsum(dim=1).numpy()
+        u = rng.random(len(cdf)) * cdf[:, -1]
+        choice = np.minimum((cdf < u[:, None]).sum(axis=1), cdf.shape[1] - 1).tolist()
         for i, env in enumerate(copies):
             actions = dict(zip(agents, choice[i * len(agents) : (i + 1) * len(agents)], strict=True))
             obs[i], _, term, _, _ = env.step(actions)

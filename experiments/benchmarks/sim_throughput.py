@@ -5,7 +5,9 @@ Each run happens in a fresh process so that its peak resident memory is its own.
            small, where the queue reaches thousands, beside the same jobs at their own pace on dc-1k, where
            nothing queues: per-event cost with and without a long queue, in one run
   philly   the Philly trace (pollux-osdi21/traces/philly.csv) on dc-1k, every policy
-  dc10k    100,000 synthetic jobs at load 0.8 on dc-10k
+  dc10k    100,000 synthetic jobs on dc-10k where they queue (window_load=0.9, gpu_scale=8: Philly's jobs at
+           8 GPUs per Philly GPU, arriving so that they offer 0.9 of the cluster while they arrive), beside
+           20,000 jobs in the same regime on small: events/s, queue length and peak memory of both
   scaling  20,000 synthetic jobs at load 0.8 on small, dc-1k and dc-10k (load relative to each cluster,
            so the queueing regime is the same and only the cluster size changes)
 
@@ -25,7 +27,9 @@ TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
 DEFAULT_POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus-oracle", "closest-gpus")
 HEAVY_POLICIES = ("fifo", "tiresias", "srtf", "gandiva", "drf", "qssf")
-DEV_WINDOW = "start=4973359,end=6182959"  # 2017-11-01 00:00 .. 2017-11-15 00:00, seconds from the trace start
+DEV_WINDOW = "start=4973359,end=6182959"
+DC10K_WORKLOAD = "synthetic:100000,window_load=0.9,gpu_scale=8"
+SMALL_QUEUED = "synthetic:20000,window_load=0.9"  # 2017-11-01 00:00 .. 2017-11-15 00:00, seconds from the trace start
 
 
 def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.Queue) -> None:
@@ -91,8 +95,14 @@ def main() -> None:
         print(f"== Philly trace on dc-1k ({PHILLY})")
         report([measure("dc-1k", f"philly:{PHILLY}", p, args.interference) for p in args.policies])
     if "dc10k" in args.scenario:
-        print("== 100,000 synthetic jobs at load 0.8 on dc-10k")
-        report([measure("dc-10k", "synthetic:100000,load=0.8", p) for p in args.policies[:2]])
+        print("== 100,000 synthetic jobs queueing on dc-10k vs 20,000 in the same regime on small")
+        pols = args.policies[:2] if args.policies != list(DEFAULT_POLICIES) else ["fifo", "tiresias"]
+        big = [measure("dc-10k", DC10K_WORKLOAD, p) for p in pols]
+        small = [measure("small", SMALL_QUEUED, p) for p in pols]
+        report([*big, *small])
+        for b, s in zip(big, small, strict=True):
+            print(f"{b['scheduler']:>10}: dc-10k max queue {b['max_queue']}, {b['peak_mib']:.0f} MiB peak, "
+                  f"events/s {b['ev_per_s'] / s['ev_per_s']:.2f} x small's")  # fmt: skip
     if "scaling" in args.scenario:
         print("== 20,000 synthetic jobs at load 0.8 per cluster size (per-event cost vs size)")
         rows = [measure(c, "synthetic:20000,load=0.8", "fifo") for c in ("small", "dc-1k", "dc-10k")]
