@@ -12,12 +12,19 @@ import numpy as np
 
 
 class OrderedIds:
-    """Ids in ``0..capacity-1``, in order of (re)insertion."""
+    """Ids in ``0..capacity-1``, in order of (re)insertion.
+
+    Each log entry carries an alive flag, so the members are one boolean selection over the log from the
+    first live entry on: the oldest members leave first in a queue, and the dead entries before them
+    are skipped rather than scanned.
+    """
 
     def __init__(self, capacity: int) -> None:
         self._slot = np.full(capacity, -1, dtype=np.int64)  # log position of each member's entry, -1 if out
         self._log = np.empty(64, dtype=np.int64)
+        self._alive = np.zeros(64, dtype=bool)
         self._n = 0  # log entries used (live and dead)
+        self._head = 0  # no live entry before this one
         self._size = 0
         self._cache: np.ndarray | None = None
 
@@ -36,7 +43,9 @@ class OrderedIds:
             self._compact()
             if self._n == len(self._log):
                 self._log = np.concatenate([self._log, np.empty(len(self._log), dtype=np.int64)])
+                self._alive = np.concatenate([self._alive, np.zeros(len(self._alive), dtype=bool)])
         self._log[self._n] = j
+        self._alive[self._n] = True
         self._slot[j] = self._n
         self._n += 1
         self._size += 1
@@ -44,8 +53,10 @@ class OrderedIds:
 
     def remove(self, j: int) -> None:
         """Take member ``j`` out."""
-        if self._slot[j] < 0:
+        at = self._slot[j]
+        if at < 0:
             raise KeyError(j)
+        self._alive[at] = False
         self._slot[j] = -1
         self._size -= 1
         self._cache = None
@@ -55,15 +66,21 @@ class OrderedIds:
         if self._cache is None:
             if 2 * self._size + 64 < self._n:
                 self._compact()
-            log = self._log[: self._n]
-            live = log[self._slot[log] == np.arange(self._n)]
+            head, n, alive = self._head, self._n, self._alive
+            while head < n and not alive[head]:
+                head += 1
+            self._head = head
+            live = self._log[head:n][alive[head:n]]
             live.flags.writeable = False
             self._cache = live
         return self._cache
 
     def _compact(self) -> None:
-        log = self._log[: self._n]
-        live = log[self._slot[log] == np.arange(self._n)]
+        n = self._n
+        live = self._log[:n][self._alive[:n]]
         self._log[: len(live)] = live
+        self._alive[: len(live)] = True
+        self._alive[len(live) : n] = False
         self._slot[live] = np.arange(len(live))
         self._n = len(live)
+        self._head = 0

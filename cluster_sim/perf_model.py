@@ -208,6 +208,16 @@ class PerformanceModel:
         self._nic_uniform = _uniform(view.server_nic_bw)
         self._rack_up_uniform = _uniform(view.rack_uplink_bw)
         self._pod_up_uniform = _uniform(view.pod_uplink_bw)
+        # every GPU, server and uplink alike: a placement's speed depends only on its GPU count, its
+        # span level and the uplink sharers, so callers may share one memo among such placements
+        self.uniform = None not in (
+            self._speed_uniform,
+            _uniform(self._intra),
+            self._local_uniform,
+            self._nic_uniform,
+            self._rack_up_uniform,
+            self._pod_up_uniform,
+        )
         self._shapes: dict[str, _Shape] = {}
         self._ideal: dict[tuple[int, int, int, str], float] = {}
 

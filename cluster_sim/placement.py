@@ -76,32 +76,63 @@ def topo_index(topo: ClusterView) -> _TopoIndex:
     return idx
 
 
+class FreeCounts:
+    """Free GPUs per server, rack and pod and servers per free count, kept up to date one server at a time.
+
+    The simulator owns one and changes it at every start and stop, so that a :class:`FreePool` can
+    borrow its arrays instead of summing 10,240 servers at every scheduling point. ``server`` and
+    ``rack`` carry one extra sentinel entry (always 0) so padded index tables can gather without masking.
+    """
+
+    def __init__(self, topo: ClusterView, server_free: np.ndarray) -> None:
+        s, r = topo.num_servers, topo.num_racks
+        self._rack_of, self._pod_of = topo.server_rack, topo.rack_pod
+        sf = self.server = np.zeros(s + 1, dtype=np.int64)
+        sf[:s] = server_free
+        self.rack = np.zeros(r + 1, dtype=np.int64)
+        if topo_index(topo).racks_nonempty:
+            self.rack[:r] = np.add.reduceat(sf[:s], topo.rack_first_server)
+        else:
+            self.rack[:r] = np.bincount(topo.server_rack, weights=sf[:s], minlength=r)
+        self.pod = np.bincount(topo.rack_pod, weights=self.rack[:r], minlength=topo.num_pods).astype(np.int64)
+        self.hist = np.bincount(sf[:s], minlength=topo_index(topo).max_server_gpus + 1)  # servers per free count
+
+    def set_server(self, s: int, free: int) -> None:
+        old = int(self.server[s])
+        self.server[s] = free
+        self.hist[old] -= 1
+        self.hist[free] += 1
+        r = self._rack_of[s]
+        self.rack[r] += free - old
+        self.pod[self._pod_of[r]] += free - old
+
+
 class FreePool:
     """A scheduler's working copy of the free GPUs during one scheduling round.
 
     ``server_free`` and ``rack_free`` carry one extra sentinel entry (always 0) so padded index tables
-    can gather from them without masking. The GPU-to-job array is copied on the first change only;
-    per-socket counts, per-model occupancy and per-rack sorted free counts are built on first use and
-    then kept up to date, so a round pays only for what its placements read.
+    can gather from them without masking. A view that keeps a :class:`FreeCounts` as ``free_counts``
+    (the simulator does) lends its arrays; they and the GPU-to-job array are copied on the first change
+    only, so a round that starts nothing costs O(1). Per-socket counts, per-model occupancy and per-rack
+    sorted free counts are built on first use and then kept up to date, so a round pays only for what
+    its placements read.
     """
 
     def __init__(self, view: SchedulerView) -> None:
         topo = view.topo
         self.view = view
         self.topo = topo
-        self.index = idx = topo_index(topo)
+        self.index = topo_index(topo)
         self.gpu_job = view.gpu_job  # replaced by a private copy on the first take/release
         self._own = False
-        s, r = topo.num_servers, topo.num_racks
-        sf = self.server_free = np.zeros(s + 1, dtype=np.int64)
-        sf[:s] = view.server_free
-        self.rack_free = np.zeros(r + 1, dtype=np.int64)
-        if idx.racks_nonempty:
-            self.rack_free[:r] = np.add.reduceat(sf[:s], topo.rack_first_server)
+        counts = getattr(view, "free_counts", None)
+        if counts is None:
+            counts = FreeCounts(topo, view.server_free)
+            self._own_counts = True
         else:
-            self.rack_free[:r] = np.bincount(topo.server_rack, weights=sf[:s], minlength=r)
-        self.pod_free = np.bincount(topo.rack_pod, weights=self.rack_free[:r], minlength=topo.num_pods).astype(np.int64)
-        self.hist = np.bincount(sf[:s], minlength=idx.max_server_gpus + 1)  # servers per free count
+            self._own_counts = False  # borrowed: copied on the first change
+        self.server_free, self.rack_free, self.pod_free = counts.server, counts.rack, counts.pod
+        self.hist = counts.hist  # servers per free count
         self.num_free = int(view.num_free)
         self._socket_free: np.ndarray | None = None
         self._socket_hist = np.zeros(0, dtype=np.int64)
@@ -164,6 +195,10 @@ class FreePool:
         if not self._own:
             self.gpu_job = np.array(self.gpu_job, dtype=np.int32)
             self._own = True
+        if not self._own_counts:
+            self.server_free, self.rack_free = self.server_free.copy(), self.rack_free.copy()
+            self.pod_free, self.hist = self.pod_free.copy(), self.hist.copy()
+            self._own_counts = True
         self.gpu_job[gpus] = value
 
     def _update(self, gpus: np.ndarray, job: int, sign: int) -> None:

@@ -32,6 +32,7 @@ import numpy as np
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.model_zoo import model_index
 from cluster_sim.ordered_ids import OrderedIds
+from cluster_sim.placement import FreeCounts
 from cluster_sim.pollux_apps import consolidated
 from cluster_sim.protocol import (
     DONE,
@@ -56,6 +57,7 @@ from topology.view import ClusterView, Level
 _POD = int(Level.POD)
 
 _COMPLETION, _WAKEUP, _EPOCH = 0, 1, 2
+_COMPACT_MIN = 4096  # heap entries below which superseded ones are left to lazy deletion
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -128,6 +130,7 @@ class Simulator:
         self.topo = view
         self.jobs = workload
         self.perf = perf
+        self._uniform_perf = bool(getattr(perf, "uniform", False))  # see PerformanceModel.uniform
         self.interference = interference if interference is not None else NoInterference()
         self._interfere = not isinstance(self.interference, NoInterference)
         self.restart_cost = float(restart_cost)
@@ -170,6 +173,7 @@ class Simulator:
         self._server_free = self.topo.server_num_gpus.astype(np.int32).copy()
         self.gpu_job = _readonly(self._gpu_job)
         self.server_free = _readonly(self._server_free)
+        self.free_counts = FreeCounts(self.topo, self._server_free)  # lent to each round's FreePool
         self.num_free = g
         self._state = np.zeros(n, dtype=np.int8)
         self._remaining = self.jobs.duration.astype(np.float64).copy()
@@ -198,12 +202,20 @@ class Simulator:
         self._servers_of: dict[int, dict[int, int]] = {}  # running job -> {server: GPUs held there}
         self._uplinks_of: dict[int, tuple[list[int], list[int]]] = {}  # running multi-rack job -> (racks, pods)
         self._speed_memo: dict[int, dict[int, float]] = {}  # running job -> {uplink sharers: model speed}
+        # on a uniform cluster, jobs of one (model, batch, GPUs, span level) share that memo
+        self._class_memo: dict[tuple[int, int, int, int], dict[int, float]] = {}
         self._queue = OrderedIds(n)
         self._running = OrderedIds(n)
         self._server_jobs: list[dict[int, None]] = [{} for _ in range(s)] if self._interfere else []
         self._rack_uplink: dict[int, dict[int, None]] = {}  # rack -> jobs whose traffic leaves the rack
         self._pod_uplink: dict[int, dict[int, None]] = {}
+        # their sizes as plain lists, and per running multi-rack job the size of its busiest uplink, kept
+        # up to date at each join and leave so that only jobs whose count changed are refreshed
+        self._rack_load = [0] * self.topo.num_racks
+        self._pod_load = [0] * self.topo.num_pods
+        self._sharers = [1] * n
         self._heap: list[tuple[float, int, int, int, int]] = []
+        self._compact_at = _COMPACT_MIN  # heap size at which superseded entries are dropped in one pass
         self._seq = 0
         self._next_arrival = 0
         self._wakeups: set[float] = set()
@@ -369,7 +381,7 @@ class Simulator:
 
     def uplink_jobs(self, rack: int) -> int:
         """Running jobs whose traffic crosses ``rack``'s uplink (jobs spanning several racks)."""
-        return len(self._rack_uplink.get(rack, ()))
+        return self._rack_load[rack]
 
     @property
     def num_completed(self) -> int:
@@ -628,7 +640,11 @@ class Simulator:
         self._settled_at[job] = self.now
         level = self.topo.span_level(gpus)
         self._span[job] = int(level)
-        self._speed_memo[job] = {}
+        if self._uniform_perf:
+            key = (int(self._model[job]), int(self.jobs.batch_size[job]), len(gpus), int(level))
+            self._speed_memo[job] = self._class_memo.setdefault(key, {})
+        else:
+            self._speed_memo[job] = {}
         self._speed[job] = 0.0  # not yet computed for this placement: _refresh_speeds must compute it
         if level >= _POD:
             self._uplinks_of[job] = self._uplink_groups(per_server)
@@ -690,6 +706,7 @@ class Simulator:
         old = int(self._server_free[s])
         self._partial_free += (free if 0 < free < cap else 0) - (old if 0 < old < cap else 0)
         self._server_free[s] = free
+        self.free_counts.set_server(s, free)
 
     def _uplink_groups(self, servers: dict[int, int]) -> tuple[list[int], list[int]]:
         """Racks (and, when it spans several pods, pods) whose uplinks a multi-rack job's traffic crosses."""
@@ -698,25 +715,49 @@ class Simulator:
         return racks, (pods if len(pods) > 1 else [])
 
     def _join_uplinks(self, job: int, changed: dict[int, None]) -> None:
+        """``job`` now crosses its racks' (and pods') uplinks: a job already there whose busiest uplink
+        had fewer jobs than this one now has gets one more sharer."""
         racks, pods = self._uplinks_of[job]
-        for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
+        sharers = self._sharers
+        tables = ((self._rack_uplink, self._rack_load, racks), (self._pod_uplink, self._pod_load, pods))
+        for table, load, keys in tables:
             for key in keys:
                 members = table.setdefault(key, {})
-                changed.update(members)
+                c = load[key] = load[key] + 1
+                for k in members:
+                    if sharers[k] < c:
+                        sharers[k] = c
+                        changed[k] = None
                 members[job] = None
+        sharers[job] = self._busiest_uplink(job)
 
     def _leave_uplinks(self, job: int, changed: dict[int, None]) -> None:
+        """``job`` leaves its uplinks: only a job whose busiest uplink was one of these, at its old
+        count, may have fewer sharers now, and only it is counted again."""
         racks, pods = self._uplinks_of.pop(job)
-        for table, keys in ((self._rack_uplink, racks), (self._pod_uplink, pods)):
+        sharers = self._sharers
+        recount: dict[int, None] = {}
+        tables = ((self._rack_uplink, self._rack_load, racks), (self._pod_uplink, self._pod_load, pods))
+        for table, load, keys in tables:
             for key in keys:
                 members = table[key]
                 del members[job]
-                changed.update(members)
+                c = load[key]
+                load[key] = c - 1
+                for k in members:
+                    if sharers[k] == c:
+                        recount[k] = None
+        for k in recount:
+            most = self._busiest_uplink(k)
+            if most != sharers[k]:
+                sharers[k] = most
+                changed[k] = None
 
-    def _uplink_sharers(self, job: int) -> int:
-        racks, pods = self._uplinks_of[job]  # called for every job on an uplink that changed: kept in C loops
-        most_rack = max(map(len, map(self._rack_uplink.__getitem__, racks)), default=1)
-        return max(most_rack, max(map(len, map(self._pod_uplink.__getitem__, pods)), default=1), 1)
+    def _busiest_uplink(self, job: int) -> int:
+        """Jobs (itself included) on the busiest uplink that a multi-rack ``job`` crosses (>= 2 racks)."""
+        racks, pods = self._uplinks_of[job]
+        most = max(map(self._rack_load.__getitem__, racks))
+        return max(most, max(map(self._pod_load.__getitem__, pods))) if pods else most
 
     def _settle(self, job: int) -> None:
         """Bring a running job's remaining work up to ``now`` at its current speed."""
@@ -740,7 +781,7 @@ class Simulator:
             if self.perf is None:
                 base = 1.0
             else:
-                sharers = self._uplink_sharers(j) if self._span[j] >= _POD else 1
+                sharers = self._sharers[j] if self._span[j] >= _POD else 1
                 memo = self._speed_memo[j]
                 base = memo.get(sharers)
                 if base is None:
@@ -801,6 +842,19 @@ class Simulator:
     def _push(self, t: float, kind: int, job: int, version: int) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, job, version))
+        if len(self._heap) > self._compact_at:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the superseded entries that speed changes leave behind (a job whose uplink is shared
+        by hundreds changes speed at each of their starts and ends). Popped one by one they would cost
+        a logarithmic sift each in a heap many times the running jobs; (time, sequence) keys are unique,
+        so the order of events is the same."""
+        version, state = self._version, self._state
+        live = [e for e in self._heap if e[2] == _WAKEUP or (version[e[3]] == e[4] and state[e[3]] == RUNNING)]
+        heapq.heapify(live)
+        self._heap = live
+        self._compact_at = max(4 * len(live), _COMPACT_MIN)
 
     def _is_stale(self, entry: tuple[float, int, int, int, int]) -> bool:
         _, _, kind, j, ver = entry
