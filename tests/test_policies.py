@@ -381,6 +381,26 @@ def test_qssf_expected_remaining_time_is_the_mean_residual_life_of_its_history()
     np.testing.assert_allclose(hist.residual(np.array([8, 7]), np.array([100.0, 15.0])), [100.5, 35.0])
 
 
+def test_history_answers_from_its_sorted_part_and_its_buffer_as_from_all_run_times() -> None:
+    """Run times are split between the merged history and the unsorted buffer (searched through a
+    sorted index rebuilt after each add): every query equals the mean residual life over all of them."""
+    from cluster_sim.policies.run_history import History
+
+    rng = np.random.default_rng(2)
+    hist = History()
+    keys, times = np.zeros(0, dtype=np.int64), np.zeros(0)
+    for _ in range(12):
+        k, t = rng.integers(0, 5, 37), rng.exponential(500.0, 37)
+        hist.add(k, t)
+        keys, times = np.concatenate([keys, k]), np.concatenate([times, t])
+        qk, qx = rng.integers(0, 6, 50), rng.uniform(0, 1500, 50)
+        above = (keys[None, :] == qk[:, None]) & (times[None, :] > qx[:, None])
+        n = above.sum(axis=1)
+        mean = np.divide((above * times).sum(axis=1), n, out=np.zeros(50), where=n > 0)
+        np.testing.assert_allclose(hist.residual(qk, qx), np.where(n > 0, mean - qx, qx), rtol=1e-9)
+    assert hist._buf_key and len(hist._value)  # both parts were in use
+
+
 def _first_decisions_until(result, t: float) -> tuple[np.ndarray, np.ndarray]:
     early = result.start < t
     return np.flatnonzero(early), result.start[early]
@@ -430,3 +450,18 @@ def test_fifo_orders_a_queue_with_a_returning_job_and_passes_span_chunks() -> No
     )
     at_one = np.flatnonzero(res.start == 1.0)
     np.testing.assert_array_equal(at_one, [1, *range(1 + n_big, 1 + n_big + 4)])
+
+
+def test_admitted_by_budget_is_the_greedy_pass_with_backfilling() -> None:
+    """The vectorised prefix plus chunked backfill admits exactly what a job-by-job greedy pass does."""
+    from cluster_sim.policies.base import admitted_by_budget
+
+    rng = np.random.default_rng(6)
+    for _ in range(300):
+        need = rng.choice([1, 2, 4, 8, 16, 64], int(rng.integers(0, 400)))
+        budget = int(rng.integers(0, 600))
+        left, ref = budget, np.zeros(len(need), dtype=bool)
+        for i, n in enumerate(need.tolist()):
+            if n <= left:
+                ref[i], left = True, left - n
+        assert np.array_equal(admitted_by_budget(need.astype(np.int64), budget), ref)

@@ -22,7 +22,7 @@ import numpy as np
 from cluster_sim.placement import FreePool, Placement, get_placement
 from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
 
-_CHUNK = 64  # jobs converted to Python ints at a time by start_in_order
+_FIRST_CHUNK, _CHUNK = 8, 64  # jobs converted to Python ints at a time by start_in_order
 
 
 class StayCache:
@@ -146,11 +146,13 @@ class PolicyScheduler:
             order = order[keep]
             smallest_after = np.minimum.accumulate(need[keep][::-1])[::-1].tolist() if len(order) else []
         starts: list[Start] = []
-        # In chunks: a pass usually ends within the first few jobs of a queue of thousands, so only what
-        # it reaches becomes Python ints.
-        for lo in range(0, len(order), _CHUNK):
-            chunk = order[lo : lo + _CHUNK]
-            for i, (j, n) in enumerate(zip(chunk.tolist(), num_gpus[chunk].tolist(), strict=True), lo):
+        # In chunks, the first one short: a pass usually ends within the first few jobs of a queue of
+        # thousands, so only what it reaches becomes Python ints.
+        lo, size = 0, _FIRST_CHUNK
+        while lo < len(order):
+            chunk = order[lo : lo + size]
+            first, lo, size = lo, lo + size, _CHUNK
+            for i, (j, n) in enumerate(zip(chunk.tolist(), num_gpus[chunk].tolist(), strict=True), first):
                 if backfill and pool.num_free < smallest_after[i]:
                     return starts
                 gpus = self.place(view, j, n, pool) if n <= pool.num_free else None
@@ -172,14 +174,22 @@ def admitted_by_budget(need: np.ndarray, budget: int) -> np.ndarray:
     admitted[:k] = True
     if k < len(need):
         budget -= int(cs[k - 1]) if k else 0
-        rest = need[k:]
-        smallest_after = np.minimum.accumulate(rest[::-1])[::-1]
-        for i, n in enumerate(rest.tolist()):
-            if budget < smallest_after[i]:
-                break
-            if n <= budget:
-                admitted[k + i] = True
-                budget -= n
+        # only jobs that fit the budget left now can ever be admitted (it only shrinks); they are visited
+        # in chunks, the first one short, until the budget is below every need still ahead
+        cand = np.flatnonzero(need[k:] <= budget) + k
+        cand_need = need[cand]
+        smallest_after = np.minimum.accumulate(cand_need[::-1])[::-1]
+        lo, size = 0, _FIRST_CHUNK
+        while lo < len(cand):
+            part = slice(lo, lo + size)
+            lo, size = lo + size, _CHUNK
+            rows = zip(cand[part].tolist(), cand_need[part].tolist(), smallest_after[part].tolist(), strict=True)
+            for i, n, least in rows:
+                if budget < least:
+                    return admitted
+                if n <= budget:
+                    admitted[i] = True
+                    budget -= n
     return admitted
 
 
@@ -197,5 +207,12 @@ def admit_by_rank(
     victims = ranked[is_running & ~admitted]
     for v in victims.tolist():
         pool.release(view.placement(v), v)
-    starts = sched.start_in_order(view, ranked[~is_running & admitted], pool, backfill=True)
+    # every admitted job fits by count, so the pass needs none of start_in_order's backfill bookkeeping
+    entering = ranked[~is_running & admitted]
+    starts: list[Start] = []
+    for j, n in zip(entering.tolist(), view.jobs.num_gpus[entering].tolist(), strict=True):
+        gpus = sched.place(view, j, n, pool)
+        if gpus is not None:
+            pool.take(gpus, j)
+            starts.append(Start(j, gpus))
     return [*(Preempt(v) for v in victims.tolist()), *starts], victims, starts

@@ -41,11 +41,13 @@ class History:
         self._suffix = np.zeros(1)  # suffix[i] = sum of _time[i:]
         self._buf_key: list[int] = []
         self._buf_time: list[float] = []
+        self._buf_index: tuple[np.ndarray, np.ndarray] | None = None  # the buffer sorted, with suffix sums
 
     def add(self, keys: np.ndarray, times: np.ndarray) -> None:
         times = np.minimum(np.asarray(times, dtype=np.float64), self.SPAN * 0.999)
         self._buf_key.extend(keys.tolist())
         self._buf_time.extend(times.tolist())
+        self._buf_index = None
         if len(self._buf_key) >= self.BUFFER:
             self._merge()
 
@@ -58,12 +60,23 @@ class History:
         above = (hi - lo).astype(np.float64)
         total = self._suffix[lo] - self._suffix[hi]
         if self._buf_key:
-            bk, bt = np.asarray(self._buf_key), np.asarray(self._buf_time)
-            longer = (bk[None, :] == keys[:, None]) & (bt[None, :] > x[:, None])
-            above += longer.sum(axis=1)
-            total += (longer * bt[None, :]).sum(axis=1)
+            value, suffix = self._buffer()
+            blo = np.searchsorted(value, base + x, side="right")
+            bhi = np.searchsorted(value, base + self.SPAN, side="left")
+            above += bhi - blo
+            total += suffix[blo] - suffix[bhi]
         mean_above = np.divide(total, above, out=np.zeros(len(keys)), where=above > 0)
         return np.where(above > 0, mean_above - x, x)  # older than all: as long again
+
+    def _buffer(self) -> tuple[np.ndarray, np.ndarray]:
+        """The buffer searched like the history (sorted composite values, suffix sums of the times),
+        rebuilt only after an :meth:`add`: rounds query far more often than jobs finish."""
+        if self._buf_index is None:
+            bk, bt = np.asarray(self._buf_key, dtype=np.int64), np.asarray(self._buf_time)
+            new = bk * self.SPAN + bt
+            order = np.argsort(new, kind="stable")
+            self._buf_index = new[order], np.concatenate([np.cumsum(bt[order][::-1])[::-1], [0.0]])
+        return self._buf_index
 
     def _merge(self) -> None:
         bk, bt = np.asarray(self._buf_key, dtype=np.int64), np.asarray(self._buf_time)
@@ -73,7 +86,7 @@ class History:
         self._value = np.insert(self._value, at, new[order])
         self._time = np.insert(self._time, at, bt[order])
         self._suffix = np.concatenate([np.cumsum(self._time[::-1])[::-1], [0.0]])
-        self._buf_key, self._buf_time = [], []
+        self._buf_key, self._buf_time, self._buf_index = [], [], None
 
 
 class TenantHistory:
