@@ -3,7 +3,8 @@
 The simulator's queue holds thousands of jobs at realistic load and every scheduling point hands it to
 the scheduler; a dict turned into a list and then an array costs a Python step per queued job at every
 event. Here adding and removing are O(1) and :meth:`OrderedIds.array` is one vectorised pass over an
-append-only log, compacted when dead entries outnumber live ones.
+append-only log, compacted when dead entries outnumber live ones; when the members are one contiguous
+run of the log (a queue that only loses its oldest members), it is a view without any pass.
 """
 
 from __future__ import annotations
@@ -70,14 +71,17 @@ class OrderedIds:
             while head < n and not alive[head]:
                 head += 1
             self._head = head
-            live = self._log[head:n][alive[head:n]]
+            # no hole after the head (a queue served in order): a view, no copy
+            live = self._log[head:n] if n - head == self._size else self._log[head:n][alive[head:n]]
             live.flags.writeable = False
             self._cache = live
         return self._cache
 
     def _compact(self) -> None:
+        """Live entries to the front of a new log (never in place: arrays handed out may be views)."""
         n = self._n
         live = self._log[:n][self._alive[:n]]
+        self._log = np.empty(len(self._log), dtype=np.int64)
         self._log[: len(live)] = live
         self._alive[: len(live)] = True
         self._alive[len(live) : n] = False

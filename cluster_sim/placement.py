@@ -82,9 +82,14 @@ class FreeCounts:
     The simulator owns one and changes it at every start and stop, so that a :class:`FreePool` can
     borrow its arrays instead of summing 10,240 servers at every scheduling point. ``server`` and
     ``rack`` carry one extra sentinel entry (always 0) so padded index tables can gather without masking.
+
+    Given the owner's GPU-to-job array (``gpu_job``), it also lends one pool per round (see
+    :meth:`next_round`) scratch copies of all these arrays to write into: copying 81,920 GPUs at every
+    round that starts a job would cost more than the round. The scratch is brought back to the truth at
+    the next loan by rewriting only the GPUs and servers that changed since the last one.
     """
 
-    def __init__(self, topo: ClusterView, server_free: np.ndarray) -> None:
+    def __init__(self, topo: ClusterView, server_free: np.ndarray, gpu_job: np.ndarray | None = None) -> None:
         s, r = topo.num_servers, topo.num_racks
         self._rack_of, self._pod_of = topo.server_rack, topo.rack_pod
         sf = self.server = np.zeros(s + 1, dtype=np.int64)
@@ -96,6 +101,13 @@ class FreeCounts:
             self.rack[:r] = np.bincount(topo.server_rack, weights=sf[:s], minlength=r)
         self.pod = np.bincount(topo.rack_pod, weights=self.rack[:r], minlength=topo.num_pods).astype(np.int64)
         self.hist = np.bincount(sf[:s], minlength=topo_index(topo).max_server_gpus + 1)  # servers per free count
+        self.gpu_job = gpu_job
+        self._scratch: tuple[np.ndarray, ...] | None = None  # (gpu_job, server, rack, pod, hist)
+        self._stale_gpus: list[np.ndarray] = []  # GPUs and servers where the scratch may differ from the truth
+        self._stale_servers: list[int] = []
+        self._stale_size = 0
+        self._round = 0
+        self._lent_round = -1
 
     def set_server(self, s: int, free: int) -> None:
         old = int(self.server[s])
@@ -105,6 +117,47 @@ class FreeCounts:
         r = self._rack_of[s]
         self.rack[r] += free - old
         self.pod[self._pod_of[r]] += free - old
+        if self._scratch is not None:
+            self._stale_servers.append(s)
+
+    def note_gpus(self, gpus: np.ndarray) -> None:
+        """The owner changed these GPUs' entries in ``gpu_job`` (or a borrower wrote them in the scratch)."""
+        if self._scratch is not None:
+            self._stale_gpus.append(gpus)
+            self._stale_size += len(gpus)
+            if self._stale_size > len(self._scratch[0]) // 8:  # cheaper to copy everything at the next loan
+                self._scratch = None
+
+    def note_servers(self, servers: np.ndarray) -> None:
+        if self._scratch is not None:
+            self._stale_servers.extend(servers.tolist())
+
+    def next_round(self) -> None:
+        """A new scheduling round: pools of earlier rounds are dead, so the scratch may be lent again."""
+        self._round += 1
+
+    def lend(self) -> tuple[np.ndarray, ...] | None:
+        """Scratch (gpu_job, server, rack, pod, hist) equal to the truth, to the first pool that writes in
+        this round; None for any other (it copies), or when no GPU-to-job array was given."""
+        if self.gpu_job is None or self._lent_round == self._round:
+            return None
+        self._lent_round = self._round
+        if self._scratch is None:
+            self._scratch = (
+                np.array(self.gpu_job, dtype=np.int32), self.server.copy(), self.rack.copy(), self.pod.copy(),
+                self.hist.copy(),
+            )  # fmt: skip
+        else:
+            gpu_job, server, rack, pod, hist = self._scratch
+            if self._stale_gpus:
+                stale = np.concatenate(self._stale_gpus)
+                gpu_job[stale] = self.gpu_job[stale]
+            if self._stale_servers:
+                stale = np.array(self._stale_servers, dtype=np.int64)
+                server[stale] = self.server[stale]
+            rack[:], pod[:], hist[:] = self.rack, self.pod, self.hist
+        self._stale_gpus, self._stale_servers, self._stale_size = [], [], 0
+        return self._scratch
 
 
 class FreePool:
@@ -130,7 +183,9 @@ class FreePool:
             counts = FreeCounts(topo, view.server_free)
             self._own_counts = True
         else:
-            self._own_counts = False  # borrowed: copied on the first change
+            self._own_counts = False  # borrowed: copied (or the scratch leased) on the first change
+        self._counts = counts
+        self._lease: FreeCounts | None = None  # the counts whose scratch this pool writes into
         self.server_free, self.rack_free, self.pod_free = counts.server, counts.rack, counts.pod
         self.hist = counts.hist  # servers per free count
         self.num_free = int(view.num_free)
@@ -192,19 +247,29 @@ class FreePool:
         self._update(gpus, job, +1)
 
     def _write(self, gpus: np.ndarray, value: int) -> None:
+        if not self._own_counts:
+            scratch = self._counts.lend() if not self._own else None
+            if scratch is not None:
+                self.gpu_job, self.server_free, self.rack_free, self.pod_free, self.hist = scratch
+                self._lease = self._counts
+                self._own = True
+            else:
+                self.server_free, self.rack_free = self.server_free.copy(), self.rack_free.copy()
+                self.pod_free, self.hist = self.pod_free.copy(), self.hist.copy()
+            self._own_counts = True
         if not self._own:
             self.gpu_job = np.array(self.gpu_job, dtype=np.int32)
             self._own = True
-        if not self._own_counts:
-            self.server_free, self.rack_free = self.server_free.copy(), self.rack_free.copy()
-            self.pod_free, self.hist = self.pod_free.copy(), self.hist.copy()
-            self._own_counts = True
         self.gpu_job[gpus] = value
+        if self._lease is not None:
+            self._lease.note_gpus(gpus)
 
     def _update(self, gpus: np.ndarray, job: int, sign: int) -> None:
         topo = self.topo
         servers, counts = _group_counts(topo.gpu_server[gpus])
         racks = topo.server_rack[servers]
+        if self._lease is not None:
+            self._lease.note_servers(servers)
         if len(servers) == 1:  # the common case, without the overhead of ufunc.at on one element
             s, r, c = int(servers[0]), int(racks[0]), sign * int(counts[0])
             self.hist[self.server_free[s]] -= 1

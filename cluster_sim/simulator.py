@@ -173,7 +173,7 @@ class Simulator:
         self._server_free = self.topo.server_num_gpus.astype(np.int32).copy()
         self.gpu_job = _readonly(self._gpu_job)
         self.server_free = _readonly(self._server_free)
-        self.free_counts = FreeCounts(self.topo, self._server_free)  # lent to each round's FreePool
+        self.free_counts = FreeCounts(self.topo, self._server_free, self.gpu_job)  # lent to each round's FreePool
         self.num_free = g
         self._state = np.zeros(n, dtype=np.int8)
         self._remaining = self.jobs.duration.astype(np.float64).copy()
@@ -422,6 +422,7 @@ class Simulator:
         if self._done == n:
             return False
         arrival = self.jobs.arrival
+        self.free_counts.next_round()
         while True:
             while self._heap and self._is_stale(self._heap[0]):
                 heapq.heappop(self._heap)
@@ -461,6 +462,7 @@ class Simulator:
     def apply(self, decisions: Sequence[Decision]) -> None:
         """Validate and carry out a scheduler's decisions at the current time."""
         changed: dict[int, None] = {}
+        self.free_counts.next_round()
         for d in decisions:
             self.decisions += 1
             if isinstance(d, Start):
@@ -619,6 +621,7 @@ class Simulator:
             self._gpu_guest[gpus] = job
         else:
             self._gpu_job[gpus] = job
+            self.free_counts.note_gpus(gpus)
         per_server = _count(self.topo.gpu_server[gpus].tolist())
         self._servers_of[job] = per_server
         for s, c in per_server.items():
@@ -661,9 +664,11 @@ class Simulator:
             g = int(gpus[0])
             if int(self._gpu_job[g]) == job:
                 self._gpu_job[g] = self._gpu_guest[g]
+                self.free_counts.note_gpus(gpus)
             self._gpu_guest[g] = -1
         else:
             self._gpu_job[gpus] = -1
+            self.free_counts.note_gpus(gpus)
         per_server = self._servers_of.pop(job)
         for s, c in per_server.items():
             if not shared:

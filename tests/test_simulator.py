@@ -284,6 +284,50 @@ def test_incremental_uplink_sharers_and_free_counts_match_a_recount(policy: str)
     assert crossing >= 3  # several jobs crossed uplinks at once
 
 
+def _expected_after_take(sim: Simulator, g: int, job: int) -> tuple[np.ndarray, np.ndarray]:
+    gpu_job = np.array(sim.gpu_job, dtype=np.int32)
+    gpu_job[g] = job
+    server = np.append(np.asarray(sim.server_free, dtype=np.int64), 0)
+    server[sim.topo.gpu_server[g]] -= 1
+    return gpu_job, server
+
+
+def test_scratch_lent_to_one_pool_per_round_matches_the_truth() -> None:
+    """The first pool that writes in a round gets the simulator's scratch arrays, brought back to the
+    truth from the GPUs and servers that changed since the last loan (or copied afresh after many); a
+    second pool of the same round copies, so the two never share an array."""
+    from cluster_sim.placement import FreePool
+    from cluster_sim.policies import get_policy
+
+    c = build_cluster("small")
+    rng = np.random.default_rng(9)
+    n = 200
+    w = workload(np.sort(rng.uniform(0, 5000, n)), rng.choice([1, 4, 8, 16, 40], n), rng.lognormal(6, 1, n))
+    sim = Simulator(c.view, w, perf=PerformanceModel(c.view), restart_cost=10.0)
+    sched = get_policy("tiresias", seed=0)
+    sim.reset()
+    sched.reset(sim)
+    leased = rounds = 0
+    while sim.advance():
+        rounds += 1
+        free = np.flatnonzero(np.asarray(sim.gpu_job) < 0)
+        if len(free) >= 2 and rounds % 5:  # every fifth round lends nothing, so changes pile up
+            a, b = FreePool(sim), FreePool(sim)
+            a.take(free[:1], 0)
+            b.take(free[1:2], 1)
+            assert a.gpu_job is not b.gpu_job and a.server_free is not b.server_free
+            leased += a.gpu_job is sim.free_counts._scratch[0]
+            for pool, g, job in ((a, free[0], 0), (b, free[1], 1)):
+                gpu_job, server = _expected_after_take(sim, g, job)
+                assert np.array_equal(pool.gpu_job, gpu_job) and np.array_equal(pool.server_free, server)
+                assert np.array_equal(pool.hist, np.bincount(server[:-1], minlength=len(pool.hist)))
+                assert np.array_equal(pool.rack_free[:-1], np.bincount(c.view.server_rack, weights=server[:-1]))
+            assert np.array_equal(sim.gpu_job[free[:2]], [-1, -1])  # the truth is untouched
+        if len(sim.queue):
+            sim.apply(sched.schedule(sim))
+    assert sim.num_completed == n and leased > 50
+
+
 def test_heap_compaction_keeps_the_order_of_events(monkeypatch) -> None:
     """Dropping superseded completion entries in bulk gives the same run, bit for bit."""
     import cluster_sim.simulator as simulator
@@ -318,3 +362,26 @@ def test_ordered_ids_come_out_in_insertion_order_through_removals_and_compaction
             assert ids.array().tolist() == list(ref) and len(ids) == len(ref)
     with pytest.raises(KeyError):
         ids.remove(next(j for j in range(200) if j not in ref))
+
+
+def test_ordered_ids_served_in_order_hand_out_views_that_later_changes_leave_intact() -> None:
+    """A queue that only loses its oldest members comes out as a view of the log; arrays handed out
+    earlier keep their contents through later additions and compactions."""
+    from cluster_sim.ordered_ids import OrderedIds
+
+    rng = np.random.default_rng(6)
+    ids, ref, handed = OrderedIds(5000), [], []
+    nxt = 0
+    for step in range(4000):
+        if ref and rng.random() < 0.45:
+            ids.remove(ref.pop(0))
+        else:
+            ids.add(nxt)
+            ref.append(nxt)
+            nxt += 1
+        if step % 5 == 0:
+            arr = ids.array()
+            assert arr.tolist() == ref and not arr.flags.writeable
+            handed.append((arr, list(ref)))
+    assert sum(a.base is not None for a, _ in handed) > len(handed) // 2  # mostly views, not copies
+    assert all(a.tolist() == r for a, r in handed)
