@@ -131,6 +131,33 @@ def test_srtf_margin_prevents_marginal_preemption():
     assert res.preemptions.sum() == 0
 
 
+def test_rank_keys_kept_across_rounds_equal_a_fresh_sort() -> None:
+    """Tiresias' kept rankings: after any mix of jobs entering, leaving and (running) changing level,
+    the keys equal the set's keys sorted afresh, and each level's block holds exactly its jobs."""
+    from cluster_sim.policies.tiresias import RankKeys
+
+    rng = np.random.default_rng(11)
+    n = 400
+    for flag, with_levels in ((0, True), (1, False)):
+        ranks, level = RankKeys(n, flag=flag), np.zeros(n, dtype=np.int64)
+        members: list[int] = []
+        for _ in range(300):
+            out = [j for j in members if rng.random() < 0.2]
+            members = [j for j in members if j not in out]
+            fresh = [int(j) for j in rng.choice(n, 30, replace=False) if j not in members and j not in out]
+            level[fresh] = rng.integers(0, 3, len(fresh))
+            members += fresh
+            if with_levels:  # running jobs only move up a queue
+                members_arr = np.array(members, dtype=np.int64)
+                up = members_arr[rng.random(len(members_arr)) < 0.1]
+                level[up] = np.minimum(level[up] + 1, 2)
+            arr = np.array(members, dtype=np.int64)
+            keys = ranks.sync(arr, level.__getitem__, level[arr] if with_levels else None)
+            assert keys.tolist() == sorted(((level[arr] * 2 + flag) * n + arr).tolist())
+            for lv in range(3):
+                assert sorted((keys[ranks.level_block(lv)] % n).tolist()) == sorted(arr[level[arr] == lv].tolist())
+
+
 def test_tiresias_demotes_job_crossing_threshold():
     # A (8 GPUs) reaches 3600 GPU-s at t=450 and drops to the second queue; B (first queue) preempts
     # it then and runs 450-650; A resumes with 550 s left and ends at 1200.
