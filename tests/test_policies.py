@@ -132,30 +132,57 @@ def test_srtf_margin_prevents_marginal_preemption():
 
 
 def test_rank_keys_kept_across_rounds_equal_a_fresh_sort() -> None:
-    """Tiresias' kept rankings: after any mix of jobs entering, leaving and (running) changing level,
-    the keys equal the set's keys sorted afresh, and each level's block holds exactly its jobs."""
+    """Tiresias' kept rankings: after any mix of jobs entering, leaving, coming back and changing level,
+    over one round or several skipped ones, the keys equal the set's keys sorted afresh and each level's
+    block holds exactly its jobs."""
     from cluster_sim.policies.tiresias import RankKeys
 
     rng = np.random.default_rng(11)
     n = 400
-    for flag, with_levels in ((0, True), (1, False)):
+    for flag in (0, 1):
         ranks, level = RankKeys(n, flag=flag), np.zeros(n, dtype=np.int64)
         members: list[int] = []
-        for _ in range(300):
-            out = [j for j in members if rng.random() < 0.2]
-            members = [j for j in members if j not in out]
-            fresh = [int(j) for j in rng.choice(n, 30, replace=False) if j not in members and j not in out]
-            level[fresh] = rng.integers(0, 3, len(fresh))
+        for _ in range(400):
+            members = [j for j in members if rng.random() > 0.2]
+            fresh = [int(j) for j in rng.choice(n, 30, replace=False) if j not in members]
+            level[fresh] = rng.integers(0, 3, len(fresh))  # a job back in the set may come at another level
             members += fresh
-            if with_levels:  # running jobs only move up a queue
-                members_arr = np.array(members, dtype=np.int64)
-                up = members_arr[rng.random(len(members_arr)) < 0.1]
-                level[up] = np.minimum(level[up] + 1, 2)
             arr = np.array(members, dtype=np.int64)
-            keys = ranks.sync(arr, level.__getitem__, level[arr] if with_levels else None)
-            assert keys.tolist() == sorted(((level[arr] * 2 + flag) * n + arr).tolist())
-            for lv in range(3):
-                assert sorted((keys[ranks.level_block(lv)] % n).tolist()) == sorted(arr[level[arr] == lv].tolist())
+            up = arr[rng.random(len(arr)) < 0.1]
+            level[up] = np.minimum(level[up] + 1, 2)
+            if rng.random() < 0.6:  # otherwise the round is skipped, as when the ranking is not kept
+                keys = ranks.sync(arr, level[arr])
+                assert keys.tolist() == sorted(((level[arr] * 2 + flag) * n + arr).tolist())
+                for lv in range(3):
+                    assert sorted(keys[ranks.level_block(lv)] % n) == sorted(arr[level[arr] == lv])
+
+
+def test_tiresias_kept_ranking_gives_the_run_of_a_fresh_sort(monkeypatch) -> None:
+    """Ranking from kept keys (switched on and off as the queue grows and drains) decides exactly as
+    sorting every job at every round does, preemptions and demotions included."""
+    import cluster_sim.policies.tiresias as tiresias
+
+    c = build_cluster("small")
+    rng = np.random.default_rng(12)
+    n = 400
+    bursts = np.repeat(np.arange(8) * 6000.0, n // 8) + rng.uniform(0, 600, n)  # the queue grows and drains
+    w = jobs(np.sort(bursts), rng.choice([1, 2, 4, 8, 16], n), rng.lognormal(6.5, 1.2, n))
+    runs = []
+    for keep_from, keep_below in ((10**9, 10**9), (40, 39)):
+        monkeypatch.setattr(tiresias, "_KEEP_FROM", keep_from)
+        monkeypatch.setattr(tiresias, "_KEEP_BELOW", keep_below)
+        sched = get_policy("tiresias", seed=0, thresholds=(300.0, 3000.0))
+        keep, kept = sched._keep, []
+
+        def logged(jobs: int, keep=keep, kept=kept) -> bool:
+            kept.append(keep(jobs))
+            return kept[-1]
+
+        monkeypatch.setattr(sched, "_keep", logged)
+        runs.append(Simulator(c.view, w, restart_cost=10.0).run(sched))
+    assert sum(np.diff(np.array(kept, dtype=int)) == -1) >= 5  # switched on and off again, burst after burst
+    assert runs[0].metrics()["preemptions"] >= 10
+    assert np.array_equal(runs[0].start, runs[1].start) and np.array_equal(runs[0].end, runs[1].end)
 
 
 def test_tiresias_demotes_job_crossing_threshold():

@@ -18,7 +18,7 @@ of the same queue waiting for GPUs preempts a later one).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from cluster_sim.policies.base import PolicyScheduler, StayCache, admit_by_rank
 from cluster_sim.protocol import Decision, SchedulerView
 
 _TOL = 1e-3  # GPU-seconds: a job woken at its threshold crossing counts as having crossed it
+# Jobs (running + waiting) from which the ranking is kept across rounds, and below which it is dropped
+# again: under about a thousand, one sort per round costs less than keeping two sorted sets in step.
+_KEEP_FROM, _KEEP_BELOW = 2048, 1024
 
 
 class RankKeys:
@@ -45,12 +48,9 @@ class RankKeys:
         self._level = np.full(num_jobs, -1, dtype=np.int64)  # each member's level in ``keys``; -1: no member
         self._now = np.zeros(num_jobs, dtype=bool)  # scratch: membership of this round's set
 
-    def sync(
-        self, members: np.ndarray, level: Callable[[np.ndarray], np.ndarray], levels: np.ndarray | None = None
-    ) -> np.ndarray:
-        """The sorted keys of ``members`` (the whole set now). ``level(jobs)`` gives the levels of jobs
-        that entered; ``levels`` (optional, aligned with ``members``) all of them now, to re-rank those
-        whose level changed."""
+    def sync(self, members: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        """The sorted keys of ``members`` (the whole set now) at their ``levels`` (aligned with them). Any
+        difference from the last call is caught, however many rounds it skipped."""
         n, keys = self.n, self.keys
         held = self._level[members]
         entering = held < 0
@@ -61,18 +61,16 @@ class RankKeys:
             drop = ~now[keys % n]
             now[members] = False
             self._level[keys[drop] % n] = -1
-        if levels is not None:
-            moved = (levels != held) & ~entering
-            if moved.any():  # a running job crossed a threshold: its old key goes, it enters again
-                old = np.sort((held[moved] * 2 + self.flag) * n + members[moved])
-                drop = np.zeros(len(keys), dtype=bool) if drop is None else drop
-                drop[np.searchsorted(keys, old)] = True
-                entering |= moved
+        moved = (levels != held) & ~entering
+        if moved.any():  # a job crossed a threshold (or left and came back): its old key goes, it enters again
+            old = np.sort((held[moved] * 2 + self.flag) * n + members[moved])
+            drop = np.zeros(len(keys), dtype=bool) if drop is None else drop
+            drop[np.searchsorted(keys, old)] = True
+            entering |= moved
         if drop is not None:
             keys = keys[~drop]
         if entering.any():
-            new_jobs = members[entering]
-            lv = level(new_jobs) if levels is None else levels[entering]
+            new_jobs, lv = members[entering], levels[entering]
             self._level[new_jobs] = lv
             new = np.sort((lv * 2 + self.flag) * n + new_jobs)
             keys = np.insert(keys, np.searchsorted(keys, new), new)
@@ -134,6 +132,7 @@ class Tiresias(PolicyScheduler):
         self._entered = np.zeros(0)  # when the job entered that queue
         self._waiting = RankKeys()
         self._on_gpus = RankKeys()
+        self._kept = False
 
     def _left_queue(self, started: list[int]) -> None:
         if not started:
@@ -154,6 +153,7 @@ class Tiresias(PolicyScheduler):
         self._entered = np.asarray(view.jobs.arrival, dtype=float).copy()
         self._waiting = RankKeys(n, flag=1)
         self._on_gpus = RankKeys(n, flag=0)
+        self._kept = False
 
     def _entry(self, jobs: np.ndarray, level: np.ndarray, svc: np.ndarray, now: float, gpus: np.ndarray) -> np.ndarray:
         """When each job entered its present queue. A job changes queue only on the GPUs (its service
@@ -172,6 +172,14 @@ class Tiresias(PolicyScheduler):
             self._level[j] = lv
         return self._entered[jobs]
 
+    def _keep(self, jobs: int) -> bool:
+        """Whether to rank from the kept keys this round, given the jobs running and waiting."""
+        if not self._kept and jobs >= _KEEP_FROM:
+            self._kept = True
+        elif self._kept and jobs < _KEEP_BELOW:
+            self._kept = False  # the keys go stale; the next sync catches up
+        return self._kept
+
     def _levels(self, svc: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.thresholds, svc + _TOL, side="right")
 
@@ -182,10 +190,12 @@ class Tiresias(PolicyScheduler):
         svc_q = self._wait_service.update(queue, view.attained_service)
         # Without promotions a waiting job's level is fixed: in arrival order the queue's ranking is kept
         # across rounds (WaitingRanks) instead of sorted afresh at every event.
-        kept = self.queue_order == "arrival" and self.starve_limit is None
+        kept = (
+            self.queue_order == "arrival" and self.starve_limit is None and self._keep(len(queue) + len(view.running))
+        )
         entry = self.queue_order == "entry"
         if kept:
-            wait_keys = self._waiting.sync(queue, lambda jobs: self._levels(self._wait_service.value[jobs]))
+            wait_keys = self._waiting.sync(queue, self._levels(svc_q))
         else:
             if self.starve_limit is not None:
                 since = self._wait_since.update(queue, lambda j: now)
@@ -211,7 +221,7 @@ class Tiresias(PolicyScheduler):
         svc_r = svc_r + gpus[running] * now - self._offset[running]
         level_r = self._levels(svc_r)
         if kept:  # per queue level, its running jobs then its waiting ones, each kept sorted by id
-            run_keys = self._on_gpus.sync(running, self._levels, level_r)
+            run_keys = self._on_gpus.sync(running, level_r)
             blocks, flags = [], []
             for lv in range(len(self.thresholds)):
                 for keys, ranks in ((run_keys, self._on_gpus), (wait_keys, self._waiting)):
