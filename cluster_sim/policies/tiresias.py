@@ -252,8 +252,9 @@ class Tiresias(PolicyScheduler):
                 stay[self._pos[victims]] = False
             started = np.fromiter((s.job for s in starts), dtype=np.int64, count=len(starts))
             on = np.concatenate([running[stay], started])
-            svc = np.concatenate([svc_r[stay], self._wait_service.value[started] - self._offset[started]])
-            nxt = self.thresholds[self._levels(svc)]
+            svc_s = self._wait_service.value[started] - self._offset[started]
+            svc = np.concatenate([svc_r[stay], svc_s])
+            nxt = self.thresholds[np.concatenate([level_r[stay], self._levels(svc_s)])]
             dt = (nxt - svc) / gpus[on]
             if len(dt) and np.isfinite(dt.min()):
                 view.wake_at(now + float(dt.min()))
