@@ -198,6 +198,10 @@ class ClusterStateView(SchedulerView, Protocol):
         """Jobs that have finished so far."""
         ...
 
+    def completed_since(self, count: int) -> list[int]:
+        """The jobs that finished after the first ``count`` completions, in the order they finished."""
+        ...
+
     @property
     def job_states(self) -> np.ndarray:
         """(N,) per job: 0 not arrived, 1 queued, 2 running, 3 done (read-only)."""

@@ -220,6 +220,7 @@ class Simulator:
         self._next_arrival = 0
         self._wakeups: set[float] = set()
         self._done = 0
+        self._completed: list[int] = []  # in completion order
         self.events = 0
         self.decisions = 0
         self.scheduler_seconds = 0.0
@@ -386,6 +387,9 @@ class Simulator:
     @property
     def num_completed(self) -> int:
         return self._done
+
+    def completed_since(self, count: int) -> list[int]:
+        return self._completed[count:]
 
     @property
     def num_arrived(self) -> int:
@@ -696,6 +700,7 @@ class Simulator:
         self._state[job] = DONE
         self._end[job] = self.now
         self._done += 1
+        self._completed.append(job)
 
     def _next_epoch(self, job: int, changed: dict[int, None]) -> None:
         """An application job reached its next epoch boundary: its rate changes with the epoch."""

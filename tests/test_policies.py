@@ -131,58 +131,74 @@ def test_srtf_margin_prevents_marginal_preemption():
     assert res.preemptions.sum() == 0
 
 
-def test_rank_keys_kept_across_rounds_equal_a_fresh_sort() -> None:
-    """Tiresias' kept rankings: after any mix of jobs entering, leaving, coming back and changing level,
-    over one round or several skipped ones, the keys equal the set's keys sorted afresh and each level's
-    block holds exactly its jobs."""
-    from cluster_sim.policies.tiresias import RankKeys
+def test_level_keys_kept_across_rounds_equal_a_fresh_sort() -> None:
+    """Tiresias' kept (level, id) keys: after any mix of jobs entering, leaving, coming back and changing
+    level, noted over one round or several, few at a time or many, the keys equal the members' keys
+    sorted afresh and each level's block holds exactly its jobs in id order."""
+    from cluster_sim.policies.level_sets import LevelKeys
 
     rng = np.random.default_rng(11)
-    n = 400
-    for flag in (0, 1):
-        ranks, level = RankKeys(n, flag=flag), np.zeros(n, dtype=np.int64)
-        members: list[int] = []
-        for _ in range(400):
-            members = [j for j in members if rng.random() > 0.2]
-            fresh = [int(j) for j in rng.choice(n, 30, replace=False) if j not in members]
-            level[fresh] = rng.integers(0, 3, len(fresh))  # a job back in the set may come at another level
-            members += fresh
-            arr = np.array(members, dtype=np.int64)
-            up = arr[rng.random(len(arr)) < 0.1]
-            level[up] = np.minimum(level[up] + 1, 2)
-            if rng.random() < 0.6:  # otherwise the round is skipped, as when the ranking is not kept
-                keys = ranks.sync(arr, level[arr])
-                assert keys.tolist() == sorted(((level[arr] * 2 + flag) * n + arr).tolist())
-                for lv in range(3):
-                    assert sorted(keys[ranks.level_block(lv)] % n) == sorted(arr[level[arr] == lv])
+    n, code = 400, 1
+    keys, state, level = LevelKeys(n), np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int64)
+    for step in range(600):
+        many = step % 7 == 0  # past LevelKeys' few-changes path
+        changed = rng.choice(n, 40 if many else int(rng.integers(1, 5)), replace=False)
+        for j in changed.tolist():
+            if state[j] == code and rng.random() < 0.5:
+                state[j] = 0 if rng.random() < 0.5 else code  # leaves, or stays at another level
+            else:
+                state[j] = code
+            level[j] = rng.integers(0, 3)
+        keys.note(changed.tolist())
+        if rng.random() < 0.6:  # otherwise the changes pile up until a later round
+            members = np.flatnonzero(state == code)
+            got = keys.sync(state, code, level)
+            assert got.tolist() == sorted((level[members] * n + members).tolist())
+            for lv in range(3):
+                assert keys.block(lv).tolist() == members[level[members] == lv].tolist()
 
 
-def test_tiresias_kept_ranking_gives_the_run_of_a_fresh_sort(monkeypatch) -> None:
-    """Ranking from kept keys (switched on and off as the queue grows and drains) decides exactly as
-    sorting every job at every round does, preemptions and demotions included."""
-    import cluster_sim.policies.tiresias as tiresias
+def _bursts(n: int = 400, seed: int = 12) -> Workload:
+    rng = np.random.default_rng(seed)
+    arrivals = np.repeat(np.arange(8) * 6000.0, n // 8) + rng.uniform(0, 600, n)  # the queue grows and drains
+    return jobs(np.sort(arrivals), rng.choice([1, 2, 4, 8, 16], n), rng.lognormal(6.5, 1.2, n))
 
-    c = build_cluster("small")
-    rng = np.random.default_rng(12)
-    n = 400
-    bursts = np.repeat(np.arange(8) * 6000.0, n // 8) + rng.uniform(0, 600, n)  # the queue grows and drains
-    w = jobs(np.sort(bursts), rng.choice([1, 2, 4, 8, 16], n), rng.lognormal(6.5, 1.2, n))
+
+@pytest.mark.parametrize("kw", [{"thresholds": (300.0, 3000.0)}, {"thresholds": (300.0,), "interval": 60.0}])
+def test_tiresias_kept_levels_give_the_run_of_a_fresh_sort(monkeypatch, kw) -> None:
+    """Keeping the jobs by queue level across rounds (arrivals, completions, own decisions and threshold
+    crossings taken in as they come) decides exactly as ranking every job afresh at every round does,
+    preemptions and demotions included, without ever falling back to rebuilding from the view; and
+    rebuilding from the view at arbitrary rounds changes nothing either."""
+    from cluster_sim.policies.level_sets import LevelSets
+    from cluster_sim.policies.tiresias import Tiresias
+
+    c, w = build_cluster("small"), _bursts()
+    rebuilds: list[int] = []
+    rebuild = LevelSets.rebuild
+
+    def counted(self, view, queue) -> None:
+        rebuilds.append(1)
+        rebuild(self, view, queue)
+
+    monkeypatch.setattr(LevelSets, "rebuild", counted)
     runs = []
-    for keep_from, keep_below in ((10**9, 10**9), (40, 39)):
-        monkeypatch.setattr(tiresias, "_KEEP_FROM", keep_from)
-        monkeypatch.setattr(tiresias, "_KEEP_BELOW", keep_below)
-        sched = get_policy("tiresias", seed=0, thresholds=(300.0, 3000.0))
-        keep, kept = sched._keep, []
+    for keep in (False, True):
+        monkeypatch.setattr(Tiresias, "keep_levels", keep)
+        runs.append(Simulator(c.view, w, restart_cost=10.0).run(get_policy("tiresias", seed=0, **kw)))
+    assert not rebuilds
+    consistent, calls = LevelSets.consistent, [0]
 
-        def logged(jobs: int, keep=keep, kept=kept) -> bool:
-            kept.append(keep(jobs))
-            return kept[-1]
+    def sometimes_not(self, view, num_queued) -> bool:  # as if someone else had acted, every 7th round
+        calls[0] += 1
+        return consistent(self, view, num_queued) and calls[0] % 7 != 0
 
-        monkeypatch.setattr(sched, "_keep", logged)
-        runs.append(Simulator(c.view, w, restart_cost=10.0).run(sched))
-    assert sum(np.diff(np.array(kept, dtype=int)) == -1) >= 5  # switched on and off again, burst after burst
+    monkeypatch.setattr(LevelSets, "consistent", sometimes_not)
+    runs.append(Simulator(c.view, w, restart_cost=10.0).run(get_policy("tiresias", seed=0, **kw)))
+    assert len(rebuilds) >= 5
     assert runs[0].metrics()["preemptions"] >= 10
-    assert np.array_equal(runs[0].start, runs[1].start) and np.array_equal(runs[0].end, runs[1].end)
+    for other in runs[1:]:
+        assert np.array_equal(runs[0].start, other.start) and np.array_equal(runs[0].end, other.end)
 
 
 def test_tiresias_demotes_job_crossing_threshold():

@@ -205,14 +205,22 @@ def admit_by_rank(
     """
     admitted = admitted_by_budget(view.jobs.num_gpus[ranked].astype(np.int64), view.topo.num_gpus)
     victims = ranked[is_running & ~admitted]
+    decisions, starts = preempt_then_start(sched, view, pool, victims, ranked[~is_running & admitted])
+    return decisions, victims, starts
+
+
+def preempt_then_start(
+    sched: PolicyScheduler, view: SchedulerView, pool: FreePool, victims: np.ndarray, entering: np.ndarray
+) -> tuple[list[Decision], list[Start]]:
+    """Preempt ``victims``, then place the ``entering`` jobs in order. Every entering job fits by count
+    once the victims are gone, so the pass needs none of start_in_order's backfill bookkeeping.
+    Returns the decisions (preemptions first) and the starts."""
     for v in victims.tolist():
         pool.release(view.placement(v), v)
-    # every admitted job fits by count, so the pass needs none of start_in_order's backfill bookkeeping
-    entering = ranked[~is_running & admitted]
     starts: list[Start] = []
     for j, n in zip(entering.tolist(), view.jobs.num_gpus[entering].tolist(), strict=True):
         gpus = sched.place(view, j, n, pool)
         if gpus is not None:
             pool.take(gpus, j)
             starts.append(Start(j, gpus))
-    return [*(Preempt(v) for v in victims.tolist()), *starts], victims, starts
+    return [*(Preempt(v) for v in victims.tolist()), *starts], starts

@@ -23,64 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from cluster_sim.placement import FreePool
-from cluster_sim.policies.base import PolicyScheduler, StayCache, admit_by_rank
-from cluster_sim.protocol import Decision, SchedulerView
-
-_TOL = 1e-3  # GPU-seconds: a job woken at its threshold crossing counts as having crossed it
-# Jobs (running + waiting) from which the ranking is kept across rounds, and below which it is dropped
-# again: under about a thousand, one sort per round costs less than keeping two sorted sets in step.
-_KEEP_FROM, _KEEP_BELOW = 2048, 1024
-
-
-class RankKeys:
-    """Rank keys ``(queue level * 2 + flag) * n + id`` of a set of jobs, kept sorted across rounds.
-
-    Tiresias ranks by (queue, running before waiting, arrival). A waiting job's level is fixed while it
-    waits and a running job's changes only when it crosses a threshold, so between rounds the ranking
-    changes only by the jobs that entered or left a set or changed level: the keys are kept sorted with
-    vectorised deletions and insertions rather than sorted afresh at every event (at dc-10k, ten
-    thousand jobs running and thousands waiting).
-    """
-
-    def __init__(self, num_jobs: int = 0, flag: int = 0) -> None:
-        self.n, self.flag = num_jobs, flag
-        self.keys = np.zeros(0, dtype=np.int64)
-        self._level = np.full(num_jobs, -1, dtype=np.int64)  # each member's level in ``keys``; -1: no member
-        self._now = np.zeros(num_jobs, dtype=bool)  # scratch: membership of this round's set
-
-    def sync(self, members: np.ndarray, levels: np.ndarray) -> np.ndarray:
-        """The sorted keys of ``members`` (the whole set now) at their ``levels`` (aligned with them). Any
-        difference from the last call is caught, however many rounds it skipped."""
-        n, keys = self.n, self.keys
-        held = self._level[members]
-        entering = held < 0
-        drop: np.ndarray | None = None
-        if len(keys) + int(np.count_nonzero(entering)) != len(members):  # some left: find them
-            now = self._now
-            now[members] = True
-            drop = ~now[keys % n]
-            now[members] = False
-            self._level[keys[drop] % n] = -1
-        moved = (levels != held) & ~entering
-        if moved.any():  # a job crossed a threshold (or left and came back): its old key goes, it enters again
-            old = np.sort((held[moved] * 2 + self.flag) * n + members[moved])
-            drop = np.zeros(len(keys), dtype=bool) if drop is None else drop
-            drop[np.searchsorted(keys, old)] = True
-            entering |= moved
-        if drop is not None:
-            keys = keys[~drop]
-        if entering.any():
-            new_jobs, lv = members[entering], levels[entering]
-            self._level[new_jobs] = lv
-            new = np.sort((lv * 2 + self.flag) * n + new_jobs)
-            keys = np.insert(keys, np.searchsorted(keys, new), new)
-        self.keys = keys
-        return keys
-
-    def level_block(self, level: int) -> slice:
-        """The keys of the members at ``level``."""
-        lo, hi = np.searchsorted(self.keys, [level * 2 * self.n, (level + 1) * 2 * self.n])
-        return slice(int(lo), int(hi))
+from cluster_sim.policies.base import PolicyScheduler, StayCache, admit_by_rank, admitted_by_budget, preempt_then_start
+from cluster_sim.policies.level_sets import RUNNING, WAITING, LevelSets, queue_levels
+from cluster_sim.protocol import ClusterStateView, Decision, SchedulerView
 
 
 class Tiresias(PolicyScheduler):
@@ -95,12 +40,14 @@ class Tiresias(PolicyScheduler):
 
     Attained service is read from the view once per stay in the queue or on the GPUs; while a job runs
     it grows by exactly its GPU count per second, so it is extrapolated in between. In arrival order
-    without promotions the ranking itself is kept across rounds (:class:`RankKeys`).
+    without promotions the jobs are kept by queue level across rounds (:class:`LevelSets`), so that a
+    round costs O(jobs changed) rather than a sort of every job.
     """
 
     ordering = "tiresias"
     preemptive = True
     default_backfill = True
+    keep_levels = True  # False: rank every job afresh at each round, as in "entry" order (for tests)
 
     def __init__(
         self,
@@ -130,9 +77,7 @@ class Tiresias(PolicyScheduler):
         self._pos = np.zeros(0, dtype=np.int64)
         self._level = np.zeros(0, dtype=np.int64)  # queue ("entry" order): the last one seen
         self._entered = np.zeros(0)  # when the job entered that queue
-        self._waiting = RankKeys()
-        self._on_gpus = RankKeys()
-        self._kept = False
+        self._sets: LevelSets | None = None
 
     def _left_queue(self, started: list[int]) -> None:
         if not started:
@@ -151,9 +96,9 @@ class Tiresias(PolicyScheduler):
         self._pos = np.zeros(n, dtype=np.int64)  # scratch: position of each job in this round's running array
         self._level = np.zeros(n, dtype=np.int64)
         self._entered = np.asarray(view.jobs.arrival, dtype=float).copy()
-        self._waiting = RankKeys(n, flag=1)
-        self._on_gpus = RankKeys(n, flag=0)
-        self._kept = False
+        kept = self.keep_levels and self.queue_order == "arrival" and self.starve_limit is None
+        kept = kept and isinstance(view, ClusterStateView)  # it tells arrivals and completions
+        self._sets = LevelSets(self.thresholds, view.jobs.num_gpus) if kept else None
 
     def _entry(self, jobs: np.ndarray, level: np.ndarray, svc: np.ndarray, now: float, gpus: np.ndarray) -> np.ndarray:
         """When each job entered its present queue. A job changes queue only on the GPUs (its service
@@ -172,44 +117,78 @@ class Tiresias(PolicyScheduler):
             self._level[j] = lv
         return self._entered[jobs]
 
-    def _keep(self, jobs: int) -> bool:
-        """Whether to rank from the kept keys this round, given the jobs running and waiting."""
-        if not self._kept and jobs >= _KEEP_FROM:
-            self._kept = True
-        elif self._kept and jobs < _KEEP_BELOW:
-            self._kept = False  # the keys go stale; the next sync catches up
-        return self._kept
-
     def _levels(self, svc: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.thresholds, svc + _TOL, side="right")
+        return queue_levels(self.thresholds, svc)
 
     def decide(self, view: SchedulerView, queue: np.ndarray, pool: FreePool) -> list[Decision]:
+        sets = self._sets
+        if sets is not None:
+            sets.catch_up(view)
+            if not sets.consistent(view, len(queue)):  # someone else started or preempted jobs
+                sets.rebuild(view, queue)
+                if not sets.consistent(view, len(queue)):  # (GPUs shared with guests): rank afresh
+                    self._sets = None
+            if self._sets is not None:
+                return self._decide_kept(view, queue, pool, sets)
+        return self._decide_sorted(view, queue, pool)
+
+    def _decide_kept(self, view: SchedulerView, queue: np.ndarray, pool: FreePool, sets: LevelSets) -> list[Decision]:
+        """A round from the kept level sets: per queue level, its running jobs then its waiting ones, in
+        arrival order, admitted while GPUs last (as :func:`admit_by_rank` over the whole ranking).
+        A level's running jobs all stay when the GPUs left cover them, so they are only looked at one by
+        one in rounds that preempt."""
+        now = view.now
+        sets.waiting.sync(sets.state, WAITING, sets.level)
+        if sum(sets.wait_need) <= pool.num_free:  # everyone fits: nobody waits, nobody is preempted
+            starts = self.start_in_order(view, sets.waiting.keys % sets.waiting.n, pool, backfill=True)
+            sets.start([s.job for s in starts], now)
+            return list(starts)
+        sets.cross(now)
+        sets.running.sync(sets.state, RUNNING, sets.level)
+        gpus = sets.gpus
+        budget = view.topo.num_gpus
+        victims, entering = [], []
+        for lv in range(len(self.thresholds)):
+            if sets.run_need[lv] <= budget:
+                budget -= sets.run_need[lv]
+            else:
+                ids = sets.running.block(lv)
+                admitted = admitted_by_budget(gpus[ids], budget)
+                victims.append(ids[~admitted])
+                budget -= int(gpus[ids[admitted]].sum())
+            if budget > 0 and sets.wait_need[lv]:
+                ids = sets.waiting.block(lv)
+                admitted = admitted_by_budget(gpus[ids], budget)
+                entering.append(ids[admitted])
+                budget -= int(gpus[ids[admitted]].sum())
+        out = np.concatenate(victims) if victims else np.zeros(0, dtype=np.int64)
+        into = np.concatenate(entering) if entering else np.zeros(0, dtype=np.int64)
+        decisions, starts = preempt_then_start(self, view, pool, out, into)
+        sets.preempt(out.tolist())
+        sets.start([s.job for s in starts], now)
+        if len(starts) < len(queue) or len(out):
+            view.wake_at(sets.next_crossing())
+        return decisions
+
+    def _decide_sorted(self, view: SchedulerView, queue: np.ndarray, pool: FreePool) -> list[Decision]:
+        """A round that ranks every job afresh: entry order, starvation promotions, or a view this
+        scheduler does not alone act on."""
         now = view.now
         gpus = view.jobs.num_gpus
         n = len(gpus)
         svc_q = self._wait_service.update(queue, view.attained_service)
-        # Without promotions a waiting job's level is fixed: in arrival order the queue's ranking is kept
-        # across rounds (WaitingRanks) instead of sorted afresh at every event.
-        kept = (
-            self.queue_order == "arrival" and self.starve_limit is None and self._keep(len(queue) + len(view.running))
-        )
+        if self.starve_limit is not None:
+            since = self._wait_since.update(queue, lambda j: now)
+            ran = self._executed.update(queue, view.executed_time)
+            starved = (ran > 0) & (now - since >= self.starve_limit * ran)
+            self._offset[queue[starved]] = svc_q[starved]
+        svc_q = svc_q - self._offset[queue]
+        level_q = self._levels(svc_q)
         entry = self.queue_order == "entry"
-        if kept:
-            wait_keys = self._waiting.sync(queue, self._levels(svc_q))
-        else:
-            if self.starve_limit is not None:
-                since = self._wait_since.update(queue, lambda j: now)
-                ran = self._executed.update(queue, view.executed_time)
-                starved = (ran > 0) & (now - since >= self.starve_limit * ran)
-                self._offset[queue[starved]] = svc_q[starved]
-            svc_q = svc_q - self._offset[queue]
-            level_q = self._levels(svc_q)
-            if entry:
-                self._entry(queue, level_q, svc_q, now, gpus)
+        if entry:
+            self._entry(queue, level_q, svc_q, now, gpus)
         if int(gpus[queue].sum()) <= pool.num_free:  # everyone fits: nobody waits, nobody is preempted
-            if kept:
-                order = wait_keys % n
-            elif entry:
+            if entry:
                 order = queue[np.lexsort((queue, self._entered[queue], level_q))]
             else:
                 order = np.sort(level_q * n + queue) % n
@@ -220,26 +199,16 @@ class Tiresias(PolicyScheduler):
         svc_r = self._run_service.update(running, lambda j: view.attained_service(j) - int(gpus[j]) * now)
         svc_r = svc_r + gpus[running] * now - self._offset[running]
         level_r = self._levels(svc_r)
-        if kept:  # per queue level, its running jobs then its waiting ones, each kept sorted by id
-            run_keys = self._on_gpus.sync(running, level_r)
-            blocks, flags = [], []
-            for lv in range(len(self.thresholds)):
-                for keys, ranks in ((run_keys, self._on_gpus), (wait_keys, self._waiting)):
-                    block = keys[ranks.level_block(lv)]
-                    blocks.append(block)
-                    flags.append(np.full(len(block), ranks is self._on_gpus))
-            ranked, is_running = np.concatenate(blocks) % n, np.concatenate(flags)
-        else:
-            ids = np.concatenate([running, queue])
-            waits = np.concatenate([np.zeros(len(running), dtype=np.int8), np.ones(len(queue), dtype=np.int8)])
-            levels = np.concatenate([level_r, level_q])
-            if entry:
-                self._entry(running, level_r, svc_r, now, gpus)
-                order = np.lexsort((ids, self._entered[ids], levels))
-                ranked, is_running = ids[order], waits[order] == 0
-            else:  # (queue, waiting, id) packed into one integer: one sort instead of a three-key lexsort
-                key = np.sort((levels * 2 + waits) * n + ids)
-                ranked, is_running = key % n, (key // n) % 2 == 0
+        ids = np.concatenate([running, queue])
+        waits = np.concatenate([np.zeros(len(running), dtype=np.int8), np.ones(len(queue), dtype=np.int8)])
+        levels = np.concatenate([level_r, level_q])
+        if entry:
+            self._entry(running, level_r, svc_r, now, gpus)
+            order = np.lexsort((ids, self._entered[ids], levels))
+            ranked, is_running = ids[order], waits[order] == 0
+        else:  # (queue, waiting, id) packed into one integer: one sort instead of a three-key lexsort
+            key = np.sort((levels * 2 + waits) * n + ids)
+            ranked, is_running = key % n, (key // n) % 2 == 0
         decisions, victims, starts = admit_by_rank(self, view, pool, ranked, is_running)
         self._run_service.forget(victims)
         self._left_queue([s.job for s in starts])
