@@ -130,9 +130,7 @@ class PriorityAgents(PolicyScheduler):
         larger than a partition may start)."""
         obs = self.last_obs
         if obs is None:
-            decisions = self._start_spill(view, [])
-            self.history.after_round(view, decisions)
-            return decisions
+            return self._start_spill(view, [])
         scores = np.asarray(scores, dtype=np.float64).reshape(self.num_agents, self.layout.N)
         need = view.jobs.num_gpus
         decisions: list[Decision] = []
@@ -167,7 +165,6 @@ class PriorityAgents(PolicyScheduler):
             pools.append(pool)
         decisions += self._hand_off(view, pools, leftovers)
         decisions += self._start_spill(view, decisions)
-        self.history.after_round(view, decisions)
         self.rounds += 1
         return decisions
 

@@ -471,6 +471,43 @@ def test_history_answers_from_its_sorted_part_and_its_buffer_as_from_all_run_tim
     assert hist._buf_key and len(hist._value)  # both parts were in use
 
 
+def test_tenant_history_backs_off_as_a_search_over_every_finished_job() -> None:
+    """QSSF's estimates, taken in from the simulator's completion log as jobs finish, equal the mean
+    residual life over the finished jobs of the first group (tenant and GPUs, tenant, GPUs, everyone)
+    that holds ``min_history`` of them, the prior where none does, at every point of a run."""
+    from cluster_sim.policies.run_history import PRIOR_S
+
+    rng = np.random.default_rng(4)
+    n = 300
+    w = jobs(np.sort(rng.uniform(0, 4e4, n)), rng.choice([1, 2, 4], n), rng.lognormal(6, 1, n), rng.integers(0, 6, n))
+    sim = Simulator(cluster(), w)
+    sched = get_policy("qssf", 0, min_history=8)
+    sched.reset(sim)
+    sim.reset()
+    levels_seen: set[int] = set()
+    while sim.advance():
+        sim.apply(sched.schedule(sim))
+        if sim.num_completed >= 8 and rng.random() > 0.05:  # every round until anyone's history holds 8
+            continue
+        sched.history.learn(sim)
+        done = np.array(sim.completed_since(0), dtype=np.int64)
+        ran = sim.executed_times(done)
+        groups = [(w.tenant * 10 + w.num_gpus), w.tenant, w.num_gpus, np.zeros(n, dtype=np.int64)]
+        q, x = rng.integers(0, n, 40), rng.uniform(0, 3000, 40)
+        want = []
+        for j, xj in zip(q.tolist(), x.tolist(), strict=True):
+            level = next((lv for lv, g in enumerate(groups) if np.sum(g[done] == g[j]) >= 8), 4)
+            levels_seen.add(level)
+            if level == 4:
+                want.append(max(PRIOR_S - xj, xj))
+                continue
+            times = ran[groups[level][done] == groups[level][j]]
+            above = times[times > xj]
+            want.append(above.mean() - xj if len(above) else xj)
+        np.testing.assert_allclose(sched.history.residual(q, x), want, rtol=1e-9)
+    assert levels_seen == {0, 1, 2, 3, 4}  # every back-off level answered at some point
+
+
 def _first_decisions_until(result, t: float) -> tuple[np.ndarray, np.ndarray]:
     early = result.start < t
     return np.flatnonzero(early), result.start[early]

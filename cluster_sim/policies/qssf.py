@@ -60,9 +60,7 @@ class QSSF(PolicyScheduler):
 
     def schedule(self, view: SchedulerView) -> list[Decision]:
         self.history.learn(view)
-        decisions = super().schedule(view)
-        self.history.after_round(view, decisions)
-        return decisions
+        return super().schedule(view)
 
     def expected_remaining(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
         """E[D - x | D > x] per job from the history of finished jobs (x = wall seconds run so far)."""

@@ -14,11 +14,9 @@ Used by :class:`~cluster_sim.policies.qssf.QSSF`, the elastic Optimus and the le
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
+from cluster_sim.protocol import ClusterStateView, SchedulerView
 
 PRIOR_S = 3600.0  # expected run time before any job has finished
 
@@ -90,24 +88,33 @@ class History:
 
 
 class TenantHistory:
-    """Finished run times at four back-off levels, learned from the jobs that leave the GPUs.
+    """Finished run times at four back-off levels, learned from the jobs that finish.
 
-    Call :meth:`learn` at the start of every round and :meth:`after_round` with the round's decisions;
-    :meth:`expected_remaining` then answers for any jobs.
+    Call :meth:`learn` at the start of every round; :meth:`expected_remaining` then answers for any jobs.
+    The four levels' groups share one :class:`History` under disjoint keys, and each job's answering
+    group (the first level whose group holds ``min_history`` runs) is kept up to date as groups fill, so
+    a query for any jobs is one search however their groups back off.
     """
 
     def __init__(self, min_history: int = 3) -> None:
         if min_history < 1:
             raise ValueError(f"min_history must be >= 1, got {min_history}")
         self.min_history = int(min_history)
-        self._on_gpus = np.zeros(0, dtype=np.int64)
+        self._seen = 0
 
     def reset(self, view: SchedulerView) -> None:
-        self._on_gpus = np.zeros(0, dtype=np.int64)  # jobs holding GPUs once the last round was applied
-        self._levels = [History() for _ in range(4)]
+        self._seen = 0  # completions taken in so far
+        self._history = History()
         self._most_gpus = int(view.jobs.num_gpus.max(initial=1))
         self._keys = self._group_keys(view.jobs.tenant, view.jobs.num_gpus)
-        self._counts = [np.zeros(int(k.max(initial=0)) + 1, dtype=np.int64) for k in self._keys]
+        sizes = [int(k.max(initial=0)) + 1 for k in self._keys]
+        sizes[0] = max(sizes[0], len(view.jobs.tenants) * (self._most_gpus + 1))
+        sizes[1] = max(sizes[1], len(view.jobs.tenants))
+        self._counts = [np.zeros(size, dtype=np.int64) for size in sizes]
+        # the levels' keys in the shared history, coarsest first so that the values stay small
+        self._offset = np.cumsum([0, *sizes[:0:-1]])[::-1].tolist()
+        self._answer = np.full(len(view.jobs), -1, dtype=np.int64)  # each job's key in the history; -1: none
+        self._answer_level = np.full(len(view.jobs), len(sizes), dtype=np.int64)
         past = view.jobs.meta.get("history")
         if past is not None and len(past["duration"]):
             pt, pg = np.asarray(past["tenant"]), np.asarray(past["num_gpus"])
@@ -119,37 +126,35 @@ class TenantHistory:
         t, g = np.asarray(tenant, dtype=np.int64), np.asarray(num_gpus, dtype=np.int64)
         return [t * (self._most_gpus + 1) + g, t, g, np.zeros(len(t), dtype=np.int64)]
 
-    def learn(self, view: SchedulerView) -> None:
-        """Jobs that left the GPUs since the last round without being preempted have finished."""
-        prev = self._on_gpus
-        if not len(prev):
+    def learn(self, view: ClusterStateView) -> None:
+        """Take in the jobs that finished since the last call (the view's completion log)."""
+        if view.num_completed == self._seen:
             return
-        here = np.zeros(len(view.jobs), dtype=bool)
-        here[np.asarray(view.running, dtype=np.int64)] = True
-        here[np.asarray(view.queue, dtype=np.int64)] = True
-        gone = prev[~here[prev]]
-        if len(gone):
-            self._record([keys[gone] for keys in self._keys], view.executed_times(gone))
-            self._on_gpus = prev[here[prev]]  # recorded once, even if no round follows
-
-    def after_round(self, view: SchedulerView, decisions: Sequence[Decision]) -> None:
-        """Remember which jobs hold GPUs once ``decisions`` are applied."""
-        running = np.asarray(view.running, dtype=np.int64)
-        preempted = [d.job for d in decisions if isinstance(d, Preempt)]
-        started = [d.job for d in decisions if isinstance(d, Start)]
-        if preempted:
-            running = np.setdiff1d(running, preempted)
-        self._on_gpus = np.concatenate([running, np.asarray(started, dtype=np.int64)])
+        done = np.asarray(view.completed_since(self._seen), dtype=np.int64)
+        self._seen += len(done)
+        self._record([keys[done] for keys in self._keys], view.executed_times(done))
 
     def _record(self, keys: list[np.ndarray], times: np.ndarray) -> None:
-        """Finished run times under their key at every back-off level."""
-        for level, (hist, k) in enumerate(zip(self._levels, keys, strict=True)):
-            hist.add(k, times)
-            if len(k) and int(k.max()) >= len(self._counts[level]):
-                grown = np.zeros(int(k.max()) + 1, dtype=np.int64)
-                grown[: len(self._counts[level])] = self._counts[level]
-                self._counts[level] = grown
-            np.add.at(self._counts[level], k, 1)
+        """Finished run times under their key at every back-off level; jobs whose group at a finer level
+        than their present one now holds enough runs answer from it from now on."""
+        times = np.asarray(times, dtype=np.float64)
+        shared = np.concatenate([k + off for k, off in zip(keys, self._offset, strict=True)])
+        self._history.add(shared, np.tile(times, len(keys)))
+        for level, (k, counts) in enumerate(zip(keys, self._counts, strict=True)):  # sized for every group
+            if len(k) > 8:
+                before = counts[k] < self.min_history
+                np.add.at(counts, k, 1)
+                filled = np.unique(k[before & (counts[k] >= self.min_history)]).tolist()
+            else:  # a round's few completions
+                filled = []
+                for key in k.tolist():
+                    counts[key] += 1
+                    if counts[key] == self.min_history:
+                        filled.append(key)
+            if filled:
+                jobs = np.flatnonzero(np.isin(self._keys[level], filled) & (self._answer_level > level))
+                self._answer_level[jobs] = level
+                self._answer[jobs] = self._keys[level][jobs] + self._offset[level]
 
     def group_size(self, jobs: np.ndarray) -> np.ndarray:
         """Finished jobs of each job's (tenant, GPU count) group so far."""
@@ -164,15 +169,11 @@ class TenantHistory:
     def residual(self, jobs: np.ndarray, x: np.ndarray) -> np.ndarray:
         """E[D - x | D > x] per job for given run times ``x`` (``x = 0``: the group's mean run time)."""
         x = np.asarray(x, dtype=np.float64)
-        est = np.full(len(jobs), np.nan)
-        for hist, keys, counts in zip(self._levels, self._keys, self._counts, strict=True):
-            todo = np.flatnonzero(np.isnan(est))
-            if not len(todo):
-                break
-            k = keys[jobs[todo]]
-            enough = counts[k] >= self.min_history
-            if enough.any():
-                est[todo[enough]] = hist.residual(k[enough], x[todo[enough]])
-        missing = np.isnan(est)
-        est[missing] = np.maximum(PRIOR_S - x[missing], x[missing])
+        key = self._answer[jobs]
+        known = key >= 0
+        if known.all():
+            return self._history.residual(key, x)
+        est = np.maximum(PRIOR_S - x, x)  # no group of the job holds enough runs yet
+        if known.any():
+            est[known] = self._history.residual(key[known], x[known])
         return est
