@@ -19,6 +19,7 @@ import numpy as np
 from cluster_sim.protocol import ClusterStateView, SchedulerView
 
 PRIOR_S = 3600.0  # expected run time before any job has finished
+_MAX_KEYS = 1 << 20  # keys up to which History keeps where each key's run times end
 
 
 class History:
@@ -37,6 +38,7 @@ class History:
         self._value = np.zeros(0)  # key * SPAN + time, sorted
         self._time = np.zeros(0)
         self._suffix = np.zeros(1)  # suffix[i] = sum of _time[i:]
+        self._end = np.zeros(1, dtype=np.int64)  # per key, where its run times end in _value
         self._buf_key: list[int] = []
         self._buf_time: list[float] = []
         self._buf_index: tuple[np.ndarray, np.ndarray] | None = None  # the buffer sorted, with suffix sums
@@ -54,7 +56,10 @@ class History:
         keys = np.asarray(keys, dtype=np.int64)
         base = keys * self.SPAN
         lo = np.searchsorted(self._value, base + x, side="right")
-        hi = np.searchsorted(self._value, base + self.SPAN, side="left")
+        if len(self._end) > 1:  # keys past the last one end where the history ends, as lo does
+            hi = self._end[np.minimum(keys, len(self._end) - 1)]
+        else:
+            hi = np.searchsorted(self._value, base + self.SPAN, side="left")
         above = (hi - lo).astype(np.float64)
         total = self._suffix[lo] - self._suffix[hi]
         if self._buf_key:
@@ -84,6 +89,10 @@ class History:
         self._value = np.insert(self._value, at, new[order])
         self._time = np.insert(self._time, at, bt[order])
         self._suffix = np.concatenate([np.cumsum(self._time[::-1])[::-1], [0.0]])
+        keys = int(self._value[-1] // self.SPAN) + 1
+        self._end = np.zeros(1, dtype=np.int64)
+        if keys <= _MAX_KEYS:
+            self._end = np.searchsorted(self._value, np.arange(1, keys + 1) * self.SPAN, side="left")
         self._buf_key, self._buf_time, self._buf_index = [], [], None
 
 
@@ -113,6 +122,7 @@ class TenantHistory:
         self._counts = [np.zeros(size, dtype=np.int64) for size in sizes]
         # the levels' keys in the shared history, coarsest first so that the values stay small
         self._offset = np.cumsum([0, *sizes[:0:-1]])[::-1].tolist()
+        self._shared = np.stack([k + off for k, off in zip(self._keys, self._offset, strict=True)], axis=1)
         self._answer = np.full(len(view.jobs), -1, dtype=np.int64)  # each job's key in the history; -1: none
         self._answer_level = np.full(len(view.jobs), len(sizes), dtype=np.int64)
         past = view.jobs.meta.get("history")
@@ -132,13 +142,16 @@ class TenantHistory:
             return
         done = np.asarray(view.completed_since(self._seen), dtype=np.int64)
         self._seen += len(done)
-        self._record([keys[done] for keys in self._keys], view.executed_times(done))
+        ran = view.executed_times(done)
+        self._record([keys[done] for keys in self._keys], ran, self._shared[done].T.ravel())
 
-    def _record(self, keys: list[np.ndarray], times: np.ndarray) -> None:
-        """Finished run times under their key at every back-off level; jobs whose group at a finer level
-        than their present one now holds enough runs answer from it from now on."""
+    def _record(self, keys: list[np.ndarray], times: np.ndarray, shared: np.ndarray | None = None) -> None:
+        """Finished run times under their key at every back-off level (``shared``: those keys in the
+        shared history, level by level); jobs whose group at a finer level than their present one now
+        holds enough runs answer from it from now on."""
         times = np.asarray(times, dtype=np.float64)
-        shared = np.concatenate([k + off for k, off in zip(keys, self._offset, strict=True)])
+        if shared is None:
+            shared = np.concatenate([k + off for k, off in zip(keys, self._offset, strict=True)])
         self._history.add(shared, np.tile(times, len(keys)))
         for level, (k, counts) in enumerate(zip(keys, self._counts, strict=True)):  # sized for every group
             if len(k) > 8:
