@@ -156,7 +156,10 @@ class Tiresias(PolicyScheduler):
                 admitted = admitted_by_budget(gpus[ids], budget)
                 victims.append(ids[~admitted])
                 budget -= int(gpus[ids[admitted]].sum())
-            if budget > 0 and sets.wait_need[lv]:
+            if sets.wait_need[lv] and sets.wait_need[lv] <= budget:  # the level's waiting jobs all start
+                entering.append(sets.waiting.block(lv))
+                budget -= sets.wait_need[lv]
+            elif budget > 0 and sets.wait_need[lv]:
                 ids = sets.waiting.block(lv)
                 admitted = admitted_by_budget(gpus[ids], budget)
                 entering.append(ids[admitted])
