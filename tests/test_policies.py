@@ -139,7 +139,8 @@ def test_level_keys_kept_across_rounds_equal_a_fresh_sort() -> None:
 
     rng = np.random.default_rng(11)
     n, code = 400, 1
-    keys, state, level = LevelKeys(n), np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int64)
+    state, level = np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int64)
+    keys = LevelKeys(state, code, level)
     for step in range(600):
         many = step % 7 == 0  # past LevelKeys' few-changes path
         changed = rng.choice(n, 40 if many else int(rng.integers(1, 5)), replace=False)
@@ -152,8 +153,9 @@ def test_level_keys_kept_across_rounds_equal_a_fresh_sort() -> None:
         keys.note(changed.tolist())
         if rng.random() < 0.6:  # otherwise the changes pile up until a later round
             members = np.flatnonzero(state == code)
-            got = keys.sync(state, code, level)
+            got = keys.sync()
             assert got.tolist() == sorted((level[members] * n + members).tolist())
+            assert keys.ids().tolist() == (got % n).tolist()
             for lv in range(3):
                 assert keys.block(lv).tolist() == members[level[members] == lv].tolist()
 

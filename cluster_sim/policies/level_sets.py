@@ -47,26 +47,37 @@ def _splice(keys: np.ndarray, drop_at: list[int], add: list[int], add_at: list[i
 
 
 class LevelKeys:
-    """The keys ``level * n + id`` of a set of jobs, kept sorted: one queue level is one slice, in id
-    (arrival) order. Changes are noted as they happen and applied together at :meth:`sync`, one
-    deletion and one insertion for all of them."""
+    """The keys ``level * n + id`` of the jobs with ``state == code``, kept sorted: one queue level is one
+    slice, in id (arrival) order. Changes are noted as they happen and applied together when the keys
+    are next read, one deletion and one insertion for all of them: a round that reads no block (nobody
+    preempted, nothing to admit) pays nothing for them."""
 
-    def __init__(self, num_jobs: int) -> None:
-        self.n = num_jobs
+    def __init__(self, state: np.ndarray, code: int, level: np.ndarray) -> None:
+        self.n, self.state, self.code, self.level = len(state), state, code, level  # shared, updated in place
         self.keys = np.zeros(0, dtype=np.int64)
-        self._at = np.full(num_jobs, -1, dtype=np.int64)  # the level each job's key holds; -1: no key
+        self._at = np.full(self.n, -1, dtype=np.int64)  # the level each job's key holds; -1: no key
         self._touched: list[int] = []
 
     def note(self, jobs: list[int]) -> None:
-        """``jobs`` may have entered, left or changed level since the last :meth:`sync`."""
+        """``jobs`` may have entered, left or changed level since the keys were last read."""
         self._touched += jobs
 
-    def sync(self, state: np.ndarray, code: int, level: np.ndarray) -> np.ndarray:
-        """Bring the keys to the members now (``state == code``) at their ``level``; returns them."""
+    def ids(self) -> np.ndarray:
+        """Every member's id, by (level, id)."""
+        return self.sync() % self.n
+
+    def block(self, level: int) -> np.ndarray:
+        """The ids of the members at ``level``, in id order."""
+        keys = self.sync()
+        lo, hi = np.searchsorted(keys, [level * self.n, (level + 1) * self.n])
+        return keys[lo:hi] - level * self.n
+
+    def sync(self) -> np.ndarray:
+        """The keys of the members now, at their levels now."""
         if not self._touched:
             return self.keys
         touched, self._touched = self._touched, []
-        n, at, keys = self.n, self._at, self.keys
+        n, at, keys, state, code, level = self.n, self._at, self.keys, self.state, self.code, self.level
         if len(touched) > _FEW:
             jobs = np.unique(np.array(touched, dtype=np.int64))
             old = at[jobs]
@@ -97,11 +108,6 @@ class LevelKeys:
         self.keys = keys
         return keys
 
-    def block(self, level: int) -> np.ndarray:
-        """The ids of the members at ``level``, in id order."""
-        lo, hi = np.searchsorted(self.keys, [level * self.n, (level + 1) * self.n])
-        return self.keys[lo:hi] - level * self.n
-
 
 class LevelSets:
     """The waiting and the running jobs of a 2D-LAS scheduler with their queue levels, and the GPUs that
@@ -127,7 +133,8 @@ class LevelSets:
         self.service = np.zeros(n)  # waiting: attained GPU-seconds
         self.base = np.zeros(n)  # running: attained GPU-seconds minus GPUs x now, constant on the GPUs
         self._stint = [0] * n  # starts so far: tells a heap entry of an earlier stay on the GPUs
-        self.waiting, self.running = LevelKeys(n), LevelKeys(n)
+        self.waiting = LevelKeys(self.state, WAITING, self.level)
+        self.running = LevelKeys(self.state, RUNNING, self.level)
         self.wait_need, self.run_need = [0] * levels, [0] * levels
         self.num_waiting = 0
         self._crossings: list[tuple[float, int, int]] = []  # (time of the next threshold, job, stint)

@@ -24,7 +24,7 @@ import numpy as np
 
 from cluster_sim.placement import FreePool
 from cluster_sim.policies.base import PolicyScheduler, StayCache, admit_by_rank, admitted_by_budget, preempt_then_start
-from cluster_sim.policies.level_sets import RUNNING, WAITING, LevelSets, queue_levels
+from cluster_sim.policies.level_sets import LevelSets, queue_levels
 from cluster_sim.protocol import ClusterStateView, Decision, SchedulerView
 
 
@@ -138,13 +138,11 @@ class Tiresias(PolicyScheduler):
         A level's running jobs all stay when the GPUs left cover them, so they are only looked at one by
         one in rounds that preempt."""
         now = view.now
-        sets.waiting.sync(sets.state, WAITING, sets.level)
         if sum(sets.wait_need) <= pool.num_free:  # everyone fits: nobody waits, nobody is preempted
-            starts = self.start_in_order(view, sets.waiting.keys % sets.waiting.n, pool, backfill=True)
+            starts = self.start_in_order(view, sets.waiting.ids(), pool, backfill=True)
             sets.start([s.job for s in starts], now)
             return list(starts)
         sets.cross(now)
-        sets.running.sync(sets.state, RUNNING, sets.level)
         gpus = sets.gpus
         budget = view.topo.num_gpus
         victims, entering = [], []
