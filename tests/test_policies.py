@@ -562,7 +562,8 @@ def test_fifo_orders_a_queue_with_a_returning_job_and_passes_span_chunks() -> No
 
 
 def test_admitted_by_budget_is_the_greedy_pass_with_backfilling() -> None:
-    """The vectorised prefix plus chunked backfill admits exactly what a job-by-job greedy pass does."""
+    """For a few jobs (one Python pass) and for many (the vectorised prefix plus chunked backfill), the
+    admitted jobs are exactly what a job-by-job greedy pass admits."""
     from cluster_sim.policies.base import admitted_by_budget
 
     rng = np.random.default_rng(6)

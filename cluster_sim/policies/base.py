@@ -23,6 +23,7 @@ from cluster_sim.placement import FreePool, Placement, get_placement
 from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
 
 _FIRST_CHUNK, _CHUNK = 8, 64  # jobs converted to Python ints at a time by start_in_order
+_FEW_NEEDS = 96  # jobs up to which admitted_by_budget goes through them in Python
 
 
 class StayCache:
@@ -168,6 +169,13 @@ class PolicyScheduler:
 def admitted_by_budget(need: np.ndarray, budget: int) -> np.ndarray:
     """Which of the jobs (GPU counts ``need``, in rank order) a greedy pass admits within ``budget`` GPUs:
     the longest prefix that fits, then every later job that still fits (backfilling)."""
+    if len(need) <= _FEW_NEEDS:  # a few jobs: one Python pass beats the dozen array calls below
+        admitted_l = []
+        for n in need.tolist():
+            fits = n <= budget
+            admitted_l.append(fits)
+            budget -= n if fits else 0
+        return np.array(admitted_l, dtype=bool)
     cs = np.cumsum(need)
     k = int(np.searchsorted(cs, budget, side="right"))  # this prefix fits as a whole
     admitted = np.zeros(len(need), dtype=bool)
