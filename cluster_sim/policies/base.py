@@ -202,16 +202,25 @@ def admitted_by_budget(need: np.ndarray, budget: int) -> np.ndarray:
 
 
 def admit_by_rank(
-    sched: PolicyScheduler, view: SchedulerView, pool: FreePool, ranked: np.ndarray, is_running: np.ndarray
+    sched: PolicyScheduler,
+    view: SchedulerView,
+    pool: FreePool,
+    ranked: np.ndarray,
+    is_running: np.ndarray,
+    stay: np.ndarray | None = None,
 ) -> tuple[list[Decision], np.ndarray, list[Start]]:
     """One preemptive round: admit jobs (running or waiting) in ``ranked`` order while GPUs last.
 
     Running jobs left out are preempted, admitted waiting jobs start. Counting GPUs is enough because a
     placement always succeeds when enough GPUs are free, so nobody is preempted unless a higher-ranked
     job needs the GPUs, and a lower-ranked job never takes GPUs that a higher-ranked one was denied.
-    Returns the decisions (preemptions first), the victims and the starts.
+    ``stay``: running jobs ranked ahead of all of ``ranked``; they all fit (they run now), so they are
+    only counted. Returns the decisions (preemptions first), the victims and the starts.
     """
-    admitted = admitted_by_budget(view.jobs.num_gpus[ranked].astype(np.int64), view.topo.num_gpus)
+    budget = view.topo.num_gpus
+    if stay is not None:
+        budget -= int(view.jobs.num_gpus[stay].sum())
+    admitted = admitted_by_budget(view.jobs.num_gpus[ranked].astype(np.int64), budget)
     victims = ranked[is_running & ~admitted]
     decisions, starts = preempt_then_start(sched, view, pool, victims, ranked[~is_running & admitted])
     return decisions, victims, starts

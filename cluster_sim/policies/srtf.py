@@ -60,8 +60,6 @@ class SRTF(PolicyScheduler):
         keys = np.concatenate([rem_c, key_q])
         waits = np.concatenate([np.zeros(len(cand), dtype=np.int8), np.ones(len(queue), dtype=np.int8)])
         order = np.lexsort((ids, waits, keys))
-        ranked = np.concatenate([safe, ids[order]])
-        is_running = np.concatenate([np.ones(len(safe), dtype=bool), waits[order] == 0])
-        decisions, _, starts = admit_by_rank(self, view, pool, ranked, is_running)
+        decisions, _, starts = admit_by_rank(self, view, pool, ids[order], waits[order] == 0, stay=safe)
         self._waiting.forget([s.job for s in starts])
         return decisions
