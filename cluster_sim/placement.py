@@ -25,7 +25,7 @@ from functools import partial
 import numpy as np
 
 from cluster_sim.protocol import SchedulerView
-from topology.view import ClusterView
+from topology.view import FEW_GPUS, ClusterView, index_lists
 
 Placement = Callable[..., "np.ndarray | None"]
 
@@ -128,9 +128,9 @@ class FreeCounts:
             if self._stale_size > len(self._scratch[0]) // 8:  # cheaper to copy everything at the next loan
                 self._scratch = None
 
-    def note_servers(self, servers: np.ndarray) -> None:
+    def note_servers(self, servers: list[int]) -> None:
         if self._scratch is not None:
-            self._stale_servers.extend(servers.tolist())
+            self._stale_servers.extend(servers)
 
     def next_round(self) -> None:
         """A new scheduling round: pools of earlier rounds are dead, so the scratch may be lent again."""
@@ -176,6 +176,7 @@ class FreePool:
         self.view = view
         self.topo = topo
         self.index = topo_index(topo)
+        self.lists = index_lists(topo)
         self.gpu_job = view.gpu_job  # replaced by a private copy on the first take/release
         self._own = False
         counts = getattr(view, "free_counts", None)
@@ -233,20 +234,25 @@ class FreePool:
     def take(self, gpus: np.ndarray, job: int) -> None:
         """Mark ``gpus`` as held by ``job``; raises if one is not free or is named twice."""
         gpus = np.asarray(gpus)
-        if not self.is_free(gpus) or len(set(gpus.tolist())) != len(gpus):
-            raise ValueError(f"cannot give GPUs {gpus.tolist()} to job {job}: some are taken or repeated")
-        self._write(gpus, job)
-        self._update(gpus, job, -1)
+        ids = gpus.tolist()
+        held = self.gpu_job
+        free = all(held[g] < 0 for g in ids) if len(ids) <= FEW_GPUS else self.is_free(gpus)
+        if not free or len(set(ids)) != len(ids):
+            raise ValueError(f"cannot give GPUs {ids} to job {job}: some are taken or repeated")
+        self._write(gpus, ids, job)
+        self._update(gpus, ids, job, -1)
 
     def release(self, gpus: np.ndarray, job: int) -> None:
         """Return the GPUs of ``job`` (a preemption decided this round) to the pool."""
         gpus = np.asarray(gpus)
-        if not (self.gpu_job[gpus] == job).all():
-            raise ValueError(f"cannot release GPUs {gpus.tolist()} of job {job}: it does not hold them all")
-        self._write(gpus, -1)
-        self._update(gpus, job, +1)
+        ids = gpus.tolist()
+        held = self.gpu_job
+        if not (all(held[g] == job for g in ids) if len(ids) <= FEW_GPUS else (held[gpus] == job).all()):
+            raise ValueError(f"cannot release GPUs {ids} of job {job}: it does not hold them all")
+        self._write(gpus, ids, -1)
+        self._update(gpus, ids, job, +1)
 
-    def _write(self, gpus: np.ndarray, value: int) -> None:
+    def _write(self, gpus: np.ndarray, ids: list[int], value: int) -> None:
         if not self._own_counts:
             scratch = self._counts.lend() if not self._own else None
             if scratch is not None:
@@ -260,41 +266,56 @@ class FreePool:
         if not self._own:
             self.gpu_job = np.array(self.gpu_job, dtype=np.int32)
             self._own = True
-        self.gpu_job[gpus] = value
+        if len(ids) <= FEW_GPUS:
+            held = self.gpu_job
+            for g in ids:
+                held[g] = value
+        else:
+            self.gpu_job[gpus] = value
         if self._lease is not None:
             self._lease.note_gpus(gpus)
 
-    def _update(self, gpus: np.ndarray, job: int, sign: int) -> None:
-        topo = self.topo
-        servers, counts = _group_counts(topo.gpu_server[gpus])
-        racks = topo.server_rack[servers]
-        if self._lease is not None:
-            self._lease.note_servers(servers)
-        if len(servers) == 1:  # the common case, without the overhead of ufunc.at on one element
-            s, r, c = int(servers[0]), int(racks[0]), sign * int(counts[0])
-            self.hist[self.server_free[s]] -= 1
-            self.server_free[s] += c
-            self.hist[self.server_free[s]] += 1
+    def _update(self, gpus: np.ndarray, ids: list[int], job: int, sign: int) -> None:
+        topo, lists = self.topo, self.lists
+        gpu_server = lists.gpu_server
+        s = gpu_server[ids[0]]
+        if len(ids) <= FEW_GPUS and all(gpu_server[g] == s for g in ids):
+            # one server, the common case: scalar updates, without numpy's per-call overhead
+            servers: list[int] | np.ndarray = [s]
+            r = lists.server_rack[s]
+            racks: list[int] | np.ndarray = [r]
+            c = sign * len(ids)
+            sf, hist = self.server_free, self.hist
+            old = int(sf[s])
+            hist[old] -= 1
+            sf[s] = old + c
+            hist[old + c] += 1
             self.rack_free[r] += c
-            self.pod_free[topo.rack_pod[r]] += c
+            self.pod_free[lists.rack_pod[r]] += c
+            counts: np.ndarray | list[int] = [len(ids)]
         else:
+            servers, counts = _group_counts(topo.gpu_server[gpus])
+            racks = topo.server_rack[servers]
             np.subtract.at(self.hist, self.server_free[servers], 1)
             self.server_free[servers] += sign * counts
             np.add.at(self.hist, self.server_free[servers], 1)
             np.add.at(self.rack_free, racks, sign * counts)
             np.add.at(self.pod_free, topo.rack_pod[racks], sign * counts)
-        self.num_free += sign * len(gpus)
+        if self._lease is not None:
+            self._lease.note_servers(servers if isinstance(servers, list) else servers.tolist())
+        self.num_free += sign * len(ids)
         if self._socket_free is not None:
             socks, per = _group_counts(topo.gpu_socket[gpus])
             np.subtract.at(self._socket_hist, self._socket_free[socks], 1)
             self._socket_free[socks] += sign * per
             np.add.at(self._socket_hist, self._socket_free[socks], 1)
         if self._rack_cum is not None:
-            touched = racks if len(racks) == 1 else np.unique(racks)
+            touched = np.asarray(racks) if len(racks) == 1 else np.unique(racks)
             self._rack_cum[:, touched] = self._sorted_cum(self.index.rack_servers[touched]).T
-        model = int(self.view.jobs.model[job])
-        if model in self._model_gpus:
-            self._model_gpus[model][servers] -= sign * counts
+        if self._model_gpus:
+            model = int(self.view.jobs.model[job])
+            if model in self._model_gpus:
+                self._model_gpus[model][servers] -= sign * np.asarray(counts)
 
     def fullest_server_with(self, n: int) -> int:
         """The server with the fewest free GPUs that still has ``n`` (lowest id on ties), or -1."""

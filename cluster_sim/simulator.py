@@ -51,7 +51,7 @@ from cluster_sim.protocol import (
 from cluster_sim.results import SimResult
 from cluster_sim.workload import Workload
 from interference.base import CoLocation, InterferenceModel, NoInterference, Sharing
-from topology.view import ClusterView, Level
+from topology.view import FEW_GPUS, ClusterView, Level, index_lists
 
 # jobs spanning pods or more share rack/pod uplinks; a plain int because Enum attribute lookups are slow
 _POD = int(Level.POD)
@@ -500,6 +500,12 @@ class Simulator:
                 if self.gpu_sharing and self._can_share(job, g, holder, own):
                     return gpus.astype(np.int32)
             # otherwise the general checks below name what is wrong
+        elif gpus.ndim == 1 and 1 < gpus.size <= FEW_GPUS and gpus.dtype.kind in "iu":  # a few GPUs: in Python
+            ids = gpus.tolist()
+            if min(ids) >= 0 and max(ids) < self.topo.num_gpus and len(set(ids)) == len(ids):
+                held = self._gpu_job
+                if all(held[g] < 0 or (own and held[g] == job) for g in ids):
+                    return gpus.astype(np.int32)
         if gpus.ndim != 1 or gpus.size == 0 or not np.issubdtype(gpus.dtype, np.integer):
             raise InvalidDecision(
                 f"cannot {action} job {job}: GPUs must be a non-empty 1-D integer array, got {gpus!r}"
@@ -626,7 +632,8 @@ class Simulator:
         else:
             self._gpu_job[gpus] = job
             self.free_counts.note_gpus(gpus)
-        per_server = _count(self.topo.gpu_server[gpus].tolist())
+        gpu_server = index_lists(self.topo).gpu_server
+        per_server = _count([gpu_server[g] for g in gpus.tolist()])
         self._servers_of[job] = per_server
         for s, c in per_server.items():
             if not guest:

@@ -398,13 +398,21 @@ def test_placements_return_n_distinct_free_gpus(preset, seed, busy, n):
 
 
 def test_pool_refuses_double_allocation():
-    view = cluster()
+    view = cluster(servers=4)
     sim = occupied(view, [np.array([0, 1])], [2])
     pool = FreePool(sim)
     with pytest.raises(ValueError, match="taken or repeated"):
         pool.take(np.array([1, 2]), 1)
     with pytest.raises(ValueError, match="taken or repeated"):
         pool.take(np.array([3, 3]), 1)
+    with pytest.raises(ValueError, match="does not hold them all"):
+        pool.release(np.array([1, 2]), 0)
+    many = np.arange(2, 2 + 20)  # past the few-GPU path: the same checks, vectorised
+    with pytest.raises(ValueError, match="taken or repeated"):
+        pool.take(np.append(many, 1), 1)
+    with pytest.raises(ValueError, match="does not hold them all"):
+        pool.release(np.append(many, 0), 0)
+    assert pool.num_free == view.num_gpus - 2 and (pool.gpu_job[2:] == -1).all()  # refusals change nothing
 
 
 # ---------------------------------------------------------------- registry

@@ -142,6 +142,7 @@ def test_resize_changes_speed_as_the_performance_model_says():
     [
         (Start(0, gpus(0, 0)), "names a GPU twice"),
         (Start(0, gpus(0, 99)), "no such GPU"),
+        (Start(0, gpus(-1, 0)), "no such GPU"),  # never read as the last GPU
         (Start(0, gpus(0, 1)), "asks for 1"),
         (Start(7, gpus(0)), "no such job"),
         (Preempt(0), "not running"),

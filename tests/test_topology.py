@@ -109,6 +109,22 @@ def test_span_level_hand_picked(small: Cluster, mixed: Cluster) -> None:
     assert m.span_level(np.array([63, 64])) == Level.POD  # rack 0 (V100) and rack 1 (P100), pod 0
 
 
+def test_span_level_is_the_highest_level_whose_groups_differ(mixed: Cluster) -> None:
+    v = mixed.view  # sets of a few GPUs are looked up in Python, larger ones with numpy: both must agree
+    rng = np.random.default_rng(0)
+    for n in [1, 2, 3, 5, 8, 13, 16, 17, 24, 40] * 20:
+        gpus = rng.choice(v.num_gpus, n, replace=False)
+        if rng.random() < 0.5:  # also sets packed in one server or rack, where the lower levels show
+            first = int(rng.integers(0, v.num_gpus - n + 1))
+            gpus = np.arange(first, first + n)
+        servers = v.gpu_server[gpus]
+        distinct = [len(set(a.tolist())) for a in (v.rack_pod[v.server_rack[servers]], v.server_rack[servers])]
+        distinct += [len(set(servers.tolist())), len(set(v.gpu_socket[gpus].tolist())), n]
+        levels = [Level.DATACENTER, Level.POD, Level.RACK, Level.SERVER, Level.SOCKET]
+        expect = next((lv for lv, d in zip(levels, distinct, strict=True) if d > 1), Level.GPU)
+        assert v.span_level(gpus) == expect, gpus
+
+
 def test_link_bandwidths_and_oversubscription(small: Cluster, mixed: Cluster) -> None:
     v = build_cluster("dc-1k").view  # 16 servers x 50 GB/s per rack, ratios 2 and 4
     np.testing.assert_array_equal(v.rack_uplink_bw, 16 * 50.0 / 2)

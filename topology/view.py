@@ -8,10 +8,13 @@ pod are consecutive ranges, so "the GPUs of server s" is ``range(server_first_gp
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+
+FEW_GPUS = 16  # GPU sets up to this size are looked up one by one in Python lists: cheaper than numpy calls
 
 
 class Level(IntEnum):
@@ -85,6 +88,8 @@ class ClusterView:
         """Slowest level that the given GPU set spans (the level its all-reduce must cross)."""
         if len(gpus) <= 1:
             return Level.GPU
+        if len(gpus) <= FEW_GPUS:
+            return self._span_level_of_few(gpus.tolist() if isinstance(gpus, np.ndarray) else list(gpus))
         servers = self.gpu_server[gpus]
         s0 = servers[0]
         if (servers == s0).all():
@@ -95,3 +100,42 @@ class ClusterView:
             return Level.RACK
         pods = self.rack_pod[racks]
         return Level.POD if (pods == pods[0]).all() else Level.DATACENTER
+
+    def _span_level_of_few(self, ids: list[int]) -> Level:
+        lists = index_lists(self)
+        srv = lists.gpu_server
+        s0 = srv[ids[0]]
+        if all(srv[g] == s0 for g in ids):
+            sock = lists.gpu_socket
+            k0 = sock[ids[0]]
+            return Level.SOCKET if all(sock[g] == k0 for g in ids) else Level.SERVER
+        rack = lists.server_rack
+        racks = [rack[srv[g]] for g in ids]
+        if all(r == racks[0] for r in racks):
+            return Level.RACK
+        pod = lists.rack_pod
+        p0 = pod[racks[0]]
+        return Level.POD if all(pod[r] == p0 for r in racks) else Level.DATACENTER
+
+
+@dataclass(frozen=True)
+class IndexLists:
+    """A view's GPU, server and rack index arrays as Python lists, for code that looks up a job's few
+    GPUs one by one (a list lookup costs a fraction of a numpy call). Built once per view."""
+
+    gpu_server: list[int]
+    gpu_socket: list[int]
+    server_rack: list[int]
+    rack_pod: list[int]
+
+
+_LISTS: weakref.WeakKeyDictionary[ClusterView, IndexLists] = weakref.WeakKeyDictionary()
+
+
+def index_lists(view: ClusterView) -> IndexLists:
+    lists = _LISTS.get(view)
+    if lists is None:
+        lists = _LISTS[view] = IndexLists(
+            view.gpu_server.tolist(), view.gpu_socket.tolist(), view.server_rack.tolist(), view.rack_pod.tolist()
+        )
+    return lists
