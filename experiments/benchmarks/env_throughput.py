@@ -9,6 +9,11 @@
 2. RLlib: the same environment and network sampled by 1 and 2 EnvRunners at once (``--runners``), each
    stepping 1 or N environments, as PPO samples them; the scaling from 1 to 2 runners is printed.
 
+``--steps`` counts the steps of each environment: N copies take N times as many steps as one, and every
+runner takes as many as a lone runner. A step's cost depends on where the episode is (the first few
+hundred steps, before the cluster fills, cost half of the later ones), so dividing a fixed total among
+copies or runners would measure more of the cheap start for more of them and overstate the gain.
+
 The simulator's interference is the ground truth (``oracle``) and the agents see its predictions, so no
 predictor needs training first; ``--interference-model FILE`` uses a learned one for both instead.
 
@@ -71,7 +76,8 @@ class Timers:
 
 
 def one_process(config: str, steps: int, interference_model: str | None, seed: int, envs: int = 1) -> dict[str, float]:
-    """``envs`` environments stepped together, all their agents scored by one forward pass per step."""
+    """``envs`` environments stepped together (``steps`` each), all their agents scored by one forward pass
+    per step."""
     import torch
 
     from cluster_sim.simulator import Simulator
@@ -96,7 +102,7 @@ def one_process(config: str, steps: int, interference_model: str | None, seed: i
     obs = [env.reset(seed=seed + 1000 * i)[0] for i, env in enumerate(copies)]
     done_steps, episodes, net_s = 0, 0, 0.0
     t_start = time.perf_counter()
-    while done_steps < steps:
+    while done_steps < steps * envs:
         batch = {k: torch.from_numpy(np.stack([o[a][k] for o in obs for a in agents])) for k in OBS_KEYS}
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -119,6 +125,7 @@ def one_process(config: str, steps: int, interference_model: str | None, seed: i
     shares["other"] = 1.0 - sum(shares.values())
     return {
         "envs": envs,
+        "env_steps": done_steps,
         "env_steps_per_s": done_steps / wall,
         "agent_steps_per_s": done_steps * len(agents) / wall,
         "episodes": episodes,
@@ -135,8 +142,8 @@ def rllib_sampling(
     address: str | None = None,
     envs: int = 1,
 ) -> dict:
-    """Env steps/s of ``runners`` EnvRunners sampling at once, each stepping ``envs`` environments (in-process
-    Ray, or the cluster at ``address``)."""
+    """Env steps/s of ``runners`` EnvRunners sampling at once, each stepping ``envs`` environments ``steps``
+    times each (in-process Ray, or the cluster at ``address``)."""
     import ray
 
     from marl.train import build_ppo_config, module_spec_for, training_env_config
@@ -156,7 +163,7 @@ def rllib_sampling(
         ppo = build_ppo_config(cfg, train_env, spec).env_runners(num_env_runners=runners, num_cpus_per_env_runner=1)
         algo = ppo.build_algo()
         try:
-            per_runner = max(1, steps // runners)
+            per_runner = steps * envs
             group = algo.env_runner_group
             group.foreach_env_runner(lambda r: r.sample(num_timesteps=50), local_env_runner=False)  # warm up
             t0 = time.perf_counter()
@@ -179,7 +186,7 @@ def rllib_sampling(
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(REPO / "experiments" / "configs" / "marl_small.yaml"))
-    ap.add_argument("--steps", type=int, default=3000, help="environment steps per measurement")
+    ap.add_argument("--steps", type=int, default=3000, help="steps of each environment per measurement")
     ap.add_argument("--envs", type=int, nargs="+", default=[1, 8], help="environments stepped together per process")
     ap.add_argument("--runners", type=int, nargs="*", default=[1, 2], help="EnvRunner counts to sample with")
     ap.add_argument("--interference-model", help="a learned predictor file (default: the ground truth)")

@@ -25,16 +25,16 @@ REPO = Path(__file__).resolve().parents[2]
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=300, help="jobs of the dc-1k deployment episode")
-    ap.add_argument("--steps", type=int, default=1000, help="environment steps per rollout measurement")
+    ap.add_argument("--steps", type=int, default=1000, help="steps of each EnvRunner per rollout measurement")
     ap.add_argument("--config", default=str(REPO / "experiments" / "configs" / "marl_small.yaml"))
     args = ap.parse_args(argv)
     with local_cluster(nodes=2, cpus_per_node=1) as (address, env):
         os.environ.update({k: env[k] for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")})
         print(f"== deployment on the two-node cluster at {address}", flush=True)
         deploy = marl_deploy_dc1k.main(["--address", address, "--jobs", str(args.jobs), "--actors", "2", "--check"])
-        print(f"== RLlib rollouts: 2 EnvRunners over both nodes ({args.steps} steps)", flush=True)
+        print(f"== RLlib rollouts: 2 EnvRunners over both nodes ({args.steps} steps per runner)", flush=True)
         both = env_throughput.rllib_sampling(args.config, args.steps, 2, None, 0, address=address)
-    print(f"== RLlib rollouts: 2 EnvRunners on one node ({args.steps} steps)", flush=True)
+    print(f"== RLlib rollouts: 2 EnvRunners on one node ({args.steps} steps per runner)", flush=True)
     one = env_throughput.rllib_sampling(args.config, args.steps, 2, None, 0)
     print(
         f"deployment: {deploy['jobs_completed']}/{deploy['jobs']} jobs, actors on {deploy['actor_nodes']} nodes, "
