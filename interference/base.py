@@ -75,7 +75,13 @@ class CoLocation:
 
 @runtime_checkable
 class InterferenceModel(Protocol):
-    """Maps co-location queries to throughput factors in (0, 1]; 1.0 means no slowdown."""
+    """Maps co-location queries to throughput factors in (0, 1]; 1.0 means no slowdown.
+
+    A model may set ``pure = True`` when its answer depends on the query alone (no state, no draws): the
+    simulator then asks each distinct co-location once and reuses the answer. A model may also offer
+    ``flat_factors(flat)``, the same answers for queries as :class:`interference.queries.FlatQueries`,
+    which the simulator then builds directly instead of :class:`CoLocation` objects.
+    """
 
     name: str
 

@@ -25,13 +25,14 @@ from interference.composition import INFEASIBLE_GPU_FACTOR, HostScalars, compose
 from interference.contention import GPU_SHARE_COEF, gpu_share_factor
 from interference.gavel_data import GavelPairs
 from interference.gavel_jobs import gavel_job_type_of
-from interference.queries import FactorCache, flatten
+from interference.queries import FactorCache, FlatQueries, flatten
 
 
 class GroundTruthInterference:
     """Measured pairs where available, parametric contention elsewhere; cached per query."""
 
     name = "oracle"
+    pure = True  # answers depend on the query alone, so callers may memoise them
 
     def __init__(self, measured: GavelPairs | None = None, gpu_share_coef: np.ndarray = GPU_SHARE_COEF):
         self.gpu_share_coef = np.asarray(gpu_share_coef, dtype=np.float64)
@@ -90,7 +91,10 @@ class GroundTruthInterference:
         return self._cache(queries)
 
     def _compute(self, queries: list[CoLocation]) -> np.ndarray:
-        flat = flatten(queries)
+        return self.flat_factors(flatten(queries))
+
+    def flat_factors(self, flat: FlatQueries) -> np.ndarray:
+        """Factors of queries already in flat form (what the simulator builds; not cached here)."""
         descs = flat.descriptors
 
         def gpu_pairs(job: np.ndarray, nbr: np.ndarray) -> np.ndarray:

@@ -165,6 +165,7 @@ class LearnedInterference:
     """:class:`~interference.base.InterferenceModel` backed by fitted :class:`ContentionParams`."""
 
     name = "learned"
+    pure = True  # answers depend on the query alone, so callers may memoise them
 
     def __init__(self, params: ContentionParams, meta: dict | None = None):
         self.params = params
@@ -267,7 +268,10 @@ class LearnedInterference:
         return self._cache(queries)
 
     def _compute(self, queries: list[CoLocation]) -> np.ndarray:
-        flat = flatten(queries)
+        return self.flat_factors(flatten(queries))
+
+    def flat_factors(self, flat: FlatQueries) -> np.ndarray:
+        """Factors of queries already in flat form (what the simulator builds; not cached here)."""
         return compose(flat, None, lambda a, b: self.gpu_members(flat.columns(), a, b).mean(axis=0), host=self._host)
 
     # -- persistence ---------------------------------------------------------------------------------

@@ -525,3 +525,44 @@ def test_leave_model_out_folds_hide_the_family(pairs):
         fa, fb = pairs.family_a(), pairs.family_b()
         assert ((fa[held] == fam) | (fb[held] == fam)).all()
         assert held.sum() == (pairs.feasible & ((fa == fam) | (fb == fam))).sum()
+
+
+class _Plain:
+    """A model seen only through ``throughput_factors`` (as a plugin would be), recording every query."""
+
+    name = "plain"
+
+    def __init__(self, inner, pure: bool = False) -> None:
+        self.inner, self.pure, self.asked = inner, pure, []
+
+    def throughput_factors(self, queries):
+        self.asked.extend(queries)
+        return self.inner.throughput_factors(queries)
+
+
+@pytest.mark.parametrize("kind", ["oracle", "learned"])
+def test_simulator_flat_queries_and_memo_match_plain_queries(kind, pairs, small_model: Path):
+    """The simulator's flat, memoised co-locations give the very results of asking every job's query, and a
+    pure model is asked each distinct co-location once, a plain one at every refresh."""
+    from cluster_sim.policies import get_policy
+    from cluster_sim.simulator import Simulator
+    from cluster_sim.workload_spec import parse_workload_spec
+    from tests.test_simulator import tiny_cluster
+
+    def fresh():
+        return GroundTruthInterference(pairs) if kind == "oracle" else LearnedInterference.load(small_model)
+
+    view = tiny_cluster(servers=2).view  # 16 GPUs: one-GPU jobs queue, and blind packing shares GPUs
+    w = parse_workload_spec("synthetic:200,load=3", cluster_gpus=view.num_gpus, seed=4)
+    runs = {}
+    for name, model in (("flat", fresh()), ("plain", _Plain(fresh())), ("pure", _Plain(fresh(), pure=True))):
+        sim = Simulator(view, w, interference=model, gpu_sharing=True, restart_cost=30.0)
+        runs[name] = (sim.run(get_policy("pack-blind", seed=0)), model)
+    jct = {name: r.jct for name, (r, _) in runs.items()}
+    assert np.array_equal(jct["flat"], jct["plain"]) and np.array_equal(jct["pure"], jct["plain"])
+    assert (runs["flat"][0].interference_slowdown > 0.01).any()  # jobs did slow each other down
+    plain, pure = runs["plain"][1].asked, runs["pure"][1].asked
+    levels = {level for q in plain for _, level in q.neighbours}
+    assert levels == {Sharing.GPU, Sharing.SERVER}  # both levels were exercised
+    assert len(pure) == len(set(pure)) < len(plain)
+    assert set(pure) == set(plain)
