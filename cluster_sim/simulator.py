@@ -50,17 +50,15 @@ from cluster_sim.protocol import (
 )
 from cluster_sim.results import SimResult
 from cluster_sim.workload import Workload
-from interference.base import CoLocation, InterferenceModel, JobDescriptor, NoInterference, Sharing
-from interference.queries import FlatQueries
+from interference.base import InterferenceModel, NoInterference, Sharing
+from interference.queries import KeyedFactors
 from topology.view import FEW_GPUS, ClusterView, Level, index_lists
 
 # jobs spanning pods or more share rack/pod uplinks; a plain int because Enum attribute lookups are slow
 _POD = int(Level.POD)
 
 _COMPLETION, _WAKEUP, _EPOCH = 0, 1, 2
-_SHARING = tuple(Sharing)  # by value
 _GPU, _SERVER = int(Sharing.GPU), int(Sharing.SERVER)
-_MEMO_ENTRIES = 1_000_000  # co-location answers kept before the memo starts afresh
 _COMPACT_MIN = 4096  # heap entries below which superseded ones are left to lazy deletion
 
 
@@ -143,15 +141,9 @@ class Simulator:
         # model ids as the performance model knows them (the workload may list models in any order)
         self._model = np.array([model_index(m) for m in workload.models], dtype=np.int32)[workload.model]
         self._descriptors = DescriptorCache(workload, view, perf) if self._interfere else None
-        # A running job's interference descriptor as a small int (a trace has a few dozen distinct ones), so
-        # that a co-location is a sorted tuple of ints: cheap to build, and equal for equal neighbour sets.
-        self._desc_codes: dict[JobDescriptor, int] = {}
-        self._desc_list: list[JobDescriptor] = []
+        # co-locations as integer keys (memoised for pure models); each running job's descriptor code
+        self._keyed = KeyedFactors(self.interference) if self._interfere else None
         self._desc_code = [-1] * len(workload)
-        # Answers by co-location key, for models whose answer depends on the query alone (``pure``).
-        self._memo_factors = bool(getattr(self.interference, "pure", False))
-        self._flat_factors = getattr(self.interference, "flat_factors", None)
-        self._factor_memo: dict[tuple[int, ...], float] = {}
         # jobs of measured applications: work in statistical progress (see the module docstring)
         find_app = getattr(perf, "application", None)
         apps = [find_app(int(m)) for m in range(int(self._model.max()) + 1)] if find_app and len(workload) else []
@@ -659,12 +651,7 @@ class Simulator:
             self.num_free -= len(gpus)
         self._placement[job] = gpus
         if self._interfere:
-            desc = self._descriptors.get(job, int(gpus[0]))
-            code = self._desc_codes.get(desc)
-            if code is None:
-                code = self._desc_codes[desc] = len(self._desc_list)
-                self._desc_list.append(desc)
-            self._desc_code[job] = code
+            self._desc_code[job] = self._keyed.code(self._descriptors.get(job, int(gpus[0])))
         self._held[job] = len(gpus)
         if self.record_history:
             self.history.append((self.now, "start", job, gpus))
@@ -859,16 +846,11 @@ class Simulator:
         self._push(begin + max(to_go, 0.0) / speed, _COMPLETION if last else _EPOCH, j, int(self._version[j]))
 
     def _interference_factors(self, jobs: list[int]) -> np.ndarray:
-        """Throughput factor of each job from the jobs on its servers. A co-location is keyed by the job's
-        descriptor code and its neighbours' codes times 3 plus their sharing level, sorted: the model
-        sees neighbours in that order (so equal neighbour sets are equal queries), and a ``pure`` model's
-        answers are memoised by key, so most refreshes never build a query."""
+        """Throughput factor of each job from the jobs on its servers (keys as in
+        :class:`~interference.queries.KeyedFactors`)."""
         code, server_jobs, servers_of = self._desc_code, self._server_jobs, self._servers_of
-        memo = self._factor_memo if self._memo_factors else None
-        out = np.empty(len(jobs), dtype=np.float64)
-        missing: dict[tuple[int, ...], list[int]] = {}  # key -> rows (pure models: each key asked once)
-        asked: list[tuple[tuple[int, ...], list[int]]] = []
-        for i, j in enumerate(jobs):
+        keys = []
+        for j in jobs:
             servers = servers_of[j]
             if len(servers) == 1:
                 neighbours = server_jobs[next(iter(servers))]
@@ -883,50 +865,8 @@ class Simulator:
             else:
                 items = [3 * code[k] + _SERVER for k in neighbours if k != j]
             items.sort()
-            key = (code[j], *items)
-            if memo is None:
-                asked.append((key, [i]))
-                continue
-            value = memo.get(key)
-            if value is not None:
-                out[i] = value
-            elif key in missing:
-                missing[key].append(i)
-            else:
-                missing[key] = rows = [i]
-                asked.append((key, rows))
-        if asked:
-            values = self._ask(asked).tolist()
-            for (_, rows), value in zip(asked, values, strict=True):
-                out[rows] = value
-            if memo is not None:
-                if len(memo) + len(asked) > _MEMO_ENTRIES:
-                    memo.clear()
-                memo.update(zip(missing, values, strict=True))
-        return out
-
-    def _ask(self, asked: list[tuple[tuple[int, ...], list[int]]]) -> np.ndarray:
-        """The model's factors for co-location keys (see :meth:`_interference_factors`)."""
-        descs = self._desc_list
-        if self._flat_factors is not None:
-            nbr: list[int] = []
-            nbr_query: list[int] = []
-            for q, (key, _) in enumerate(asked):
-                nbr.extend(key[1:])
-                nbr_query.extend([q] * (len(key) - 1))
-            items = np.array(nbr, dtype=np.int64)
-            flat = FlatQueries(
-                descriptors=descs,
-                job=np.array([key[0] for key, _ in asked], dtype=np.int64),
-                nbr=items // 3,
-                nbr_query=np.array(nbr_query, dtype=np.int64),
-                nbr_level=items % 3,
-            )
-            return np.asarray(self._flat_factors(flat), dtype=np.float64)
-        queries = [
-            CoLocation(descs[key[0]], tuple((descs[c // 3], _SHARING[c % 3]) for c in key[1:])) for key, _ in asked
-        ]
-        return np.asarray(self.interference.throughput_factors(queries), dtype=np.float64)
+            keys.append((code[j], *items))
+        return self._keyed(keys)
 
     def _push(self, t: float, kind: int, job: int, version: int) -> None:
         self._seq += 1

@@ -13,8 +13,10 @@ from functools import cached_property
 
 import numpy as np
 
-from interference.base import CoLocation, JobDescriptor
+from interference.base import CoLocation, JobDescriptor, Sharing
 from interference.features import JobColumns
+
+_SHARING = tuple(Sharing)  # by value
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,3 +117,74 @@ class FactorCache:
         self.hits += len(queries) - len(miss_pos)
         self.misses += len(miss_pos)
         return out
+
+
+class KeyedFactors:
+    """A model's factors for co-locations given as integer keys, for callers that ask at every event.
+
+    Descriptors get small codes (:meth:`code`; a trace has a few dozen distinct ones). A key is
+    ``(job code, *sorted(neighbour code * 3 + sharing level))``, so equal neighbour sets are one key and
+    the model sees neighbours in that order. A ``pure`` model's answers are memoised by key; misses go
+    to the model as :class:`FlatQueries` when it offers ``flat_factors``, else as :class:`CoLocation`s.
+    """
+
+    def __init__(self, model, max_entries: int = 1_000_000) -> None:
+        self.model = model
+        self._flat = getattr(model, "flat_factors", None)
+        self._memo: dict[tuple[int, ...], float] | None = {} if getattr(model, "pure", False) else None
+        self._codes: dict[JobDescriptor, int] = {}
+        self.descriptors: list[JobDescriptor] = []
+        self.max_entries = max_entries
+
+    def code(self, descriptor: JobDescriptor) -> int:
+        c = self._codes.get(descriptor)
+        if c is None:
+            c = self._codes[descriptor] = len(self.descriptors)
+            self.descriptors.append(descriptor)
+        return c
+
+    def __call__(self, keys: Sequence[tuple[int, ...]]) -> np.ndarray:
+        out = np.empty(len(keys), dtype=np.float64)
+        memo = self._memo
+        if memo is None:
+            if keys:
+                out[:] = self._ask(list(keys))
+            return out
+        missing: dict[tuple[int, ...], list[int]] = {}
+        for i, key in enumerate(keys):
+            value = memo.get(key)
+            if value is not None:
+                out[i] = value
+            elif key in missing:
+                missing[key].append(i)
+            else:
+                missing[key] = [i]
+        if missing:
+            asked = list(missing)
+            values = self._ask(asked).tolist()
+            for rows, value in zip(missing.values(), values, strict=True):
+                out[rows] = value
+            if len(memo) + len(asked) > self.max_entries:
+                memo.clear()
+            memo.update(zip(asked, values, strict=True))
+        return out
+
+    def _ask(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        descs = self.descriptors
+        if self._flat is not None:
+            nbr: list[int] = []
+            nbr_query: list[int] = []
+            for q, key in enumerate(keys):
+                nbr.extend(key[1:])
+                nbr_query.extend([q] * (len(key) - 1))
+            items = np.array(nbr, dtype=np.int64)
+            flat = FlatQueries(
+                descriptors=descs,
+                job=np.array([key[0] for key in keys], dtype=np.int64),
+                nbr=items // 3,
+                nbr_query=np.array(nbr_query, dtype=np.int64),
+                nbr_level=items % 3,
+            )
+            return np.asarray(self._flat(flat), dtype=np.float64)
+        queries = [CoLocation(descs[key[0]], tuple((descs[c // 3], _SHARING[c % 3]) for c in key[1:])) for key in keys]
+        return np.asarray(self.model.throughput_factors(queries), dtype=np.float64)

@@ -27,6 +27,7 @@ from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.placement import FreePool, consolidate
 from cluster_sim.protocol import DONE, ClusterStateView, Start
 from interference.base import InterferenceModel, NoInterference
+from interference.queries import KeyedFactors
 from marl.candidates import DEFAULT_PLACEMENTS, LocalView, partition_pool, propose, strategies
 from marl.dispatch import Dispatcher
 from marl.features import (
@@ -36,7 +37,7 @@ from marl.features import (
     SyncSensitivity,
     candidate_features,
     check_layout_columns,
-    interference_query,
+    interference_key,
     occupancy_features,
     queue_features,
 )
@@ -116,6 +117,7 @@ class Coordinator:
         self.agent_ids = [f"p{i}" for i in range(num_agents)]
         self.predictor = predictor if predictor is not None else NoInterference()
         self._predicts = not isinstance(self.predictor, NoInterference)
+        self._keyed = KeyedFactors(self.predictor)  # its memo outlives episodes: answers depend on the query
         self._server_starts = np.array([p.servers.start for p in self.partitions])
         self._gpu_part = np.repeat(np.arange(num_agents), [p.num_gpus for p in self.partitions])
         self._statics = [
@@ -347,17 +349,16 @@ class Coordinator:
         """Predicted interference factors of all their feasible candidates, in one model call."""
         if not self._predicts:
             return
-        queries, owners = [], []
+        keys, owners = [], []
         for a in agents:
             occ = a.occ.tolist()
             for i, cand in enumerate(a.cands):
                 if cand is not None:
                     job, gpus = cand
-                    queries.append(interference_query(job, gpus, occ, a.static, self.jobs, self.descriptors))
+                    keys.append(interference_key(job, gpus, occ, a.static, self.jobs, self.descriptors, self._keyed))
                     owners.append((a, i))
-        if queries:
-            factors = np.asarray(self.predictor.throughput_factors(queries), dtype=np.float64)
-            for (a, i), f in zip(owners, factors, strict=True):
+        if keys:
+            for (a, i), f in zip(owners, self._keyed(keys).tolist(), strict=True):
                 a.factors[i] = f
 
     def _candidate_obs(self, a: _Agent) -> dict[str, np.ndarray]:

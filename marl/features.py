@@ -22,7 +22,8 @@ import numpy as np
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.model_zoo import ZOO
 from cluster_sim.workload import Workload
-from interference.base import CoLocation, Sharing
+from interference.base import Sharing
+from interference.queries import KeyedFactors
 from marl.obs_layout import CAND_EXTRA_FEATURES, GPU_FEATURES, QUEUE_FEATURES, RACK_FEATURES, SERVER_FEATURES
 from topology.partition import Partition
 from topology.view import ClusterView, Level
@@ -351,26 +352,30 @@ def queue_features(
     return out
 
 
-def interference_query(
+_SERVER = int(Sharing.SERVER)
+
+
+def interference_key(
     job: int,
     gpus: np.ndarray,
     occ: Sequence[int],
     st: PartitionStatic,
     jobs: JobState,
     descriptors: DescriptorCache,
-) -> CoLocation:
-    """The co-location query of ``job`` placed on local ``gpus``: every job holding a GPU of the same servers,
-    in ascending job id. ``occ``: the partition's GPU -> job (-1 free), best as a list (one per agent and
-    scheduling point): a candidate touches one or two servers, which plain sets handle faster than numpy."""
+    keyed: KeyedFactors,
+) -> tuple[int, ...]:
+    """The co-location key (:class:`~interference.queries.KeyedFactors`) of ``job`` placed on local ``gpus``:
+    every job holding a GPU of the same servers shares its server. ``occ``: the partition's GPU -> job (-1
+    free), best as a list (one per agent and scheduling point): a candidate touches one or two servers,
+    which plain sets handle faster than numpy."""
     gpu_server, server_gpus = st.gpu_server_list, st.server_gpu_ranges
     near: set[int] = set()
     for s in set(map(gpu_server.__getitem__, gpus.tolist())):
         near.update(occ[server_gpus[s]])
     near.discard(-1)
-    mine = descriptors.get(job, st.part.gpus.start + int(gpus[0]))
-    first_gpu = jobs.first_gpu
-    others = tuple((descriptors.get(k, int(first_gpu[k])), Sharing.SERVER) for k in sorted(near))
-    return CoLocation(mine, others)
+    code, first_gpu = keyed.code, jobs.first_gpu
+    items = sorted(3 * code(descriptors.get(k, int(first_gpu[k]))) + _SERVER for k in near)
+    return (code(descriptors.get(job, st.part.gpus.start + int(gpus[0]))), *items)
 
 
 _EXTRA = {name: i for i, name in enumerate(CAND_EXTRA_FEATURES)}
