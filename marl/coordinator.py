@@ -145,6 +145,7 @@ class Coordinator:
         self.sync = SyncSensitivity(self.topo)
         self.agents = [_Agent(i, st) for i, st in enumerate(self._statics)]
         self._shown: list[tuple[tuple[int, int], list[int], int] | None] = [None] * self.num_agents
+        self._estimates: tuple[int, np.ndarray] | None = None
         self._next_job = 0
         self._running: set[int] = set()
         self._seen_done = 0
@@ -214,8 +215,8 @@ class Coordinator:
     # ------------------------------------------------------------ agents
     def any_feasible(self) -> bool:
         """Whether some agent has a feasible candidate (one of its first Q jobs fits its free GPUs)."""
-        queues = self.dispatch.queues
-        return any(queues[a.index] and self._shown_need(a.index) <= a.free for a in self.agents)
+        queues = self.dispatch.queues  # a full partition fits nothing: every job needs a GPU
+        return any(a.free and queues[a.index] and self._shown_need(a.index) <= a.free for a in self.agents)
 
     def _shown_need(self, agent: int) -> int:
         """The fewest GPUs any job shown to ``agent`` needs (cached with the shown jobs)."""
@@ -230,7 +231,7 @@ class Coordinator:
         never the job's own duration; ties by arrival), then the oldest job if not already shown, so the
         agent can both run likely-short jobs first and keep long ones from starving.
         """
-        key = (int(self.dispatch.version[agent]), self.jobs.estimator.version)
+        key = (self.dispatch.version[agent], self.jobs.estimator.version)
         cached = self._shown[agent]
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -243,7 +244,7 @@ class Coordinator:
             shown = queue[:q]
         else:
             ids = np.asarray(queue, dtype=np.int64)
-            est = self.jobs.estimator.estimate_gpu_time(self.jobs.model[ids])
+            est = self._model_estimates()[self.jobs.model[ids]]
             order = np.lexsort((np.arange(len(ids)), est))  # queue position breaks ties (arrival to the agent)
             first = order[: q - 1]
             last = 0 if 0 not in first else order[q - 1]
@@ -251,6 +252,14 @@ class Coordinator:
         need = self.jobs.num_gpus
         self._shown[agent] = (key, shown, min((int(need[j]) for j in shown), default=0))  # never modified
         return shown
+
+    def _model_estimates(self) -> np.ndarray:
+        """Estimated GPU-time of a job of each model, recomputed when the estimates change (at completions),
+        not at each agent's queue change."""
+        estimator = self.jobs.estimator
+        if self._estimates is None or self._estimates[0] != estimator.version:
+            self._estimates = (estimator.version, estimator.estimate_gpu_time(np.arange(len(estimator.count))))
+        return self._estimates[1]
 
     def observe(self) -> list[dict[str, np.ndarray]]:
         """Every agent's observation (a new dict whenever it changed; never mutated afterwards)."""

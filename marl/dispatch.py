@@ -47,7 +47,7 @@ class Dispatcher:
         self.num_agents = len(self.capacity)
         self.owned = owned_agents(self.num_agents, num_tenants)
         self.queues: list[list[int]] = [[] for _ in range(self.num_agents)]
-        self.version = np.zeros(self.num_agents, dtype=np.int64)  # bumped whenever an agent's queue changes
+        self.version = [0] * self.num_agents  # bumped whenever an agent's queue changes
         self.demand = np.zeros(self.num_agents, dtype=np.int64)  # queued GPUs per agent
         self.spill: list[int] = []
         self.agent_of = np.full(num_jobs, UNASSIGNED, dtype=np.int32)
