@@ -15,8 +15,11 @@ Each run is repeated (``--repeat``, default 3, interleaved with the run it is co
 fastest kept: the simulation is deterministic, so repeats differ only in the machine's noise, which only
 ever adds time (on a shared 2-core VM one run can take 1.5x another).
 
+``--interference oracle`` runs them with jobs slowing each other down (Gavel's measured pairs from
+``../shared/traces/gavel`` when present), as the comparisons of schedulers do.
+
     python experiments/benchmarks/sim_throughput.py [--scenario philly dc10k scaling] [--policies fifo tiresias]
-        [--repeat 3]
+        [--repeat 3] [--interference oracle]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
+GAVEL = TRACES / "gavel" / "simulation_throughputs.json"  # measured pairs for --interference oracle
 DEFAULT_POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus-oracle", "closest-gpus")
 HEAVY_POLICIES = ("fifo", "tiresias", "srtf", "gandiva", "drf", "qssf")
 DEV_WINDOW = "start=4973359,end=6182959"
@@ -42,7 +46,10 @@ def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.
     from cluster_sim.policies import get_policy
 
     t0 = time.perf_counter()
-    sim = build_simulator(cluster, workload, seed=0, interference=interference, restart_cost=30.0)
+    data = f"gavel:{GAVEL}" if interference == "oracle" and GAVEL.is_file() else None
+    sim = build_simulator(
+        cluster, workload, seed=0, interference=interference, interference_data=data, restart_cost=30.0
+    )
     setup = time.perf_counter() - t0
     result = sim.run(get_policy(policy, seed=0))
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
