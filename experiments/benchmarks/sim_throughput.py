@@ -15,11 +15,14 @@ Each run is repeated (``--repeat``, default 3, interleaved with the run it is co
 fastest kept: the simulation is deterministic, so repeats differ only in the machine's noise, which only
 ever adds time (on a shared 2-core VM one run can take 1.5x another).
 
+``--by-queue`` adds one run per heavy policy timed round by round, binned by queue length: whether a
+round's cost grows with the queue.
+
 ``--interference oracle`` runs them with jobs slowing each other down (Gavel's measured pairs from
 ``../shared/traces/gavel`` when present), as the comparisons of schedulers do.
 
     python experiments/benchmarks/sim_throughput.py [--scenario philly dc10k scaling] [--policies fifo tiresias]
-        [--repeat 3] [--interference oracle]
+        [--repeat 3] [--interference oracle] [--by-queue]
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
 GAVEL = TRACES / "gavel" / "simulation_throughputs.json"  # measured pairs for --interference oracle
@@ -41,7 +46,7 @@ DC10K_WORKLOAD = "synthetic:100000,window_load=0.9,gpu_scale=8"
 SMALL_QUEUED = "synthetic:20000,window_load=0.9"  # 2017-11-01 00:00 .. 2017-11-15 00:00, seconds from the trace start
 
 
-def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.Queue) -> None:
+def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.Queue, rounds: bool = False) -> None:
     from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
 
@@ -51,7 +56,8 @@ def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.
         cluster, workload, seed=0, interference=interference, interference_data=data, restart_cost=30.0
     )
     setup = time.perf_counter() - t0
-    result = sim.run(get_policy(policy, seed=0))
+    scheduler = RoundTimer(get_policy(policy, seed=0)) if rounds else get_policy(policy, seed=0)
+    result = sim.run(scheduler)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     max_queue = int(result.timeline_queue.max()) if len(result.timeline_queue) else 0
     queue.put(
@@ -61,8 +67,56 @@ def _run(cluster: str, workload: str, policy: str, interference: str, queue: mp.
             "peak_mib": peak_mib,
             "max_queue": max_queue,
             "scheduler_seconds": result.scheduler_seconds,
+            **({"by_queue": by_queue(scheduler.rows)} if rounds else {}),
         }
     )
+
+
+QUEUE_BINS = (0, 10, 100, 1000)  # lower edges of the queue-length bins of --by-queue
+
+
+class RoundTimer:
+    """A scheduler seen through its one call, timed per scheduling round: the queue length, the decisions,
+    the scheduler's seconds and the whole cycle's (the simulator applying the last round's decisions and
+    advancing to this point, then the scheduler)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.rows: list[tuple[int, int, float, float]] = []
+        self._last: float | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def reset(self, view) -> None:
+        self.inner.reset(view)
+        self._last = None
+
+    def schedule(self, view):
+        queued = len(view.queue)
+        t0 = time.perf_counter()
+        decisions = self.inner.schedule(view)
+        t1 = time.perf_counter()
+        self.rows.append((queued, len(decisions), t1 - t0, t1 - (t0 if self._last is None else self._last)))
+        self._last = t1
+        return decisions
+
+
+def by_queue(rows: list[tuple[int, int, float, float]]) -> list[dict]:
+    """Rounds binned by queue length: count, decisions and microseconds per round."""
+    arr = np.array(rows, dtype=np.float64).reshape(-1, 4)
+    bins = np.searchsorted(np.array(QUEUE_BINS), arr[:, 0], side="right") - 1
+    out = []
+    for b, lo in enumerate(QUEUE_BINS):
+        sel = arr[bins == b]
+        if len(sel):
+            hi = QUEUE_BINS[b + 1] if b + 1 < len(QUEUE_BINS) else None
+            out.append({
+                "queue": f"{lo}-{hi - 1}" if hi else f">={lo}", "rounds": len(sel),
+                "decisions_per_round": sel[:, 1].mean(), "sched_us": 1e6 * sel[:, 2].mean(),
+                "cycle_us": 1e6 * sel[:, 3].mean(),
+            })  # fmt: skip
+    return out
 
 
 def sim_alone(row: dict) -> float:
@@ -71,10 +125,10 @@ def sim_alone(row: dict) -> float:
     return row["events"] / max(row["wall_seconds"] - row["scheduler_seconds"], 1e-9)
 
 
-def measure(cluster: str, workload: str, policy: str, interference: str = "none") -> dict:
+def measure(cluster: str, workload: str, policy: str, interference: str = "none", rounds: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_run, args=(cluster, workload, policy, interference, q))
+    p = ctx.Process(target=_run, args=(cluster, workload, policy, interference, q, rounds))
     p.start()
     out = q.get()
     p.join()
@@ -112,6 +166,9 @@ def main() -> None:
     ap.add_argument("--policies", nargs="+", default=None, help="default: per scenario")
     ap.add_argument("--interference", default="none", help="none, oracle or learned (default none)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the fastest is kept (default 3)")
+    ap.add_argument(
+        "--by-queue", action="store_true", help="heavy: one more run per policy, timed per round by queue length"
+    )
     args = ap.parse_args()
     if "heavy" in args.scenario:
         from cluster_sim.policies import POLICIES
@@ -135,6 +192,18 @@ def main() -> None:
                 f"decisions/s {per_dec:.2f} x no-queue; scheduler {h['scheduler_seconds'] / wall:.0%} of the wall "
                 f"time, simulator alone {sim_alone(h) / c['ev_per_s']:.2f} x no-queue"
             )
+        if args.by_queue:
+            print("== heavy, per scheduling round by queue length (one timed run per policy on small)")
+            print("  (decisions, microseconds of the scheduler and of the whole cycle: mean per round; sched us per")
+            print("  decision: what one start or preemption costs the scheduler, the queue's length aside)")
+            head = ("policy", "queue", "rounds", "decisions", "sched us", "cycle us", "us/decision")
+            print(" ".join(f"{h:>11}" for h in head))
+            for p in policies:
+                row = measure("small", f"philly:{PHILLY},{DEV_WINDOW},load=0.9", p, args.interference, rounds=True)
+                for b in row["by_queue"]:
+                    per = b["sched_us"] / b["decisions_per_round"] if b["decisions_per_round"] else float("nan")
+                    print(f"{p:>11} {b['queue']:>11} {b['rounds']:>11} {b['decisions_per_round']:>11.2f} "
+                          f"{b['sched_us']:>11.1f} {b['cycle_us']:>11.1f} {per:>11.1f}")  # fmt: skip
     args.policies = args.policies or list(DEFAULT_POLICIES)
     if "philly" in args.scenario:
         print(f"== Philly trace on dc-1k ({PHILLY})")
