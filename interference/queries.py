@@ -2,7 +2,9 @@
 
 The simulator asks about the same (job, neighbour set) combinations again and again; both interference
 models therefore answer through :class:`FactorCache`, which computes only the queries it has not seen,
-all at once, through a vectorised ``compute`` function.
+all at once, through a vectorised ``compute`` function. Callers that ask at every event (the simulator,
+the agents' candidate predictions) go one step further with :class:`KeyedFactors`: co-locations as tuples
+of small ints, so that a repeated one costs a dict lookup and no query object is built.
 """
 
 from __future__ import annotations
