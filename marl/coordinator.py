@@ -318,7 +318,7 @@ class Coordinator:
         jobs = self.jobs
         jobs.started_at[job] = self.view.now
         jobs.span[job] = int(self.topo.span_level(gpus))
-        jobs.first_gpu[job] = int(gpus[0])
+        jobs.code[job] = self._keyed.code(self.descriptors.get(job, int(gpus[0])))
         jobs.in_round[job] = True
         jobs.pred_factor[job] = factor
         self._round_jobs.append(job)

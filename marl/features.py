@@ -79,7 +79,7 @@ class JobState:
         self.model = workload.model.astype(np.int64)
         self.started_at = np.full(n, np.nan)
         self.span = np.zeros(n, dtype=np.int8)
-        self.first_gpu = np.zeros(n, dtype=np.int64)
+        self.code = [-1] * n  # a started job's interference descriptor code (KeyedFactors.code)
         self.in_round = np.zeros(n, dtype=bool)  # started this round, not yet applied to the simulator
         self.pred_factor = np.ones(n)  # predicted interference factor at start (for in-round jobs)
         self.estimator = DurationEstimator(len(workload.models))
@@ -365,17 +365,17 @@ def interference_key(
     keyed: KeyedFactors,
 ) -> tuple[int, ...]:
     """The co-location key (:class:`~interference.queries.KeyedFactors`) of ``job`` placed on local ``gpus``:
-    every job holding a GPU of the same servers shares its server. ``occ``: the partition's GPU -> job (-1
-    free), best as a list (one per agent and scheduling point): a candidate touches one or two servers,
-    which plain sets handle faster than numpy."""
+    every job holding a GPU of the same servers shares its server (their codes are in ``jobs.code``).
+    ``occ``: the partition's GPU -> job (-1 free), best as a list (one per agent and scheduling point): a
+    candidate touches one or two servers, which plain sets handle faster than numpy."""
     gpu_server, server_gpus = st.gpu_server_list, st.server_gpu_ranges
     near: set[int] = set()
     for s in set(map(gpu_server.__getitem__, gpus.tolist())):
         near.update(occ[server_gpus[s]])
     near.discard(-1)
-    code, first_gpu = keyed.code, jobs.first_gpu
-    items = sorted(3 * code(descriptors.get(k, int(first_gpu[k]))) + _SERVER for k in near)
-    return (code(descriptors.get(job, st.part.gpus.start + int(gpus[0]))), *items)
+    code = jobs.code
+    items = sorted([3 * code[k] + _SERVER for k in near])
+    return (keyed.code(descriptors.get(job, st.part.gpus.start + int(gpus[0]))), *items)
 
 
 _EXTRA = {name: i for i, name in enumerate(CAND_EXTRA_FEATURES)}
