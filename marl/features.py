@@ -379,6 +379,8 @@ def interference_key(
 
 
 _EXTRA = {name: i for i, name in enumerate(CAND_EXTRA_FEATURES)}
+_SPAN_COLUMN = {int(level): _EXTRA[f"span_{level.name.lower()}"] for level in Level}  # level -> one-hot column
+_CAND_SCALARS = ("num_servers_norm", "pred_interference", "free_frac_after", "est_speed")
 
 
 def candidate_features(
@@ -399,16 +401,18 @@ def candidate_features(
     on = np.zeros((c, g), dtype=np.float32)
     per_job = c // slots
     g0 = st.part.gpus.start
-    sub = st.sub
+    sub, gpu_server = st.sub, st.gpu_server_list
+    span_col = {level: slots + col for level, col in _SPAN_COLUMN.items()}
+    servers_col, pred_col, free_col, speed_col = (slots + _EXTRA[k] for k in _CAND_SCALARS)
     for i, cand in enumerate(cands):
         if cand is None:
             continue
         job, gpus = cand
         feats[i, i // per_job] = 1.0
-        feats[i, slots + _EXTRA[f"span_{Level(sub.span_level(gpus)).name.lower()}"]] = 1.0
-        feats[i, slots + _EXTRA["num_servers_norm"]] = len(np.unique(sub.gpu_server[gpus])) / s
-        feats[i, slots + _EXTRA["pred_interference"]] = 1.0 - factors[i]
-        feats[i, slots + _EXTRA["free_frac_after"]] = (free - len(gpus)) / g
-        feats[i, slots + _EXTRA["est_speed"]] = view.estimated_speed(job, gpus + g0)
+        feats[i, span_col[int(sub.span_level(gpus))]] = 1.0
+        feats[i, servers_col] = len(set(map(gpu_server.__getitem__, gpus.tolist()))) / s
+        feats[i, pred_col] = 1.0 - factors[i]
+        feats[i, free_col] = (free - len(gpus)) / g
+        feats[i, speed_col] = view.estimated_speed(job, gpus + g0)
         on[i, gpus] = 1.0
     return feats, on
