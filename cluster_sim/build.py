@@ -31,6 +31,9 @@ def build_simulator(
     start_cost: float = 0.0,
     elastic: bool | None = None,
     batch_change_cost: float = 0.0,
+    mix_gpu_types: bool | None = None,
+    app_restart_costs: bool = False,
+    calibration: bool = False,
 ) -> Simulator:
     """A simulator of ``workload`` on ``cluster``.
 
@@ -40,7 +43,8 @@ def build_simulator(
     with its data file. ``perf_model=False`` runs every placement at ideal speed. ``gpu_sharing`` lets two
     single-GPU jobs share a GPU; ``start_cost`` stalls a job's first start too; ``elastic`` (None: as the
     scheduler asks) lets jobs of measured applications resize and change batch size (see
-    :class:`~cluster_sim.simulator.Simulator`).
+    :class:`~cluster_sim.simulator.Simulator`). ``mix_gpu_types`` lets a job span GPU types;
+    ``app_restart_costs`` and ``calibration`` are Sia's per-application restart costs and slowdowns.
     """
     if isinstance(cluster, Mapping):
         cluster = parse_spec(dict(cluster), source="cluster")
@@ -60,6 +64,9 @@ def build_simulator(
         start_cost=start_cost,
         elastic=elastic,
         batch_change_cost=batch_change_cost,
+        mix_gpu_types=mix_gpu_types,
+        app_restart_costs=app_restart_costs,
+        calibration=calibration,
     )
 
 

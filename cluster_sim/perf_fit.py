@@ -66,6 +66,8 @@ PUBLIC_SPEEDS: dict[str, float] = {
     # H200: same SMs and clocks as the H100, more and faster memory; counted as an H100.
     "H200": 2.0 * A100_SPEED,
 }
+# GPU types that only Sia's profiles measured: their fallback speed is the mean over Sia's applications.
+SIA_ONLY_TYPES = ("RTX2080Ti", "RTX6000")
 PUBLIC_SPEED_NOTES: dict[str, str] = {
     "A100": "NVIDIA DeepLearningExamples PyTorch ResNet-50 v1.5 README (pytorch-21.03 container), 1-GPU "
     "training throughput: DGX A100 80GB TF32 938 img/s vs DGX-1 V100 16GB FP32 367 img/s",
@@ -123,19 +125,21 @@ def load_pollux(traces_dir: Path, app: str) -> Measurements:
     return load_pollux_app(Path(traces_dir) / POLLUX_DIR / app)
 
 
-def load_pollux_app(base: Path) -> Measurements:
-    """Rows of ``placements.csv`` and ``scalability.csv`` (if present) in one application's folder."""
+def load_pollux_app(base: Path, files: tuple[Path, Path] | None = None) -> Measurements:
+    """Rows of ``placements.csv`` and ``scalability.csv`` (if present) in one application's folder, or of
+    the (placements, scalability) pair ``files`` (one GPU type's profile, columns in any order)."""
     cols: dict[str, list] = {k: [] for k in ("nodes", "replicas", "b", "step", "sync", "plc", "id")}
-    for name, layout in (
-        ("placements.csv", ("placement", "local_bsz", "step_time", "sync_time")),
-        ("scalability.csv", ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")),
+    placements, scalability = files if files is not None else (base / "placements.csv", base / "scalability.csv")
+    for path, layout in (
+        (placements, ("placement", "local_bsz", "step_time", "sync_time")),
+        (scalability, ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time")),
     ):
-        path = base / name
-        if name == "scalability.csv" and not path.is_file():
+        is_placements = path == placements
+        if not is_placements and not path.is_file():
             continue
         for line, row in _read_csv(path, layout):
             where = f"{path}:{line}"
-            if name == "placements.csv":
+            if is_placements:
                 nodes, replicas = parse_placement(row["placement"].strip(), where)
             else:
                 nodes, replicas = int(_positive(row, "num_nodes", where)), int(_positive(row, "num_replicas", where))
@@ -147,8 +151,8 @@ def load_pollux_app(base: Path) -> Measurements:
             cols["b"].append(_positive(row, "local_bsz", where))
             cols["step"].append(step)
             cols["sync"].append(sync)
-            cols["plc"].append(name == "placements.csv")
-            cols["id"].append(row["placement"].strip() if name == "placements.csv" else "")
+            cols["plc"].append(is_placements)
+            cols["id"].append(row["placement"].strip() if is_placements else "")
     return Measurements(
         nodes=np.asarray(cols["nodes"], dtype=np.int64),
         replicas=np.asarray(cols["replicas"], dtype=np.int64),
@@ -239,6 +243,74 @@ def gavel_gpu_speeds(gavel: dict[str, dict[str, dict[int, float]]]) -> dict[str,
     for worker, name in (("p100", "P100"), ("k80", "K80")):
         ratios = [gavel["v100"][job][b] / t for job, sizes in gavel[worker].items() for b, t in sizes.items()]
         out[name] = float(np.exp(np.mean(np.log(ratios))))
+    return out
+
+
+SIA_DIR = "sia-sosp23/traces"
+GAVEL_TYPES = {"v100": "V100", "p100": "P100", "k80": "K80"}
+
+
+def model_gpu_speeds(
+    gavel: dict[str, dict[str, dict[int, float]]], traces_dir: Path, t4_speed: float
+) -> dict[str, dict[str, dict]]:
+    """Compute speed of each zoo model on each GPU type where someone measured it, relative to V100.
+
+    * Gavel's job types on K80, P100, V100: the geometric mean over the job type's batch sizes of Gavel's
+      V100 over its K80/P100 isolated step time (V100 = 1).
+    * Sia's applications (Pollux's six) on T4, RTX 2080 Ti, A100, Quadro RTX 6000, V100: best single-GPU
+      samples/s on the type over that on a T4 (each GPU at the batch that fits its memory), times the
+      calibrated T4 speed (:func:`calibrate_t4`), which is how the T4-measured compute constants were
+      converted. Sia's V100 (Azure) profiles are not used here: V100 is the reference, 1.0 for every model by
+      the definition of the compute constants (they would also contradict it: Sia's ncf runs 13x slower
+      on its V100s than on its T4s).
+
+    Returns ``{model: {gpu type: {"speed": s, "source": text}}}``; a (model, type) pair missing here falls
+    back to the type's single speed in ``gpu_speed``, and the simulator counts the jobs that do."""
+    from cluster_sim.gpu_profiles import PROFILE_SUFFIX, best_single_gpu_rate
+
+    out: dict[str, dict[str, dict]] = {}
+    for spec in ZOO.values():
+        table: dict[str, dict] = {}
+        if spec.pollux_name is not None and (Path(traces_dir) / SIA_DIR / spec.pollux_name).is_dir():
+            app_dir = Path(traces_dir) / SIA_DIR / spec.pollux_name
+            base = best_single_gpu_rate(app_dir, "T4")
+            for gpu in PROFILE_SUFFIX:
+                if gpu == REFERENCE_GPU:  # the unit of the compute constants, 1 by definition (below)
+                    continue
+                rate = best_single_gpu_rate(app_dir, gpu)
+                if rate is None or base is None:
+                    continue
+                table[gpu] = {
+                    "speed": t4_speed * rate / base,
+                    "source": f"{SIA_DIR}/{spec.pollux_name}/placements-{PROFILE_SUFFIX[gpu]}.csv: best 1-GPU "
+                    f"samples/s {rate:.4g} vs T4 {base:.4g}, x T4 speed {t4_speed:.4g}",
+                }
+        if spec.gavel_name is not None and spec.gavel_name in gavel["v100"]:
+            ref = gavel["v100"][spec.gavel_name]
+            for worker, gpu in GAVEL_TYPES.items():
+                sizes = gavel[worker].get(spec.gavel_name, {})
+                ratios = [ref[b] / t for b, t in sizes.items() if b in ref]
+                if ratios:
+                    table[gpu] = {
+                        "speed": float(np.exp(np.mean(np.log(ratios)))),
+                        "source": f"{GAVEL_FILE} {worker} '{spec.gavel_name}', geometric mean over "
+                        f"{len(ratios)} batch size(s)",
+                    }
+        table.setdefault(
+            REFERENCE_GPU,
+            {"speed": 1.0, "source": "reference GPU: the compute constants are V100 seconds (T4 ones converted)"},
+        )
+        out[spec.name] = {gpu: table[gpu] for gpu in sorted(table)}
+    return out
+
+
+def sia_type_speeds(per_model: dict[str, dict[str, dict]], types: tuple[str, ...]) -> dict[str, float]:
+    """One fallback speed for GPU types only Sia measured: the geometric mean over its applications."""
+    out = {}
+    for gpu in types:
+        speeds = [t[gpu]["speed"] for t in per_model.values() if gpu in t]
+        if speeds:
+            out[gpu] = float(np.exp(np.mean(np.log(speeds))))
     return out
 
 
@@ -371,7 +443,14 @@ def fit_constants(traces_dir: Path = DEFAULT_TRACES) -> dict:
                 "against": "Gavel V100 step time",
             },
         }
-    speeds = {REFERENCE_GPU: 1.0, **gavel_gpu_speeds(gavel), "T4": t4_speed, **PUBLIC_SPEEDS}
+    per_model = model_gpu_speeds(gavel, traces_dir, t4_speed)
+    speeds = {
+        REFERENCE_GPU: 1.0,
+        **gavel_gpu_speeds(gavel),
+        "T4": t4_speed,
+        **PUBLIC_SPEEDS,
+        **sia_type_speeds(per_model, SIA_ONLY_TYPES),
+    }
     return {
         "format": 1,
         "generated_by": "python -m cluster_sim.perf_fit",
@@ -390,8 +469,13 @@ def fit_constants(traces_dir: Path = DEFAULT_TRACES) -> dict:
             "K80": "as P100 with k80/v100",
             "T4": "calibrated: Gavel V100 step time / Pollux-fitted T4 compute time on ResNet-18 and ResNet-50",
             **PUBLIC_SPEED_NOTES,
+            **{
+                gpu: f"geometric mean over Sia's applications of their speed on {gpu} (model_gpu_speed)"
+                for gpu in SIA_ONLY_TYPES
+            },
         },
         "t4_calibration": pairs,
+        "model_gpu_speed": per_model,
         "models": {name: models[name] for name in MODEL_NAMES},
     }
 

@@ -185,10 +185,23 @@ class PerformanceModel:
             for p in self.params
         ]
 
-        type_speed = np.array([self._gpu_speed(t, view) for t in view.gpu_types], dtype=np.float64)
-        server_speed = type_speed[view.server_gpu_type]
-        self._gpu_speed_arr = server_speed[view.gpu_server]
-        self._speed_uniform = _uniform(server_speed)
+        # compute speed per (model, GPU type of this cluster): measured where someone measured the model on
+        # that type (``model_gpu_speed``), else the type's single speed, noted in ``fallbacks``
+        measured = doc.get("model_gpu_speed", {})
+        self.model_gpu_speeds: dict[str, dict[str, float]] = {
+            m: {g: float(e["speed"]) for g, e in t.items()} for m, t in measured.items()
+        }
+        self._type_speed = np.array(
+            [[self.model_gpu_speed(i, t, view) for t in view.gpu_types] for i in range(len(MODEL_NAMES))],
+            dtype=np.float64,
+        ).reshape(len(MODEL_NAMES), len(view.gpu_types))
+        self.fallbacks: frozenset[tuple[str, str]] = frozenset(
+            (m, t) for m in MODEL_NAMES for t in view.gpu_types if t not in self.model_gpu_speeds.get(m, {})
+        )
+        self._gpu_type_arr = view.server_gpu_type[view.gpu_server].astype(np.int64)
+        uniform_type = _uniform(view.server_gpu_type)
+        self._uniform_type = None if uniform_type is None else int(uniform_type)
+        self._speed_uniform = uniform_type  # one GPU type: a placement's speed does not depend on which
         bad = [
             name
             for name in (
@@ -234,7 +247,11 @@ class PerformanceModel:
         if uplink_sharers < 1:
             raise ValueError(f"uplink_sharers={uplink_sharers}: count the jobs on the uplink, this one included (>= 1)")
         b = -(-global_batch // k)
-        speed = self._speed_uniform if self._speed_uniform is not None else float(self._gpu_speed_arr[gpus].min())
+        t = self._uniform_type
+        if t is not None:
+            speed = self._type_speed[model, t]
+        else:
+            speed = float(self._type_speed[model][self._gpu_type_arr[gpus]].min())
         if k == 1:
             return self._time(model, b, 1, speed, 0.0, 0.0)
         view = self.view
@@ -266,7 +283,7 @@ class PerformanceModel:
         if t is not None:
             return t
         self._check(model, global_batch, num_gpus)
-        speed = self._gpu_speed(gpu_type)
+        speed = self.model_gpu_speed(model, gpu_type)
         s = self._shape(gpu_type)
         n = num_gpus
         b = -(-global_batch // n)
@@ -294,8 +311,24 @@ class PerformanceModel:
         return ideal / self.iteration_time(model, global_batch, gpus, uplink_sharers)
 
     def gpu_speed(self, gpu_type: str) -> float:
-        """Compute speed of ``gpu_type`` relative to the reference GPU."""
+        """Compute speed of ``gpu_type`` relative to the reference GPU (one figure for all models: the
+        fallback where a model was not measured on the type)."""
         return self._gpu_speed(gpu_type)
+
+    def model_gpu_speed(self, model: int, gpu_type: str, view: ClusterView | None = None) -> float:
+        """Compute speed of ``model`` (index in MODEL_NAMES) on ``gpu_type`` relative to the reference GPU:
+        measured (Gavel's or Sia's tables, see :func:`cluster_sim.perf_fit.model_gpu_speeds`) where it was,
+        else :meth:`gpu_speed`."""
+        speed = self.model_gpu_speeds.get(MODEL_NAMES[int(model)], {}).get(gpu_type)
+        return speed if speed is not None else self._gpu_speed(gpu_type, view)
+
+    def fallback_jobs(self, models: np.ndarray, model_names: tuple[str, ...]) -> int:
+        """How many jobs of a workload (``models``: indices into ``model_names``) run at a GPU type's single
+        speed on some GPU type of this cluster, because nobody measured their model there."""
+        if not self.fallbacks:
+            return 0
+        bad = np.array([any((m, t) in self.fallbacks for t in self.view.gpu_types) for m in model_names], dtype=bool)
+        return int(bad[np.asarray(models, dtype=np.int64)].sum()) if len(models) else 0
 
     # ---------------------------------------------------------------- internals
 

@@ -25,12 +25,14 @@ simulator's duration and speed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 
+from cluster_sim.gpu_profiles import MAX_LOCAL_BSZ as TYPE_MAX_LOCAL_BSZ
+from cluster_sim.gpu_profiles import PROFILE_SUFFIX, profile_files
 from cluster_sim.perf_fit import Measurements, load_pollux_app
 
 # Epochs each application trains for, and per-GPU batch limits that differ from the measured range.
@@ -76,7 +78,53 @@ class PolluxApplication:
     steps: Measurements  # placements.csv and scalability.csv
     min_local_bsz: int
     max_local_bsz: int
+    # per-GPU-type step times (Sia's profiles), empty when only Pollux's T4 measurements exist
+    steps_by_type: dict[str, Measurements] = field(default_factory=dict, repr=False)
+    gpu_type: str | None = None  # the GPU type these step times are for (None: as measured, T4)
+    estimated: bool = False  # step times estimated from another type's (no profile of this type)
     _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def per_type(self) -> bool:
+        """Whether the application was profiled per GPU type (else its T4 step times serve every type)."""
+        return bool(self.steps_by_type)
+
+    def on(self, gpu_type: str, compute_speedup: float | None = None) -> PolluxApplication:
+        """The application as it runs on ``gpu_type``: that type's measured step times and per-GPU batch
+        limit (its memory). Without per-type profiles, the application itself (its T4 times everywhere).
+        A type it was not profiled on: its T4 step times with the compute part divided by
+        ``compute_speedup`` (the model's speed on that type over a T4's), marked ``estimated``."""
+        if not self.steps_by_type or gpu_type == self.gpu_type:
+            return self
+        memo = self._cache.setdefault("on", {})
+        key = (gpu_type, compute_speedup)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        steps = self.steps_by_type.get(gpu_type)
+        estimated = steps is None
+        if estimated:
+            if compute_speedup is None or not compute_speedup > 0:
+                raise ValueError(
+                    f"{self.name}: no step times measured on {gpu_type} (profiled on "
+                    f"{', '.join(self.steps_by_type)}) and no compute speed to estimate them from"
+                )
+            base = self.steps_by_type.get("T4", self.steps)
+            compute = (base.step_time - base.sync_time) / compute_speedup
+            steps = replace(base, step_time=base.sync_time + compute)
+        measured = steps.local_bsz[steps.from_placements]
+        top = TYPE_MAX_LOCAL_BSZ.get((self.name, gpu_type), MAX_LOCAL_BSZ.get(self.name) if gpu_type == "T4" else None)
+        typed = replace(
+            self,
+            steps=steps,
+            min_local_bsz=int(measured.min()),
+            max_local_bsz=int(top if top is not None else measured.max()),
+            gpu_type=gpu_type,
+            estimated=estimated,
+            _cache={},
+        )
+        memo[key] = typed
+        return typed
 
     @property
     def init_batch_size(self) -> int:
@@ -265,7 +313,11 @@ def _load(traces_dir: str, name: str) -> PolluxApplication:
     validation = {b: _read_validation(files[b]) for b in sorted(files)}
     if not validation:
         raise FileNotFoundError(f"{d}: no validation-<batch>.csv files (Pollux measurements)")
-    steps = load_pollux_app(d)
+    by_type = {}
+    for gpu, suffix in PROFILE_SUFFIX.items():
+        if (d / f"placements-{suffix}.csv").is_file():
+            by_type[gpu] = load_pollux_app(d, profile_files(d, gpu))
+    steps = load_pollux_app(d) if (d / "placements.csv").is_file() or "T4" not in by_type else by_type["T4"]
     measured = steps.local_bsz[steps.from_placements]
     epochs = min(EPOCHS[name], min(len(v["progress"]) for v in validation.values()))
     return PolluxApplication(
@@ -275,6 +327,7 @@ def _load(traces_dir: str, name: str) -> PolluxApplication:
         steps=steps,
         min_local_bsz=int(measured.min()),
         max_local_bsz=int(MAX_LOCAL_BSZ.get(name, measured.max())),
+        steps_by_type=by_type,
     )
 
 
@@ -304,6 +357,15 @@ class PolluxPerformance:
         """The measured application behind ``model`` (the simulator counts its jobs' work in statistical
         progress), or None for a model Pollux did not measure."""
         return self.apps.get(int(model))
+
+    def on(self, model: int, gpu_type: str) -> PolluxApplication:
+        """``model``'s application as it runs on ``gpu_type`` (:meth:`PolluxApplication.on`); a type it was
+        not profiled on is estimated from its T4 times by the model's compute speed there over a T4's."""
+        app = self.apps[int(model)]
+        if not app.per_type or gpu_type in app.steps_by_type:
+            return app.on(gpu_type)
+        ratio = self.base.model_gpu_speed(int(model), gpu_type) / self.base.model_gpu_speed(int(model), "T4")
+        return app.on(gpu_type, ratio)
 
     def speed(self, model: int, global_batch: int, gpus: np.ndarray, uplink_sharers: int = 1) -> float:
         app = self.apps.get(int(model))

@@ -22,7 +22,8 @@ METRIC_KEYS = (
     "jobs_total", "jobs_completed", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay",
     "avg_first_start_delay", "makespan", "gpu_utilization", "fragmentation", "mean_slowdown",
     "mean_interference_slowdown", "preemptions", "preemptions_per_job", "resizes_per_job", "avg_gpus_held",
-    "avg_goodput", "events", "decisions", "decisions_per_second", "wall_seconds",
+    "avg_goodput", "restarts_per_job", "jobs_per_gpu", "round_ms_p50", "round_ms_p95", "events", "decisions",
+    "decisions_per_second", "wall_seconds",
 )  # fmt: skip
 
 
@@ -49,6 +50,19 @@ class SimResult:
     timeline_t: np.ndarray
     timeline_busy: np.ndarray
     timeline_queue: np.ndarray
+    restarts: np.ndarray  # allocations after the first: resumes after preemption, moves and resizes
+    gpu_types: tuple[str, ...]  # the cluster's GPU types, the columns of attained_by_type
+    attained_by_type: np.ndarray  # (jobs, GPU types) GPU-seconds each job held on each type
+    round_seconds: np.ndarray  # the scheduler's wall time per call
+    active_job_seconds: float  # ∫ (queued + running jobs) dt
+
+    def gpu_hours_by_type(self) -> dict[str, float]:
+        """GPU-hours per finished job on each GPU type (Sia's per-type GPU-hours), mean over finished jobs."""
+        done = ~np.isnan(self.end)
+        if not done.any():
+            return {t: 0.0 for t in self.gpu_types}
+        mean = self.attained_by_type[done].mean(axis=0) / 3600.0
+        return {t: float(mean[i]) for i, t in enumerate(self.gpu_types)}
 
     @property
     def jct(self) -> np.ndarray:
@@ -114,6 +128,12 @@ class SimResult:
             "resizes_per_job": float(self.resizes.mean()) if n else 0.0,
             "avg_gpus_held": float(self.gpus_held[done].mean()) if done.any() else float("nan"),
             "avg_goodput": float(self.goodput[done].mean()) if done.any() else float("nan"),
+            "restarts_per_job": float(self.restarts.mean()) if n else 0.0,
+            # contention: jobs waiting or running per GPU, averaged over the run (Sia reports jobs per round)
+            "jobs_per_gpu": self.active_job_seconds / (makespan * self.num_gpus) if makespan > 0 else 0.0,
+            "round_ms_p50": float(np.median(self.round_seconds)) * 1e3 if len(self.round_seconds) else 0.0,
+            "round_ms_p95": float(np.percentile(self.round_seconds, 95)) * 1e3 if len(self.round_seconds) else 0.0,
+            **{f"gpu_hours_per_job_{t}": h for t, h in self.gpu_hours_by_type().items()},
             "events": self.events,
             "decisions": self.decisions,
             "decisions_per_second": self.decisions / self.scheduler_seconds if self.scheduler_seconds > 0 else 0.0,
@@ -129,7 +149,8 @@ class SimResult:
         w = self.workload
         rows = [["id", "arrival", "start", "end", "gpus", "jct", "queue_delay", "slowdown", "placement_span",
                  "preemptions", "model", "tenant", "first_start_delay", "executed", "gpus_held",
-                 "resizes", "goodput"]]  # fmt: skip
+                 "resizes", "goodput", "restarts",
+                 *(f"gpu_hours_{t}" for t in self.gpu_types)]]  # fmt: skip
         jct, qd, sd, fs, held = self.jct, self.queue_delay, self.slowdown, self.first_start_delay, self.gpus_held
         good = self.goodput
         for j in range(len(w)):
@@ -139,6 +160,7 @@ class SimResult:
                 Level(int(self.span[j])).name.lower() if self.span[j] >= 0 else "",
                 int(self.preemptions[j]), w.models[int(w.model[j])], w.tenants[int(w.tenant[j])],
                 f"{fs[j]:.3f}", f"{self.executed[j]:.3f}", f"{held[j]:.3f}", int(self.resizes[j]), f"{good[j]:.4f}",
+                int(self.restarts[j]), *(f"{h / 3600:.4f}" for h in self.attained_by_type[j]),
             ])  # fmt: skip
         write_atomic(out / "jobs.csv", rows)
         return metrics

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cluster_sim.gpu_profiles import CALIBRATION_SLOWDOWN, RESTART_COST
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.model_zoo import model_index
 from cluster_sim.ordered_ids import OrderedIds
@@ -89,6 +90,15 @@ class Simulator:
     ``batch_change_cost``, 0 by default: AdaptDL changes it between steps without a restart). Other jobs
     stay rigid. ``elastic=None`` (the default) makes a run elastic when its scheduler asks for it (an
     ``elastic = True`` attribute, as ``pollux`` has), so rigid and elastic schedulers share one setup.
+
+    On a cluster of several GPU types a job runs on one type at a time (Sia's rule; a decision that mixes
+    types is refused) unless ``mix_gpu_types``. ``None`` (the default) holds jobs to one type when the
+    scheduler keeps that rule (``one_gpu_type = True``: the elastic policies, ``sia``, ``gavel``) and lets
+    the rigid heuristics' placements, which do not look at types, mix them; a job of an application profiled per type runs at that
+    type's measured step times, its per-GPU batch held to that type's memory. ``app_restart_costs`` charges
+    each application's own restart cost (:data:`cluster_sim.gpu_profiles.RESTART_COST`, Sia's) on every
+    allocation, the first included, instead of ``start_cost``/``restart_cost``; ``calibration`` divides its
+    progress rate by Sia's calibration slowdown (:data:`cluster_sim.gpu_profiles.CALIBRATION_SLOWDOWN`).
     """
 
     def __init__(
@@ -105,6 +115,9 @@ class Simulator:
         start_cost: float = 0.0,
         elastic: bool | None = None,
         batch_change_cost: float = 0.0,
+        mix_gpu_types: bool | None = None,
+        app_restart_costs: bool = False,
+        calibration: bool = False,
     ) -> None:
         if gpu_sharing and (interference is None or isinstance(interference, NoInterference)):
             raise ValueError(
@@ -122,6 +135,10 @@ class Simulator:
         self.batch_change_cost = float(batch_change_cost)
         self._elastic_setting = elastic
         self.elastic = bool(elastic)
+        self._mix_setting = mix_gpu_types
+        self.mix_gpu_types = mix_gpu_types is None or bool(mix_gpu_types) or len(view.gpu_types) == 1
+        self.app_restart_costs = bool(app_restart_costs)
+        self.calibration = bool(calibration)
         too_big = np.flatnonzero(workload.num_gpus > view.num_gpus)
         if len(too_big):
             j = int(too_big[0])
@@ -159,6 +176,16 @@ class Simulator:
             app = self._apps[int(self._app[j])]
             ideal = app.ideal_duration(int(workload.batch_size[j]), int(workload.num_gpus[j]), self._per_node)
             self._scale[j] = float(workload.duration[j]) / ideal
+        # per job: seconds a (re)allocation stalls it, and its calibration slowdown (1: none)
+        self._start_stall = np.full(len(workload), self.start_cost)
+        self._restart_stall = np.full(len(workload), self.restart_cost)
+        self._calibration = np.ones(len(workload))
+        for j in np.flatnonzero(self._app >= 0).tolist():
+            name = self._apps[int(self._app[j])].name
+            if self.app_restart_costs and name in RESTART_COST:
+                self._start_stall[j] = self._restart_stall[j] = RESTART_COST[name]
+            if self.calibration:
+                self._calibration[j] = CALIBRATION_SLOWDOWN.get(name, 1.0)
         self._max_gpus = np.array(
             [
                 min(view.num_gpus, a.max_batch_size // a.min_local_bsz) if (a := self.application(j)) else 0
@@ -189,6 +216,11 @@ class Simulator:
         self._epoch = np.zeros(n, dtype=np.int64)
         self._held = np.zeros(n, dtype=np.int64)  # GPUs held now (while running)
         self._resizes = np.zeros(n, dtype=np.int32)
+        self._restarts = np.zeros(n, dtype=np.int32)  # allocations after the first (resumes, moves, resizes)
+        self._attained_by_type = np.zeros((n, len(self.topo.gpu_types)))  # GPU-seconds held per GPU type
+        self._gpu_type = self.topo.server_gpu_type[self.topo.gpu_server].astype(np.int64)
+        self._round_seconds: list[float] = []  # the scheduler's time per call
+        self._active_integral = 0.0  # ∫ (queued + running jobs) dt
         self._profiles: dict[int, dict[tuple[int, int, int], tuple[float, float]]] = {}
         self._speed = np.zeros(n)
         self._factor = np.ones(n)  # interference throughput factor
@@ -276,7 +308,7 @@ class Simulator:
 
     def remaining_time(self, job: int) -> float:
         rem = self._work_left(job)
-        app = self.application(job)
+        app = self.app_on_type(job)
         if app is None or self._state[job] == DONE:
             return rem
         # seconds at the job's batch size on its GPU count placed tightly (its request while it waits)
@@ -323,7 +355,8 @@ class Simulator:
         return self._apps[a] if a >= 0 else None
 
     def is_elastic(self, job: int) -> bool:
-        return self.elastic and int(self._app[job]) >= 0
+        rigid = self.jobs.rigid
+        return self.elastic and int(self._app[job]) >= 0 and not (rigid is not None and rigid[job])
 
     def gpu_range(self, job: int) -> tuple[int, int]:
         if self.is_elastic(job):
@@ -405,6 +438,8 @@ class Simulator:
         """Simulate the whole workload; returns per-job results and metrics."""
         if self._elastic_setting is None:
             self.elastic = bool(getattr(scheduler, "elastic", False))
+        if self._mix_setting is None:
+            self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not getattr(scheduler, "one_gpu_type", False)
         self.reset()
         scheduler.reset(self)
         wall0 = _time.perf_counter()
@@ -414,7 +449,9 @@ class Simulator:
             if self._queue or getattr(scheduler, "wants_all_points", False):
                 t0 = _time.perf_counter()
                 decisions = scheduler.schedule(self)
-                self.scheduler_seconds += _time.perf_counter() - t0
+                took = _time.perf_counter() - t0
+                self.scheduler_seconds += took
+                self._round_seconds.append(took)
                 if decisions:
                     self.apply(decisions)
             if bar is not None and self._done - last_done >= 500:
@@ -549,12 +586,15 @@ class Simulator:
             what = {WAITING_ARRIVAL: "has not arrived yet", RUNNING: "is already running", DONE: "has finished"}
             raise InvalidDecision(f"cannot start job {job} on GPUs {gpus.tolist()}: it {what[int(state)]}")
         self._check_elastic(job, len(gpus), batch, "start")
+        self._check_one_type(job, gpus, "start")
         self._queue.remove(job)
         resumed = not np.isnan(self._first_start[job])
         if not resumed:
             self._first_start[job] = self.now
+        else:
+            self._restarts[job] += 1
         self._occupy(job, gpus, changed)
-        self._stall_until[job] = self.now + (self.restart_cost if resumed else self.start_cost)
+        self._stall_until[job] = self.now + (self._restart_stall[job] if resumed else self._start_stall[job])
 
     def _preempt(self, job: int, changed: dict[int, None]) -> None:
         job = self._check_job(job, "preempt")
@@ -571,11 +611,25 @@ class Simulator:
             raise InvalidDecision(f"cannot resize job {job}: it is not running")
         gpus = self._check_gpus(job, gpus, "resize", own=True)
         self._check_elastic(job, len(gpus), batch, "resize")
+        self._check_one_type(job, gpus, "resize")
         if len(gpus) != self._held[job]:
             self._resizes[job] += 1
+        self._restarts[job] += 1
         self._release(job, changed)
         self._occupy(job, gpus, changed)
-        self._stall_until[job] = self.now + self.restart_cost
+        self._stall_until[job] = self.now + self._restart_stall[job]
+
+    def _check_one_type(self, job: int, gpus: np.ndarray, action: str) -> None:
+        """A job runs on one GPU type at a time unless the simulation allows mixing (``mix_gpu_types``)."""
+        if self.mix_gpu_types:
+            return
+        types = self._gpu_type[gpus]
+        if (types != types[0]).any():
+            names = sorted({self.topo.gpu_types[int(t)] for t in types.tolist()})
+            raise InvalidDecision(
+                f"cannot {action} job {job} on GPUs {np.asarray(gpus).tolist()}: they are of {len(names)} types "
+                f"({', '.join(names)}); a job runs on one GPU type at a time (pass mix_gpu_types=True to allow it)"
+            )
 
     def _check_elastic(self, job: int, count: int, batch: int | None, action: str) -> None:
         """Validate the GPU count and batch size of a start or resize; set the batch size."""
@@ -705,6 +759,11 @@ class Simulator:
         ran = self.now - self._run_start[job]
         self._executed[job] += ran
         self._attained[job] += len(gpus) * ran
+        types = self._gpu_type[gpus]
+        if (types == types[0]).all():
+            self._attained_by_type[job, int(types[0])] += len(gpus) * ran
+        else:
+            self._attained_by_type[job] += np.bincount(types, minlength=self._attained_by_type.shape[1]) * ran
         self._version[job] += 1
         changed.pop(job, None)
 
@@ -821,12 +880,25 @@ class Simulator:
             begin = max(self.now, self._stall_until[j])
             self._push(begin + self._remaining[j] / self._speed[j], _COMPLETION, j, int(self._version[j]))
 
+    def app_on_type(self, job: int, gpu_type: str | None = None):
+        """The application ``job`` trains, as it runs on ``gpu_type`` (default: the type it runs on now;
+        its measured step times and batch limits there, :meth:`PolluxApplication.on`)."""
+        app = self.application(job)
+        if app is None or not app.per_type:
+            return app
+        if gpu_type is None:
+            if self._state[job] != RUNNING:
+                return app
+            topo = self.topo
+            gpu_type = topo.gpu_types[int(topo.server_gpu_type[int(topo.gpu_server[self._placement[job][0]])])]
+        return self.perf.on(int(self._model[job]), gpu_type)
+
     def _refresh_app(self, j: int, factor: float) -> None:
         """Rate of an application job (progress per second) and its next event: the end of its epoch."""
-        app = self._apps[int(self._app[j])]
+        app = self.app_on_type(j)
         placement = tuple(self._servers_of[j].values())
         batch, epoch = int(self._batch[j]), int(self._epoch[j])
-        speed = app.rate(placement, batch, epoch) * factor
+        speed = app.rate(placement, batch, epoch) * factor / self._calibration[j]
         atomic, _ = app.batch_plan(batch, sum(placement))
         profile = self._profiles.setdefault(j, {})
         key = (len(placement), sum(placement), atomic)
@@ -893,6 +965,7 @@ class Simulator:
         dt = t - self._last_t
         if dt > 0:
             self._busy_integral += (self.topo.num_gpus - self.num_free) * dt
+            self._active_integral += (len(self._queue) + len(self._running)) * dt
             self._frag_integral += self._partial_free * dt
         self._last_t = t
         self.now = t
@@ -920,6 +993,11 @@ class Simulator:
             span=self._span.copy(),
             preemptions=self._preemptions.copy(),
             resizes=self._resizes.copy(),
+            restarts=self._restarts.copy(),
+            gpu_types=tuple(self.topo.gpu_types),
+            attained_by_type=self._attained_by_type.copy(),
+            round_seconds=np.asarray(self._round_seconds),
+            active_job_seconds=self._active_integral,
             executed=executed.copy(),
             attained=self._attained.copy(),
             interference_slowdown=np.divide(self._slow_time, executed, out=np.zeros_like(executed), where=executed > 0),

@@ -24,9 +24,14 @@ class Workload:
     tenants: tuple[str, ...] = ("default",)
     source: str = "synthetic"
     meta: dict = field(default_factory=dict)
+    # bool (N,) or None: jobs that keep their GPU count even under an elastic scheduler (Sia's ``category``
+    # column: ``rigid``); their GPU type is still the scheduler's to choose
+    rigid: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival)
+        if self.rigid is not None and len(self.rigid) != n:
+            raise ValueError(f"Workload column 'rigid' has {len(self.rigid)} rows, expected {n}")
         for name in ("num_gpus", "duration", "model", "batch_size", "tenant"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Workload column {name!r} has {len(getattr(self, name))} rows, expected {n}")
@@ -52,4 +57,5 @@ class Workload:
             tenants=self.tenants,
             source=self.source,
             meta=dict(self.meta),
+            rigid=None if self.rigid is None else self.rigid[idx],
         )

@@ -206,8 +206,8 @@ def _gavel(
     return load_gavel(Path(arg), seed=seed, throughputs_path=throughputs, worker_type=worker_type)
 
 
-def _pollux(arg: str, *, seed: int, cluster_gpus: int) -> Workload:
-    return load_pollux(Path(arg), seed=seed)
+def _pollux(arg: str, *, seed: int, cluster_gpus: int, profiles: str | None = None) -> Workload:
+    return load_pollux(Path(arg), seed=seed, traces=profiles)
 
 
 register_workload_kind(
@@ -234,4 +234,10 @@ register_workload_kind(
     syntax="gavel:PATH/<vc>.trace or a folder of .trace files",
     options={"throughputs": str, "worker_type": str},
 )
-register_workload_kind("pollux", _pollux, syntax="pollux:PATH/workload-N.csv")
+register_workload_kind(
+    "pollux",
+    _pollux,
+    syntax="pollux:PATH/workload-N.csv[,profiles=DIR] (DIR/<app>/placements[-<gpu>].csv; default: traces/ beside "
+    "the workloads folder)",
+    options={"profiles": str},
+)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -288,9 +290,10 @@ def test_gpu_type_scaling():
     for name in MODEL_NAMES:
         m = model_index(name)
         t = {ty: perf.iteration_time(m, 32, view.server_gpus(2 * i)[:1]) for i, ty in enumerate(types)}
-        for ty in types:  # one GPU: compute only, so time scales exactly with 1 / speed
-            assert t[ty] == pytest.approx(t["V100"] / perf.gpu_speed(ty), rel=1e-12)
-        assert perf.speed(m, 32, view.server_gpus(4)[:1]) == pytest.approx(perf.gpu_speed("A100"), rel=1e-12)
+        for ty in types:  # one GPU: compute only, so time scales exactly with 1 / the model's speed there
+            ratio = perf.model_gpu_speed(m, ty) / perf.model_gpu_speed(m, "V100")
+            assert t[ty] == pytest.approx(t["V100"] / ratio, rel=1e-12)
+        assert perf.speed(m, 32, view.server_gpus(4)[:1]) == pytest.approx(perf.model_gpu_speed(m, "A100"), rel=1e-12)
         assert perf.speed(m, 32, view.server_gpus(4)[:1]) > 1.0
         # A placement runs at its slowest GPU: V100 + K80 in one rack is as slow as K80 + K80.
         mixed = perf.iteration_time(m, 64, np.array([view.server_gpus(1)[0], view.server_gpus(2)[0]]))
@@ -332,3 +335,43 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         PerformanceModel(make_view(), bad)
     with pytest.raises(ValueError, match=r"placements\.csv:7: placement '1a'"):
         perf_fit.parse_placement("1a", "placements.csv:7")
+
+
+def test_model_gpu_speeds_are_the_measured_ratios():
+    """Per-(model, GPU type) speeds come from the measured tables: Gavel's V100/K80 isolated step times for
+    its job types, Sia's best single-GPU samples/s over a T4 for its applications; unmeasured pairs fall
+    back to the type's single speed and are listed."""
+    import json
+
+    from cluster_sim.perf_fit import GAVEL_FILE, load_gavel
+
+    traces = Path(__file__).resolve().parents[2] / "shared" / "traces"
+    if not (traces / GAVEL_FILE).is_file():
+        pytest.skip("needs ../shared/traces")
+    view = make_view(gpu_types=("V100", "K80", "A100", "T4"), server_type=np.repeat([0, 1, 2, 3], 2))
+    perf = PerformanceModel(view)
+    gavel = load_gavel(traces)
+    k80 = [gavel["v100"]["ResNet-18"][b] / t for b, t in gavel["k80"]["ResNet-18"].items()]
+    assert perf.model_gpu_speed(model_index("resnet18-cifar10"), "K80") == pytest.approx(
+        float(np.exp(np.mean(np.log(k80)))), rel=1e-9
+    )
+    # V100 over K80 differs by job type (Gavel: 0.66x .. 14.2x), so one scalar per type cannot hold
+    ratios = [1 / perf.model_gpu_speed(model_index(n), "K80") for n in ("resnet18-cifar10", "recommendation")]
+    assert max(ratios) / min(ratios) > 5
+    # Sia's A100 (dgx-ext) over T4 for bert: best single-GPU samples/s, 10.8x in the profiles
+    sia = traces / "sia-sosp23" / "traces" / "bert"
+
+    def best(path: Path) -> float:
+        rows = [r for r in csv.DictReader(path.open()) if r["placement"].strip() == "1"]
+        return max(float(r["local_bsz"]) / float(r["step_time"]) for r in rows)
+
+    bert = model_index("bert-squad")
+    measured = best(sia / "placements-dgx-ext.csv") / best(sia / "placements-aws.csv")
+    assert measured == pytest.approx(10.8, abs=0.05)
+    assert perf.model_gpu_speed(bert, "A100") / perf.model_gpu_speed(bert, "T4") == pytest.approx(measured, rel=1e-9)
+    # bert was never measured on a K80: it runs at the K80's single speed, and the model says so
+    assert ("bert-squad", "K80") in perf.fallbacks
+    assert perf.model_gpu_speed(bert, "K80") == perf.gpu_speed("K80")
+    assert ("resnet18-cifar10", "K80") not in perf.fallbacks
+    doc = json.loads((Path(perf.constants_path)).read_text())
+    assert "K80" in doc["model_gpu_speed"]["resnet18-cifar10"]

@@ -403,8 +403,38 @@ def test_pollux_workload(traces_dir: Path) -> None:
 def test_pollux_workload_needs_the_measurements(tmp_path: Path) -> None:
     head = "name,time,application,num_replicas,batch_size\n"
     p = write(tmp_path, "w.csv", head + "a,1,cifar10,1,128\n")
-    with pytest.raises(FileNotFoundError, match=r"w\.csv: Pollux's application measurements not found"):
+    with pytest.raises(FileNotFoundError, match=r"w\.csv: the applications' measurements were not found.*profiles=DIR"):
         load_pollux(p)
+    # the option the message names is accepted and read; a folder lacking an application is refused by name
+    (tmp_path / "profiles").mkdir()
+    with pytest.raises(ValueError, match=r"application 'cifar10' has no measurements folder"):
+        parse_workload_spec(f"pollux:{p},profiles={tmp_path / 'profiles'}", cluster_gpus=64, seed=0)
+
+
+def test_sia_workload_with_per_type_profiles(traces_dir: Path) -> None:
+    """Sia's Philly workloads with ``profiles=`` its per-GPU-type folder: a job's step times on each type
+    are that type's measured rows, its per-GPU batch held to that type's memory (deepspeech2: 57 on an
+    RTX 2080 Ti); an optional ``category`` column marks rigid jobs."""
+    sia = traces_dir / "sia-sosp23"
+    w = parse_workload_spec(
+        f"pollux:{sia}/workloads/philly/workload-1.csv,profiles={sia}/traces", cluster_gpus=64, seed=0
+    )
+    assert len(w) == 160 and w.rigid is None
+    ds2 = load_application(sia / "traces", "deepspeech2")
+    assert ds2.per_type and set(ds2.steps_by_type) >= {"T4", "RTX2080Ti", "A100"}
+    assert ds2.on("RTX2080Ti").max_local_bsz == 57
+    rtx = ds2.on("RTX2080Ti")
+    rows = [r for r in csv.DictReader((sia / "traces/deepspeech2/placements-rtx.csv").open()) if r["placement"] == "2"]
+    r = rows[0]
+    assert rtx.step_time((2,), float(r["local_bsz"])) == pytest.approx((float(r["step_time"]), float(r["sync_time"])))
+    assert ds2.on("T4").step_time((2,), float(r["local_bsz"])) != rtx.step_time((2,), float(r["local_bsz"]))
+
+
+def test_pollux_category_column_marks_rigid_jobs(tmp_path: Path, pollux_dir: Path) -> None:
+    head = "name,time,application,num_replicas,batch_size,category\n"
+    p = write(tmp_path, "w.csv", head + "a,1,cifar10,2,128,rigid\nb,2,cifar10,1,128,adaptive\n")
+    w = load_pollux(p, traces=pollux_dir / "traces")
+    assert w.rigid.tolist() == [True, False]
 
 
 def test_pollux_errors(tmp_path: Path) -> None:

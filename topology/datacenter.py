@@ -80,6 +80,47 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
         "rack_oversubscription": 2,
         "pod_oversubscription": 4,
     },
+    # Sia's (SOSP'23) heterogeneous cluster as its simulator configures it: 6 x 4 T4 (g4dn.12xlarge),
+    # 3 x 8 RTX 2080 Ti, 2 x 8 A100 (DGX A100, NVLink) = 64 GPUs; one server per rack, non-blocking.
+    "sia-hetero": {
+        "name": "sia-hetero",
+        "pods": 1,
+        "racks_per_pod": 11,
+        "servers_per_rack": 1,
+        "rack_oversubscription": 1,
+        "pod_oversubscription": 1,
+        "mix": [
+            {"gpu_type": "T4", "fraction": 6 / 11, "server": "g4dn-12xlarge"},
+            {"gpu_type": "RTX2080Ti", "fraction": 3 / 11, "server": "pcie-8-50g"},
+            {"gpu_type": "A100", "fraction": 2 / 11, "server": "nvswitch-8"},
+        ],
+    },
+    # Sia's homogeneous comparison: 16 x 4 T4 (g4dn.12xlarge), 64 GPUs.
+    "sia-homogeneous": {
+        "name": "sia-homogeneous",
+        "pods": 1,
+        "racks_per_pod": 1,
+        "servers_per_rack": 16,
+        "server": "g4dn-12xlarge",
+        "gpu_type": "T4",
+        "rack_oversubscription": 1,
+        "pod_oversubscription": 1,
+    },
+    # small's 32 servers x 8 GPUs with Gavel's three measured generations: 12 V100 (NVSwitch), 10 P100 and
+    # 10 K80 servers (PCIe), two servers per rack, racks of each generation spread over both pods.
+    "small-hetero": {
+        "name": "small-hetero",
+        "pods": 2,
+        "racks_per_pod": 8,
+        "servers_per_rack": 2,
+        "rack_oversubscription": 1,
+        "pod_oversubscription": 2,
+        "mix": [
+            {"gpu_type": "V100", "fraction": 1 / 3, "server": "nvswitch-8"},
+            {"gpu_type": "P100", "fraction": 1 / 3, "server": "pcie-8"},
+            {"gpu_type": "K80", "fraction": 1 / 3, "server": "pcie-8"},
+        ],
+    },
     # Pollux's testbed (OSDI'21): 16 nodes x 4 T4 GPUs, where its applications' step times were measured.
     "pollux-testbed": {
         "name": "pollux-testbed",

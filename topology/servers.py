@@ -28,6 +28,8 @@ GPU_LINKS: dict[str, GpuLinks] = {
     "T4": GpuLinks(None, 15.75),  # PCIe 3.0 x16
     "P100": GpuLinks(80.0, 15.75),  # NVLink 1: 4 links x 20 GB/s (160 GB/s bidirectional)
     "V100": GpuLinks(150.0, 15.75),  # NVLink 2: 6 links x 25 GB/s (300 GB/s bidirectional)
+    "RTX2080Ti": GpuLinks(None, 15.75),  # PCIe 3.0 x16 (its 2-way NVLink bridge is not a server fabric)
+    "RTX6000": GpuLinks(None, 15.75),  # Quadro RTX 6000, PCIe 3.0 x16 (2-way NVLink bridge only)
     "A10": GpuLinks(None, 31.5),  # PCIe 4.0 x16
     "A100": GpuLinks(300.0, 31.5),  # NVLink 3: 12 links x 25 GB/s (600 GB/s bidirectional), PCIe 4.0
     "H100": GpuLinks(450.0, 63.0),  # NVLink 4: 18 links x 25 GB/s (900 GB/s bidirectional), PCIe 5.0
@@ -106,5 +108,11 @@ SERVER_PRESETS: dict[str, ServerSpec] = {
         ServerSpec("pcie-8", gpus=8, sockets=2, nic_bw=100 * GBIT),
         # One socket with 4 GPUs on one PCIe switch; one 100 Gb/s NIC.
         ServerSpec("pcie-4", gpus=4, sockets=1, nic_bw=100 * GBIT),
+        # AWS g4dn.12xlarge, where Pollux and Sia profiled their T4s: 4 GPUs, 50 Gb/s network.
+        ServerSpec("g4dn-12xlarge", gpus=4, sockets=1, nic_bw=50 * GBIT),
+        # Sia's RTX 2080 Ti nodes: 8 GPUs on two PCIe switches, 50 Gb/s network.
+        ServerSpec("pcie-8-50g", gpus=8, sockets=2, nic_bw=50 * GBIT),
+        # Sia's Quadro RTX 6000 node: 4 GPUs on one PCIe switch, 50 Gb/s network.
+        ServerSpec("pcie-4-50g", gpus=4, sockets=1, nic_bw=50 * GBIT),
     )
 }

@@ -39,6 +39,7 @@ class ElasticPolicy(PolicyScheduler):
 
     preemptive = True
     elastic = True  # the simulator lets its jobs resize and change batch size
+    one_gpu_type = True  # its placements keep each job on one GPU type (Sia's rule on mixed clusters)
     wants_all_points = True  # it grows running jobs even when nobody waits
     honours_cap = True  # its allocate() respects self.cap, so a rerun after fragmentation can help
 
@@ -215,6 +216,8 @@ class ElasticPolicy(PolicyScheduler):
         server_gpus = [np.flatnonzero(topo.gpu_server == s) for s in range(topo.num_servers)]
         taken = np.zeros(topo.num_gpus, dtype=bool)
         multi = np.zeros(topo.num_servers, dtype=bool)  # node holds a multi-node job
+        # a job's nodes share one GPU type unless the simulation lets jobs mix types
+        types = None if getattr(view, "mix_gpu_types", True) else np.asarray(topo.server_gpu_type)
         out: list[np.ndarray | None] = [None] * len(jobs)
         for i, j in enumerate(jobs.tolist()):
             if counts[i] and counts[i] == cur[i]:
@@ -231,7 +234,7 @@ class ElasticPolicy(PolicyScheduler):
             free = np.array([int((~taken[g]).sum()) for g in server_gpus])
             chosen = None
             while n >= max(int(least[i]), 1):
-                chosen = self._fit(free, multi, n)
+                chosen = self._fit(free, multi, n, types)
                 if chosen is not None:
                     break
                 n -= 1
@@ -252,19 +255,25 @@ class ElasticPolicy(PolicyScheduler):
             out[i] = g
         return out
 
-    def _fit(self, free: np.ndarray, multi: np.ndarray, n: int) -> list[int] | None:
+    def _fit(self, free: np.ndarray, multi: np.ndarray, n: int, types: np.ndarray | None = None) -> list[int] | None:
         """Servers for ``n`` GPUs: the fullest node that fits them, else the emptiest nodes with no other
-        multi-node job (as few as possible, at most ``max_nodes``)."""
+        multi-node job (as few as possible, at most ``max_nodes``). With ``types`` (each server's GPU type),
+        the nodes share one type: the type that needs the fewest nodes (then has the most free GPUs)."""
         fits = np.flatnonzero(free >= n)
         if len(fits):
             return [int(fits[np.argmin(free[fits])])]
-        cand = np.flatnonzero((free > 0) & ~multi)
-        cand = cand[np.lexsort((cand, -free[cand]))][: self.max_nodes]
-        total = np.cumsum(free[cand])
-        if not len(total) or total[-1] < n:
-            return None
-        k = int(np.searchsorted(total, n)) + 1
-        return cand[:k].tolist()
+        best = None
+        for mask in [None] if types is None else [types == t for t in np.unique(types).tolist()]:
+            ok = (free > 0) & ~multi if mask is None else (free > 0) & ~multi & mask
+            cand = np.flatnonzero(ok)
+            cand = cand[np.lexsort((cand, -free[cand]))][: self.max_nodes]
+            total = np.cumsum(free[cand])
+            if not len(total) or total[-1] < n:
+                continue
+            k = int(np.searchsorted(total, n)) + 1
+            if best is None or (k, -int(total[-1])) < best[0]:
+                best = ((k, -int(total[-1])), cand[:k].tolist())
+        return None if best is None else best[1]
 
     # -- decisions ------------------------------------------------------------------------------------------
     def _decisions(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, placement: list, plans: list):

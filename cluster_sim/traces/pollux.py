@@ -1,9 +1,11 @@
 """Loader for Pollux's evaluation workloads (``pollux-osdi21/workloads/workload-N.csv``).
 
-Columns ``name,time,application,num_replicas,batch_size``. The files carry no duration: a job trains its
-application for a fixed number of epochs, so its length follows from Pollux's measurements of that
-application (:mod:`cluster_sim.pollux_apps`, read from the ``traces/`` folder beside the workloads),
-its batch size and its replicas. Nothing is drawn at random.
+Columns ``name,time,application,num_replicas,batch_size``, and optionally Sia's ``category`` (``rigid``
+keeps a job's GPU count under elastic schedulers; any other value, or none, leaves it adaptive). The files
+carry no duration: a job trains its application for a fixed number of epochs, so its length follows from
+the measurements of that application (:mod:`cluster_sim.pollux_apps`, read from the ``traces/`` folder
+beside the workloads, or from ``profiles=DIR``: Sia's per-GPU-type profiles are ``DIR/<app>/placements-
+<gpu>.csv``), its batch size and its replicas. Nothing is drawn at random.
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ import numpy as np
 
 from cluster_sim.model_zoo import MODEL_NAMES, ZOO, model_index
 from cluster_sim.pollux_apps import load_application
-from cluster_sim.traces.table import float_column, int_column, open_trace, read_csv_columns, require
+from cluster_sim.traces.table import (
+    TraceFormatError,
+    float_column,
+    int_column,
+    open_trace,
+    read_csv_columns,
+    require,
+)
 from cluster_sim.traces.window import check_window_options, window
 from cluster_sim.workload import Workload
 
@@ -44,6 +53,12 @@ def load_pollux(
     check_window_options(time_range, max_jobs, arrival_scale)
     p = open_trace(path, "pollux")
     cols, lines = read_csv_columns(p, POLLUX_COLUMNS)
+    rigid = None
+    with open(p, encoding="utf-8") as f:
+        has_category = "category" in [h.strip() for h in f.readline().split(",")]
+    if has_category:
+        category = np.char.strip(read_csv_columns(p, ("category",))[0]["category"])
+        rigid = category == "rigid"
     time = float_column(cols["time"], "time", lines, p)
     replicas = int_column(cols["num_replicas"], "num_replicas", lines, p)
     batch = int_column(cols["batch_size"], "batch_size", lines, p)
@@ -59,9 +74,18 @@ def load_pollux(
     tdir = Path(traces) if traces is not None else p.resolve().parent.parent / "traces"
     if not tdir.is_dir():
         raise FileNotFoundError(
-            f"{p}: Pollux's application measurements not found at {tdir}; they sit in pollux-osdi21/traces/ "
-            "beside the workloads folder (or pass traces=PATH)"
+            f"{p}: the applications' measurements were not found at {tdir}; they sit in traces/ beside the "
+            "workloads folder (pollux-osdi21/traces/), or name the folder with the workload option "
+            "profiles=DIR (e.g. pollux:sia-sosp23/workloads/philly/workload-1.csv,profiles=sia-sosp23/traces)"
         )
+    for a in np.unique(apps).tolist():
+        if not (tdir / a).is_dir():
+            raise TraceFormatError(
+                p,
+                None,
+                f"application {a!r} has no measurements folder {tdir / a}; profiles=DIR must hold "
+                "<app>/placements*.csv and validation-*.csv for every application of the workload",
+            )
     uniq, inv = np.unique(apps, return_inverse=True)
     model_of = np.array([model_index(APPLICATION_MODELS[str(a)]) for a in uniq], dtype=np.int16)
     inv = inv.reshape(-1)
@@ -86,5 +110,6 @@ def load_pollux(
         tenants=("default",),
         source="pollux",
         meta={"path": str(p), "pollux_traces": str(tdir.resolve())},
+        rigid=None if rigid is None else rigid[order],
     )
     return window(w, time_range=time_range, max_jobs=max_jobs, arrival_scale=arrival_scale)

@@ -92,6 +92,7 @@ def window(
         tenants=w.tenants,
         source=w.source,
         meta=meta,
+        rigid=None if w.rigid is None else w.rigid[sl].copy(),
     )
 
 
