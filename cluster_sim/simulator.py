@@ -94,8 +94,9 @@ class Simulator:
     On a cluster of several GPU types a job runs on one type at a time (Sia's rule; a decision that mixes
     types is refused) unless ``mix_gpu_types``. ``None`` (the default) holds jobs to one type when the
     scheduler keeps that rule (``one_gpu_type = True``: the elastic policies, ``sia``, ``gavel``) and lets
-    the rigid heuristics' placements, which do not look at types, mix them; a job of an application profiled per type runs at that
-    type's measured step times, its per-GPU batch held to that type's memory. ``app_restart_costs`` charges
+    the rigid heuristics' placements, which do not look at types, mix them. A job of an application
+    profiled per type runs at that type's measured step times, its per-GPU batch held to that type's memory.
+    ``app_restart_costs`` charges
     each application's own restart cost (:data:`cluster_sim.gpu_profiles.RESTART_COST`, Sia's) on every
     allocation, the first included, instead of ``start_cost``/``restart_cost``; ``calibration`` divides its
     progress rate by Sia's calibration slowdown (:data:`cluster_sim.gpu_profiles.CALIBRATION_SLOWDOWN`).
