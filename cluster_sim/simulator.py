@@ -461,6 +461,9 @@ class Simulator:
         if bar is not None:
             bar.update(self._done - last_done)
             bar.close()
+        # a periodic policy is called at every event but decides once a round: its own round times are the figure
+        if getattr(scheduler, "round_seconds", None) is not None:
+            self._round_seconds = list(scheduler.round_seconds)
         return self.result(scheduler.name, _time.perf_counter() - wall0)
 
     def advance(self) -> bool:

@@ -26,6 +26,8 @@ Named defaults:
   :mod:`cluster_sim.policies.optimus_elastic`.
 - ``afs``: AFS-style elastic share: each further GPU to the largest marginal throughput per GPU.
 - ``ones``: ONES' online evolutionary search over batch sizes, GPUs following the batch.
+- ``sia``: Sia's heterogeneity-aware choice of GPU type, GPU count and batch size per job by an integer
+  program every 60 s (:mod:`cluster_sim.policies.sia`).
 - ``random``: random order, random GPUs.
 - ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
   packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
@@ -48,6 +50,7 @@ from cluster_sim.policies.optimus_elastic import ElasticOptimus
 from cluster_sim.policies.pollux import Pollux
 from cluster_sim.policies.qssf import QSSF
 from cluster_sim.policies.randomized import RandomOrder
+from cluster_sim.policies.sia import Sia
 from cluster_sim.policies.sjf import SJF
 from cluster_sim.policies.srtf import SRTF
 from cluster_sim.policies.tiresias import Tiresias
@@ -96,6 +99,7 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "optimus": lambda seed=0, **options: ElasticOptimus(seed=seed, **options),
     "afs": lambda seed=0, **options: AFS(seed=seed, **options),
     "ones": lambda seed=0, **options: ONES(seed=seed, **options),
+    "sia": lambda seed=0, **options: Sia(seed=seed, **options),
     "pack-none": lambda seed=0, **options: GpuPacking(mode="none", seed=seed, **options),
     "pack-blind": lambda seed=0, **options: GpuPacking(mode="blind", seed=seed, **options),
 }
@@ -148,6 +152,7 @@ __all__ = [
     "PolicyScheduler",
     "Pollux",
     "RandomOrder",
+    "Sia",
     "Tiresias",
     "get_policy",
     "make_scheduler",

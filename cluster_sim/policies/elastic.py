@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -67,6 +68,7 @@ class ElasticPolicy(PolicyScheduler):
         super().reset(view)
         self._restarts = np.full(len(view.jobs), -1, dtype=np.int64)  # -1: never allocated
         self.rounds = 0
+        self.round_seconds: list[float] = []  # wall time of each round that decided
         self._memo: dict[int, tuple[tuple, object]] = {}
         self._round: tuple | None = None
 
@@ -116,6 +118,7 @@ class ElasticPolicy(PolicyScheduler):
         if not len(jobs):
             return []
         self.rounds += 1
+        t0 = time.perf_counter()
         # least attained service first, then arrival: ties in every search go to these jobs
         att = np.array([view.attained_service(int(j)) for j in jobs])
         jobs = jobs[np.lexsort((view.jobs.arrival[jobs], att))]
@@ -127,6 +130,7 @@ class ElasticPolicy(PolicyScheduler):
         decisions = self._decisions(view, jobs, cur, placement, plans)
         # re-optimise at the next tick even if nothing happens by then (jobs grow as they are profiled)
         view.wake_at(view.now + self.interval)
+        self.round_seconds.append(time.perf_counter() - t0)
         return decisions
 
     def _allocate_placed(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, least: np.ndarray):
@@ -210,8 +214,16 @@ class ElasticPolicy(PolicyScheduler):
 
     # -- placement of the counts ------------------------------------------------------------------------------
     def _place(
-        self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, counts: np.ndarray, least: np.ndarray
+        self,
+        view: SchedulerView,
+        jobs: np.ndarray,
+        cur: np.ndarray,
+        counts: np.ndarray,
+        least: np.ndarray,
+        job_types: np.ndarray | None = None,
     ) -> list:
+        """GPUs for each job's count (None: none); ``job_types``: the GPU type index each job must run on
+        (-1: any), for policies that choose the type (``sia``, ``gavel``)."""
         topo = view.topo
         server_gpus = [np.flatnonzero(topo.gpu_server == s) for s in range(topo.num_servers)]
         taken = np.zeros(topo.num_gpus, dtype=bool)
@@ -234,7 +246,10 @@ class ElasticPolicy(PolicyScheduler):
             free = np.array([int((~taken[g]).sum()) for g in server_gpus])
             chosen = None
             while n >= max(int(least[i]), 1):
-                chosen = self._fit(free, multi, n, types)
+                only = (
+                    None if job_types is None or job_types[i] < 0 else np.asarray(topo.server_gpu_type) == job_types[i]
+                )
+                chosen = self._fit(free, multi, n, types, only)
                 if chosen is not None:
                     break
                 n -= 1
@@ -255,10 +270,20 @@ class ElasticPolicy(PolicyScheduler):
             out[i] = g
         return out
 
-    def _fit(self, free: np.ndarray, multi: np.ndarray, n: int, types: np.ndarray | None = None) -> list[int] | None:
+    def _fit(
+        self,
+        free: np.ndarray,
+        multi: np.ndarray,
+        n: int,
+        types: np.ndarray | None = None,
+        only: np.ndarray | None = None,
+    ) -> list[int] | None:
         """Servers for ``n`` GPUs: the fullest node that fits them, else the emptiest nodes with no other
         multi-node job (as few as possible, at most ``max_nodes``). With ``types`` (each server's GPU type),
-        the nodes share one type: the type that needs the fewest nodes (then has the most free GPUs)."""
+        the nodes share one type: the type that needs the fewest nodes (then has the most free GPUs).
+        ``only``: a mask of the servers allowed (one GPU type's)."""
+        if only is not None:
+            free = np.where(only, free, 0)
         fits = np.flatnonzero(free >= n)
         if len(fits):
             return [int(fits[np.argmin(free[fits])])]
