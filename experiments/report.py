@@ -135,8 +135,10 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         f"on {cluster}",
         "",
         f"{what} (seeds {cfg.seeds}), interference `{cfg.interference}`, restart cost {cfg.restart_cost:g} s, "
-        f"start cost {cfg.start_cost:g} s; {len(specs)} simulations, each a Ray task. Values are mean ± std over "
-        f"{over}.",
+        f"start cost {cfg.start_cost:g} s"
+        + ("; each application's own restart cost on every allocation (Sia's)" if cfg.app_restart_costs else "")
+        + ("; Sia's calibration slowdowns" if cfg.calibration else "")
+        + f"; {len(specs)} simulations, each a Ray task. Values are mean ± std over {over}.",
         "",
     ]
     if train_info is not None and cfg.train_config is not None:

@@ -146,6 +146,8 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
                 "interference_data": absolute_spec(cfg.interference_data) if cfg.interference_data else None,
                 "restart_cost": cfg.restart_cost,
                 "start_cost": cfg.start_cost,
+                "app_restart_costs": cfg.app_restart_costs,
+                "calibration": cfg.calibration,
                 "perf_model": cfg.perf_model,
                 "timeline_points": cfg.timeline_points,
                 "plugins": [absolute_target(t) for t in cfg.plugins],

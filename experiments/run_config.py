@@ -72,6 +72,8 @@ class ExperimentConfig:
     interference_data: str | None = None  # oracle: gavel:PATH of measured pairs; learned: model file
     restart_cost: float = 30.0
     start_cost: float = 0.0  # seconds every job's first start stalls too (Pollux charges 30 s)
+    app_restart_costs: bool = False  # each application's own restart cost on every allocation (Sia's)
+    calibration: bool = False  # Sia's per-application calibration slowdowns
     perf_model: bool = True
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     schedulers: list[str] = field(default_factory=lambda: ["fifo", "sjf", "tiresias"])

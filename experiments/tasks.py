@@ -46,6 +46,8 @@ def build_eval_simulator(spec: Mapping[str, Any]) -> Any:
         restart_cost=spec["restart_cost"],
         perf_model=spec["perf_model"],
         start_cost=spec.get("start_cost", 0.0),
+        app_restart_costs=spec.get("app_restart_costs", False),
+        calibration=spec.get("calibration", False),
     )
 
 

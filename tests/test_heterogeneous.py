@@ -1,0 +1,124 @@
+"""Heterogeneous GPU clusters: Sia's per-type profiles in the simulator, one GPU type per job, and the
+``sia`` policy's allocations (feasible, one configuration per job, within each type's GPUs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster_sim.build import build_simulator
+from cluster_sim.gpu_profiles import RESTART_COST
+from cluster_sim.policies import get_policy
+from cluster_sim.policies.sia import configurations
+from cluster_sim.protocol import InvalidDecision, Start
+from topology import build_cluster
+
+
+@pytest.fixture(scope="module")
+def sia_dir(traces_dir: Path) -> Path:
+    d = traces_dir / "sia-sosp23"
+    if not (d / "traces" / "bert" / "placements-dgx-ext.csv").is_file():
+        pytest.skip("Sia's profiles not present")
+    return d
+
+
+def sia_sim(sia_dir: Path, jobs: int, **options):
+    spec = f"pollux:{sia_dir}/workloads/philly/workload-1.csv,profiles={sia_dir}/traces,max_jobs={jobs}"
+    return build_simulator("sia-hetero", spec, app_restart_costs=True, calibration=True, **options)
+
+
+def test_presets_match_sias_clusters() -> None:
+    v = build_cluster("sia-hetero").view
+    per_type = {t: int(v.server_num_gpus[v.server_gpu_type == i].sum()) for i, t in enumerate(v.gpu_types)}
+    assert per_type == {"T4": 24, "RTX2080Ti": 24, "A100": 16}
+    assert sorted(v.server_num_gpus.tolist()) == [4] * 6 + [8] * 5
+    homo = build_cluster("sia-homogeneous").view
+    assert homo.num_gpus == 64 and homo.gpu_types == ("T4",) and set(homo.server_num_gpus.tolist()) == {4}
+    small = build_cluster("small-hetero").view
+    assert small.num_servers == 32 and set(small.gpu_types) == {"V100", "P100", "K80"}
+    counts = np.bincount(small.server_gpu_type)
+    assert counts.max() - counts.min() <= 2
+
+
+def test_a_job_runs_at_its_types_measured_speed_and_on_one_type(sia_dir: Path) -> None:
+    sim = sia_sim(sia_dir, 4)
+    sim.elastic = True
+    sim.mix_gpu_types = False
+    sim.reset()
+    sim.advance()
+    v = sim.topo
+    job = int(sim.queue[0])
+    t4 = np.flatnonzero(v.server_gpu_type[v.gpu_server] == v.gpu_types.index("T4"))
+    a100 = np.flatnonzero(v.server_gpu_type[v.gpu_server] == v.gpu_types.index("A100"))
+    with pytest.raises(InvalidDecision, match="one GPU type at a time"):
+        sim.apply([Start(job, np.array([t4[0], a100[0]]))])
+    sim.apply([Start(job, a100[:1])])
+    app = sim.app_on_type(job)
+    assert app.gpu_type == "A100" and not app.estimated
+    base = sim.application(job)
+    assert app.steps is base.steps_by_type["A100"]
+    # its progress rate is the A100 profile's, divided by Sia's calibration slowdown for the application
+    from cluster_sim.gpu_profiles import CALIBRATION_SLOWDOWN
+
+    expected = app.rate((1,), sim.batch_size(job), 0) / CALIBRATION_SLOWDOWN[base.name]
+    assert sim._speed[job] == pytest.approx(expected)
+    assert sim._stall_until[job] == pytest.approx(sim.now + RESTART_COST[base.name])
+
+
+def test_sia_allocations_are_feasible_and_one_type_per_job(sia_dir: Path) -> None:
+    """Every round of ``sia``: each job on one GPU type, within its GPU range, the per-GPU batch within
+    that type's memory limit, no GPU given twice; the run finishes every job, and the same run twice gives
+    the same schedule."""
+    sim = sia_sim(sia_dir, 40)
+    policy = get_policy("sia")
+    topo = sim.topo
+    checked = 0
+
+    class Checking:
+        name, elastic, one_gpu_type, wants_all_points = "sia", True, True, True
+
+        def reset(self, view):
+            policy.reset(view)
+
+        def schedule(self, view):
+            nonlocal checked
+            decisions = policy.schedule(view)
+            held: dict[int, int] = {}
+            for d in decisions:
+                gpus = getattr(d, "gpus", None)
+                if gpus is None:
+                    continue
+                types = topo.server_gpu_type[topo.gpu_server[np.asarray(gpus)]]
+                assert (types == types[0]).all(), "a job spans GPU types"
+                lo, hi = view.gpu_range(d.job)
+                assert lo <= len(gpus) <= hi
+                for g in np.asarray(gpus).tolist():
+                    assert held.setdefault(g, d.job) == d.job, "GPU given twice"
+                app = view.app_on_type(d.job, topo.gpu_types[int(types[0])])
+                batch = d.batch_size if d.batch_size is not None else view.batch_size(d.job)
+                atomic, _ = app.batch_plan(int(batch), len(gpus))
+                assert atomic <= app.max_local_bsz
+                checked += 1
+            return decisions
+
+    result = sim.run(Checking())
+    assert result.metrics()["jobs_completed"] == 40 and checked > 40
+    again = sia_sim(sia_dir, 40).run(get_policy("sia"))
+    assert np.array_equal(again.end, result.end)
+    # the per-type GPU-hours add up to what each job held
+    assert np.allclose(result.attained_by_type.sum(axis=1), result.attained)
+    assert result.metrics()["round_ms_p50"] > 0
+
+
+def test_sia_uses_the_fast_type_where_it_pays(sia_dir: Path) -> None:
+    """Type-aware beats type-unaware on the mixed cluster: the same 60 jobs, sia against pollux."""
+    sia = sia_sim(sia_dir, 60).run(get_policy("sia")).metrics()["avg_jct"]
+    pollux = sia_sim(sia_dir, 60).run(get_policy("pollux")).metrics()["avg_jct"]
+    assert sia < 0.9 * pollux
+
+
+def test_configurations_are_sias_tables() -> None:
+    assert configurations(4, 16) == [1, 2] + [4 * k for k in range(1, 17)]
+    assert configurations(8, 3) == [1, 2, 4, 8, 16, 24]
