@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 # marlsched GPU type -> Sia's profile suffix (the machine it was measured on)
 PROFILE_SUFFIX: dict[str, str] = {
     "T4": "aws",  # AWS g4dn.12xlarge, 4 x T4
@@ -61,18 +59,3 @@ def profile_files(app_dir: Path, gpu_type: str) -> tuple[Path, Path] | None:
     if gpu_type == "T4" and (app_dir / "placements.csv").is_file():
         return app_dir / "placements.csv", app_dir / "scalability.csv"
     return None
-
-
-def best_single_gpu_rate(app_dir: Path, gpu_type: str) -> float | None:
-    """Best samples per second on one GPU of ``gpu_type`` over the batch sizes that fit it (its memory
-    decides the largest), or None if the application was not measured there."""
-    from cluster_sim.perf_fit import load_pollux_app
-
-    files = profile_files(app_dir, gpu_type)
-    if files is None:
-        return None
-    m = load_pollux_app(app_dir, files)
-    one = m.from_placements & (m.replicas == 1)
-    if not one.any():
-        return None
-    return float(np.max(m.local_bsz[one] / m.step_time[one]))

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import scipy.optimize
 
+from cluster_sim.gpu_profiles import PROFILE_SUFFIX, profile_files
 from cluster_sim.model_zoo import MODEL_NAMES, ZOO
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "data" / "perf_constants.json"
@@ -266,8 +267,6 @@ def model_gpu_speeds(
 
     Returns ``{model: {gpu type: {"speed": s, "source": text}}}``; a (model, type) pair missing here falls
     back to the type's single speed in ``gpu_speed``, and the simulator counts the jobs that do."""
-    from cluster_sim.gpu_profiles import PROFILE_SUFFIX, best_single_gpu_rate
-
     out: dict[str, dict[str, dict]] = {}
     for spec in ZOO.values():
         table: dict[str, dict] = {}
@@ -302,6 +301,19 @@ def model_gpu_speeds(
         )
         out[spec.name] = {gpu: table[gpu] for gpu in sorted(table)}
     return out
+
+
+def best_single_gpu_rate(app_dir: Path, gpu_type: str) -> float | None:
+    """Best samples per second on one GPU of ``gpu_type`` over the batch sizes that fit it (its memory
+    decides the largest), or None if the application was not measured there."""
+    files = profile_files(app_dir, gpu_type)
+    if files is None:
+        return None
+    m = load_pollux_app(app_dir, files)
+    one = m.from_placements & (m.replicas == 1)
+    if not one.any():
+        return None
+    return float(np.max(m.local_bsz[one] / m.step_time[one]))
 
 
 def sia_type_speeds(per_model: dict[str, dict[str, dict]], types: tuple[str, ...]) -> dict[str, float]:
