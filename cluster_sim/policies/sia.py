@@ -120,6 +120,9 @@ class Sia(ElasticPolicy):
             for c_i, n in enumerate(confs):
                 if not lo_gpus <= n <= hi_gpus:
                     continue
+                if app is None:  # a job with a duration, not a measured application: its GPUs' count alone
+                    good[c_i] = float(n)
+                    continue
                 blo, bhi = view.batch_range(j, n)
                 if view.is_elastic(j):
                     cand = np.unique(np.geomspace(blo, bhi, BATCH_GRID).round().astype(np.int64))
