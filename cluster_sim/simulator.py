@@ -441,6 +441,7 @@ class Simulator:
             self.elastic = bool(getattr(scheduler, "elastic", False))
         if self._mix_setting is None:
             self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not getattr(scheduler, "one_gpu_type", False)
+        self._check_fits_one_type()
         self.reset()
         scheduler.reset(self)
         wall0 = _time.perf_counter()
@@ -622,6 +623,23 @@ class Simulator:
         self._release(job, changed)
         self._occupy(job, gpus, changed)
         self._stall_until[job] = self.now + self._restart_stall[job]
+
+    def _check_fits_one_type(self) -> None:
+        """With one GPU type per job, a job that cannot shrink must fit in the largest type's GPUs, or it
+        would wait for ever."""
+        if self.mix_gpu_types:
+            return
+        per_type = np.bincount(self.topo.server_gpu_type, weights=self.topo.server_num_gpus)
+        largest = int(per_type.max())
+        rigid = np.array([not self.is_elastic(j) for j in range(len(self.jobs))], dtype=bool)
+        too_big = np.flatnonzero(rigid & (self.jobs.num_gpus > largest))
+        if len(too_big):
+            j = int(too_big[0])
+            raise ValueError(
+                f"job {j} asks for {int(self.jobs.num_gpus[j])} GPUs but a job runs on one GPU type and the "
+                f"largest type of cluster {self.topo.name!r} has {largest} ({len(too_big)} such jobs); use an "
+                "elastic scheduler, a cluster with more GPUs of one type, or mix_gpu_types=True"
+            )
 
     def _check_one_type(self, job: int, gpus: np.ndarray, action: str) -> None:
         """A job runs on one GPU type at a time unless the simulation allows mixing (``mix_gpu_types``)."""
@@ -883,6 +901,10 @@ class Simulator:
             self._version[j] += 1
             begin = max(self.now, self._stall_until[j])
             self._push(begin + self._remaining[j] / self._speed[j], _COMPLETION, j, int(self._version[j]))
+
+    def calibration_slowdown(self, job: int) -> float:
+        """The calibration slowdown ``job`` runs under (1: none; Sia's, when ``calibration`` is on)."""
+        return float(self._calibration[job])
 
     def app_on_type(self, job: int, gpu_type: str | None = None):
         """The application ``job`` trains, as it runs on ``gpu_type`` (default: the type it runs on now;

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cluster_sim.placement import FreePool, Placement, get_placement
+from cluster_sim.typed_placement import one_type_placement
 from cluster_sim.workload import Workload
 from topology.partition import Partition
 from topology.view import ClusterView
@@ -46,12 +47,13 @@ def partition_pool(view, part: Partition, sub: ClusterView) -> tuple[LocalView, 
 
 
 def strategies(names: Sequence[str]) -> list[Placement]:
-    """Placement functions by name; "random" is refused because candidates must be reproducible."""
+    """Placement functions by name, each keeping a job on one GPU type; "random" is refused because
+    candidates must be reproducible."""
     if not names:
         raise ValueError("placements must name at least one strategy of cluster_sim.placement.PLACEMENTS")
     if "random" in names:
         raise ValueError("placement 'random' cannot propose candidates (it would draw new GPUs at every look)")
-    return [get_placement(n) for n in names]
+    return [one_type_placement(get_placement(n)) for n in names]  # one GPU type per job, as the heuristics
 
 
 def propose(

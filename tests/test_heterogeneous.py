@@ -122,3 +122,83 @@ def test_sia_uses_the_fast_type_where_it_pays(sia_dir: Path) -> None:
 def test_configurations_are_sias_tables() -> None:
     assert configurations(4, 16) == [1, 2] + [4 * k for k in range(1, 17)]
     assert configurations(8, 3) == [1, 2, 4, 8, 16, 24]
+
+
+def test_gavel_lp_maximises_summed_throughput() -> None:
+    """Two jobs, two types of one GPU each: the LP puts each job where the sum is largest (A on type 0,
+    B on type 1: 4 + 2 > 1 + 3), within one unit of time per job and each type's GPUs."""
+    from cluster_sim.policies.gavel import Gavel
+
+    rates = np.array([[4.0, 1.0], [3.0, 2.0]])
+    x = Gavel().allocation(rates, np.array([1, 1]), np.array([1, 1]))
+    assert np.allclose(x, [[1, 0], [0, 1]], atol=1e-6)
+    # a type too small for a job (rate 0) gets none of its time; shares are fractional when GPUs are scarce
+    x = Gavel().allocation(np.array([[2.0, 0.0], [2.0, 1.0], [2.0, 1.0]]), np.array([2, 2, 2]), np.array([2, 2]))
+    assert x[0, 1] == 0 and np.all(x.sum(axis=1) <= 1 + 1e-9)
+    assert np.all((x * 2).sum(axis=0) <= np.array([2, 2]) + 1e-9)
+    assert (x * np.array([[2.0, 0.0], [2.0, 1.0], [2.0, 1.0]])).sum() == pytest.approx(3.0)
+
+
+def test_gavel_runs_jobs_rigidly_on_one_type_and_finishes_them(sia_dir: Path) -> None:
+    """Every placement ``gavel`` makes: the GPUs the job asked for, its own batch, one type; GPUs per
+    type never exceeded; every job completes; the same run twice gives the same schedule."""
+    sim = sia_sim(sia_dir, 30)
+    policy = get_policy("gavel")
+    topo = sim.topo
+    placed = 0
+
+    class Checking:
+        name, elastic, one_gpu_type, wants_all_points = "gavel", True, True, True
+
+        def reset(self, view):
+            policy.reset(view)
+
+        def schedule(self, view):
+            nonlocal placed
+            decisions = policy.schedule(view)
+            for d in decisions:
+                gpus = getattr(d, "gpus", None)
+                if gpus is None:
+                    continue
+                types = topo.server_gpu_type[topo.gpu_server[np.asarray(gpus)]]
+                assert (types == types[0]).all()
+                assert len(gpus) == int(view.jobs.num_gpus[d.job])
+                assert d.batch_size in (None, int(view.jobs.batch_size[d.job]))
+                placed += 1
+            assert policy.interval == 360.0
+            return decisions
+
+    result = sim.run(Checking())
+    assert result.metrics()["jobs_completed"] == 30 and placed >= 30
+    again = sia_sim(sia_dir, 30).run(get_policy("gavel"))
+    assert np.array_equal(again.end, result.end)
+    assert len(policy.solve_seconds) > 0
+
+
+def test_heuristics_keep_a_job_on_one_type_in_their_stated_order() -> None:
+    """On small-hetero, fifo keeps every job on one GPU type; ``gpu_type='fastest'`` starts a lone job on
+    the type its model is measured fastest on, ``slowest`` on the slowest."""
+    from cluster_sim.typed_placement import type_speeds
+    from cluster_sim.workload import Workload
+
+    w = Workload(
+        arrival=np.zeros(1), num_gpus=np.array([4], dtype=np.int32), duration=np.array([3600.0]),
+        model=np.zeros(1, dtype=np.int16), batch_size=np.array([128], dtype=np.int32),
+        tenant=np.zeros(1, dtype=np.int16), models=("resnet50-imagenet",), tenants=("a",),
+    )  # fmt: skip
+    chosen = {}
+    for order in ("fastest", "slowest", "any"):
+        sim = build_simulator("small-hetero", w)
+        policy = get_policy("fifo", gpu_type=order)
+        res = sim.run(policy)
+        assert res.metrics()["jobs_completed"] == 1
+        types = set(np.flatnonzero(res.attained_by_type[0] > 0).tolist())
+        assert len(types) == 1
+        chosen[order] = sim.topo.gpu_types[types.pop()]
+    sim = build_simulator("small-hetero", w)
+    sim.reset()
+    speeds = dict(zip(sim.topo.gpu_types, type_speeds(sim, 0, 4).tolist(), strict=True))
+    assert chosen["fastest"] == max(speeds, key=speeds.get) == "V100"
+    assert chosen["slowest"] == min(speeds, key=speeds.get) == "K80"
+    with pytest.raises(ValueError, match="gpu_type"):
+        get_policy("fifo", gpu_type="newest")

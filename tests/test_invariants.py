@@ -19,7 +19,7 @@ from topology import build_cluster, parse_spec
 from topology.view import Level
 
 POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus-oracle", "closest-gpus", "random",
-            "fifo+spread", "pollux", "optimus", "afs", "ones")  # fmt: skip
+            "fifo+spread", "pollux", "optimus", "afs", "ones", "gavel", "sia", "qssf@fastest")  # fmt: skip
 
 
 @st.composite
@@ -157,3 +157,87 @@ def test_work_of_a_job_preempted_after_sharing_an_uplink_is_exact():
     assert shared, "another job shared the uplink during job 7's first stint"
     assert r.span[7] < Level.POD  # the last placement alone looks lone
     audit(sim, w, 0.0)
+
+
+TYPED_POLICIES = ("sia", "gavel", "pollux", "tiresias-pollux", "fifo", "qssf", "optimus")
+
+
+@st.composite
+def mixed_scenario(draw):
+    """A cluster of a few servers of each of Sia's three GPU types (at least 16 RTX GPUs, so every rigid job
+    of up to 16 fits on one type), the first jobs of one of Sia's Philly workloads (measured applications,
+    per-type batch limits), a policy and a type preference."""
+    counts = [draw(st.integers(1, 3)), draw(st.integers(2, 3)), draw(st.integers(1, 2))]
+    total = sum(counts)
+    spec = {
+        "name": "prop-mixed", "pods": 1, "racks_per_pod": total, "servers_per_rack": 1,
+        "mix": [
+            {"gpu_type": "T4", "fraction": counts[0] / total, "server": "g4dn-12xlarge"},
+            {"gpu_type": "RTX2080Ti", "fraction": counts[1] / total, "server": "pcie-8-50g"},
+            {"gpu_type": "A100", "fraction": counts[2] / total, "server": "nvswitch-8"},
+        ],
+    }  # fmt: skip
+    return (
+        spec,
+        draw(st.integers(1, 8)),
+        draw(st.integers(4, 12)),
+        draw(st.sampled_from(TYPED_POLICIES)),
+        draw(st.sampled_from(["any", "fastest"])),
+    )
+
+
+@settings(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture], max_examples=20
+)
+@given(mixed_scenario())
+def test_one_type_per_job_and_batch_limits_hold_on_mixed_clusters(traces_dir, case):
+    """Every Start/Resize of every policy on a mixed cluster: GPUs of one type, free or the job's own,
+    the per-GPU batch within the limit the type's memory allows; every job completes."""
+    import pytest
+
+    from cluster_sim.build import build_simulator
+
+    sia = traces_dir / "sia-sosp23"
+    if not (sia / "traces" / "bert" / "placements-dgx-ext.csv").is_file():
+        pytest.skip("Sia's profiles not present")
+    spec, workload, jobs, policy_name, order = case
+    sim = build_simulator(
+        spec,
+        f"pollux:{sia}/workloads/philly/workload-{workload}.csv,profiles={sia}/traces,max_jobs={jobs}",
+        app_restart_costs=True,
+        calibration=True,
+    )
+    options = {"gpu_type": order} if policy_name in ("fifo", "qssf", "tiresias-pollux") else {}
+    policy = get_policy(policy_name, **options)
+    topo = sim.topo
+    checked = 0
+
+    class Checking:
+        name = policy.name
+        elastic = getattr(policy, "elastic", False)
+        one_gpu_type = True
+        wants_all_points = getattr(policy, "wants_all_points", False)
+
+        def reset(self, view):
+            policy.reset(view)
+
+        def schedule(self, view):
+            nonlocal checked
+            decisions = policy.schedule(view)
+            for d in decisions:
+                gpus = getattr(d, "gpus", None)
+                if gpus is None:
+                    continue
+                gpus = np.asarray(gpus)
+                types = topo.server_gpu_type[topo.gpu_server[gpus]]
+                assert (types == types[0]).all(), f"{policy.name}: job {d.job} spans GPU types"
+                app = view.app_on_type(d.job, topo.gpu_types[int(types[0])])
+                batch = getattr(d, "batch_size", None)
+                batch = view.batch_size(d.job) if batch is None else batch
+                atomic, _ = app.batch_plan(int(batch), len(gpus))
+                assert atomic <= app.max_local_bsz, f"{policy.name}: per-GPU batch {atomic} over the type's limit"
+                checked += 1
+            return decisions
+
+    r = sim.run(Checking())
+    assert r.metrics()["jobs_completed"] == jobs and checked >= jobs

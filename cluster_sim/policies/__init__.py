@@ -28,6 +28,8 @@ Named defaults:
 - ``ones``: ONES' online evolutionary search over batch sizes, GPUs following the batch.
 - ``sia``: Sia's heterogeneity-aware choice of GPU type, GPU count and batch size per job by an integer
   program every 60 s (:mod:`cluster_sim.policies.sia`).
+- ``gavel``: Gavel's heterogeneity-aware max-sum-throughput time shares per GPU type (an LP), realised in
+  360 s rounds; jobs keep the GPU count and batch they asked for (:mod:`cluster_sim.policies.gavel`).
 - ``random``: random order, random GPUs.
 - ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
   packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
@@ -43,6 +45,7 @@ from cluster_sim.policies.afs import AFS
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.drf import DRF
 from cluster_sim.policies.fifo import FIFO
+from cluster_sim.policies.gavel import Gavel
 from cluster_sim.policies.gpu_packing import GpuPacking
 from cluster_sim.policies.ones import ONES
 from cluster_sim.policies.optimus import Optimus
@@ -54,6 +57,7 @@ from cluster_sim.policies.sia import Sia
 from cluster_sim.policies.sjf import SJF
 from cluster_sim.policies.srtf import SRTF
 from cluster_sim.policies.tiresias import Tiresias
+from cluster_sim.typed_placement import GPU_TYPE_ORDERS
 
 ORDERINGS: dict[str, type[PolicyScheduler]] = {
     cls.ordering: cls for cls in (FIFO, SJF, SRTF, Tiresias, DRF, Optimus, QSSF, RandomOrder)
@@ -100,6 +104,7 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "afs": lambda seed=0, **options: AFS(seed=seed, **options),
     "ones": lambda seed=0, **options: ONES(seed=seed, **options),
     "sia": lambda seed=0, **options: Sia(seed=seed, **options),
+    "gavel": lambda seed=0, **options: Gavel(seed=seed, **options),
     "pack-none": lambda seed=0, **options: GpuPacking(mode="none", seed=seed, **options),
     "pack-blind": lambda seed=0, **options: GpuPacking(mode="blind", seed=seed, **options),
 }
@@ -124,7 +129,17 @@ def policy_names() -> list[str]:
 def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
     """A fresh scheduler for a named policy or an ``ORDERING+PLACEMENT`` combination. ``options`` go to
     its constructor (``thresholds``, ``interval``, ``name`` ...; a named policy's own settings are the
-    defaults they override); an option the scheduler does not take is a ``TypeError`` naming it."""
+    defaults they override); an option the scheduler does not take is a ``TypeError`` naming it.
+    ``NAME@ORDER`` (``qssf@fastest``) is ``NAME`` with ``gpu_type=ORDER``: on a cluster of several GPU
+    types, the order in which a heuristic tries the types for a job (:mod:`cluster_sim.typed_placement`)."""
+    base, at, order = name.partition("@")
+    if at:
+        if order not in GPU_TYPE_ORDERS:
+            raise ValueError(f"scheduler {name!r}: GPU type order {order!r} is not one of {', '.join(GPU_TYPE_ORDERS)}")
+        policy = get_policy(base, seed, **{"gpu_type": order, **options})
+        if "name" not in options:
+            policy.name = name
+        return policy
     if name in POLICIES:
         return POLICIES[name](seed, **options) if options else POLICIES[name](seed)
     ordering, plus, placement = name.partition("+")
@@ -147,6 +162,7 @@ __all__ = [
     "SJF",
     "SRTF",
     "ElasticOptimus",
+    "Gavel",
     "GpuPacking",
     "Optimus",
     "PolicyScheduler",

@@ -21,6 +21,7 @@ import numpy as np
 
 from cluster_sim.placement import FreePool, Placement, get_placement
 from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
+from cluster_sim.typed_placement import GPU_TYPE_ORDERS, one_type_placement
 
 _FIRST_CHUNK, _CHUNK = 8, 64  # jobs converted to Python ints at a time by start_in_order
 _FEW_NEEDS = 96  # jobs up to which admitted_by_budget goes through them in Python
@@ -64,12 +65,15 @@ class PolicyScheduler:
     ``backfill``: when a job cannot start, try the jobs behind it (True) or stop there (False: strict
     order, no job overtakes a blocked one). ``seed`` seeds the generator used by random choices, so one
     seed gives one result bit for bit. ``interval``: decide only every so many seconds (0: at every
-    event), see :meth:`on_tick`.
+    event), see :meth:`on_tick`. ``gpu_type``: on a cluster of several GPU types each job gets GPUs of
+    one type, tried in this order: ``any`` (type-blind, most free first), ``fastest`` (the job's
+    fastest type first), ``slowest`` (see :mod:`cluster_sim.typed_placement`).
     """
 
     ordering = "base"
     preemptive = False
     default_backfill = True
+    one_gpu_type = True  # its placements keep each job on one GPU type (cluster_sim.typed_placement)
 
     def __init__(
         self,
@@ -79,15 +83,19 @@ class PolicyScheduler:
         backfill: bool | None = None,
         name: str | None = None,
         interval: float = 0.0,
+        gpu_type: str = "any",
     ) -> None:
         get_placement(placement, np.random.default_rng(0))  # fail now on an unknown name
+        if gpu_type not in GPU_TYPE_ORDERS:
+            raise ValueError(f"gpu_type must be one of {', '.join(GPU_TYPE_ORDERS)}, got {gpu_type!r}")
+        self.gpu_type = gpu_type
         if interval < 0:
             raise ValueError(f"scheduling interval must be >= 0 seconds (0: at every event), got {interval}")
         self.interval = float(interval)
         self.placement_name = placement
         self.seed = int(seed)
         self.backfill = self.default_backfill if backfill is None else bool(backfill)
-        self.name = name or f"{self.ordering}+{placement}"
+        self.name = name or f"{self.ordering}+{placement}" + ("" if gpu_type == "any" else f"@{gpu_type}")
         self.rng = np.random.Generator(np.random.PCG64(self.seed))
         self.place: Placement = get_placement(placement, self.rng)
 
@@ -96,7 +104,7 @@ class PolicyScheduler:
 
     def reset(self, view: SchedulerView) -> None:
         self.rng = np.random.Generator(np.random.PCG64(self.seed))
-        self.place = get_placement(self.placement_name, self.rng)
+        self.place = one_type_placement(get_placement(self.placement_name, self.rng), view.topo, self.gpu_type)
 
     def schedule(self, view: SchedulerView) -> list[Decision]:
         queue = np.asarray(view.queue, dtype=np.int64)

@@ -231,9 +231,12 @@ class ElasticPolicy(PolicyScheduler):
         # a job's nodes share one GPU type unless the simulation lets jobs mix types
         types = None if getattr(view, "mix_gpu_types", True) else np.asarray(topo.server_gpu_type)
         out: list[np.ndarray | None] = [None] * len(jobs)
+        stype = np.asarray(topo.server_gpu_type)
         for i, j in enumerate(jobs.tolist()):
             if counts[i] and counts[i] == cur[i]:
                 g = np.asarray(view.placement(j))
+                if job_types is not None and job_types[i] >= 0 and stype[topo.gpu_server[g[0]]] != job_types[i]:
+                    continue  # same count on another type: placed below
                 out[i] = g
                 taken[g] = True
                 servers = np.unique(topo.gpu_server[g])
