@@ -3,7 +3,8 @@
 Philly-like traces give GPU counts and durations, not what was trained. A rule assigns each job one of
 Pollux's measured models: ``independent`` (the default) from its tenant's seeded mix, never reading a
 job's size; ``pollux`` by the job's GPU-time, as Pollux's simulator did, which tells any model-based
-estimator how long the job is. Both the synthetic generator and the trace loaders use these.
+estimator how long the job is; ``gavel``, as ``independent`` over Gavel's job types (measured on K80,
+P100 and V100, for heterogeneous clusters of those). Both the synthetic generator and the trace loaders use these.
 """
 
 from __future__ import annotations
@@ -44,18 +45,26 @@ def assign_models_by_gpu_time(gpu_time: np.ndarray, rng: np.random.Generator) ->
     return choices[gpu_time_bucket(np.asarray(gpu_time, dtype=np.float64)), coin]
 
 
-MODEL_RULES: tuple[str, ...] = ("independent", "pollux")
+MODEL_RULES: tuple[str, ...] = ("independent", "pollux", "gavel")
+# Gavel's job types the zoo holds, each measured on K80, P100 and V100 (Gavel's throughput table)
+GAVEL_MODELS: tuple[str, ...] = (
+    "resnet18-cifar10", "resnet50-imagenet", "transformer", "lstm-lm", "recommendation", "a3c", "cyclegan",
+)  # fmt: skip
 
 
-def assign_models_by_tenant(tenant: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def assign_models_by_tenant(
+    tenant: np.ndarray, rng: np.random.Generator, models: tuple[str, ...] | None = None
+) -> np.ndarray:
     """Zoo model index per job from its tenant's model mix, for traces that name no model.
 
-    Every tenant code gets a mix over the six models Pollux measured (a Dirichlet(0.5) draw, so tenants
-    differ as teams do), and each job draws its model from its tenant's mix. Neither durations nor
-    GPU-times are read, so a job's model tells nothing about its size; Pollux's rule
+    Every tenant code gets a mix over ``models`` (default: the six models Pollux measured; a Dirichlet(0.5)
+    draw, so tenants differ as teams do), and each job draws its model from its tenant's mix. Neither
+    durations nor GPU-times are read, so a job's model tells nothing about its size; Pollux's rule
     (:func:`assign_models_by_gpu_time`) does, through the bucket its GPU-time falls in.
     """
-    pool = np.array(sorted({model_index(m) for pair in GPU_TIME_BUCKET_MODELS for m in pair}), dtype=np.int16)
+    if models is None:
+        models = tuple(m for pair in GPU_TIME_BUCKET_MODELS for m in pair)
+    pool = np.array(sorted({model_index(m) for m in models}), dtype=np.int16)
     tenant = np.asarray(tenant, dtype=np.int64)
     mixes = rng.dirichlet(np.full(len(pool), 0.5), size=int(tenant.max(initial=0)) + 1)
     cum = np.cumsum(mixes, axis=1)
@@ -65,9 +74,12 @@ def assign_models_by_tenant(tenant: np.ndarray, rng: np.random.Generator) -> np.
 
 
 def assign_models(rule: str, tenant: np.ndarray, gpu_time: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Models by ``rule``: ``independent`` (tenant mix, the default) or ``pollux`` (GPU-time buckets)."""
+    """Models by ``rule``: ``independent`` (tenant mix, the default), ``pollux`` (GPU-time buckets) or
+    ``gavel`` (tenant mix over Gavel's job types, measured on every GPU type of ``small-hetero``)."""
     if rule == "independent":
         return assign_models_by_tenant(tenant, rng)
+    if rule == "gavel":
+        return assign_models_by_tenant(tenant, rng, GAVEL_MODELS)
     if rule == "pollux":
         return assign_models_by_gpu_time(gpu_time, rng)
     raise ValueError(f"model_rule={rule!r}; choose one of {', '.join(MODEL_RULES)}")

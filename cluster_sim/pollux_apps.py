@@ -249,25 +249,45 @@ class PolluxApplication:
 
         nodes, replicas = min(len(placement), MAX_NODES), sum(placement)
         anchor = nodes * min(GPUS_PER_NODE, max(placement))
+        anchor_bsz = local_bsz
         base_step, base_sync = self._nd_interpolator()([[nodes, anchor, local_bsz]])[0]
         if not (np.isfinite(base_step) and np.isfinite(base_sync)):
-            raise ValueError(
-                f"{self.name}: no measurement near placement {placement} at per-GPU batch {local_bsz}; "
-                f"Pollux's measurements cover up to {MAX_NODES} nodes of {GPUS_PER_NODE} GPUs"
-            )
+            # beyond every measured shape of this GPU type (e.g. 4 nodes of 8 where 3 were measured): the
+            # largest measured shape within the placement, at its measured batch nearest this one
+            nodes, anchor, anchor_bsz, base_step, base_sync = self._nearest_measured(nodes, replicas, local_bsz)
         params = self._cache.get("params")
         if params is None:
             m = self.steps
             params = self._cache["params"] = fit_perf_params(
                 m.nodes, m.replicas, m.local_bsz, m.step_time - m.sync_time, m.step_time
             )
-        ratio = max(
-            float(step_time(params, nodes, replicas, local_bsz, 0) / step_time(params, nodes, anchor, local_bsz, 0)),
-            1.0,
-        )
+        shape = step_time(params, nodes, replicas, anchor_bsz, 0) / step_time(params, nodes, anchor, anchor_bsz, 0)
+        batch = step_time(params, nodes, replicas, local_bsz, 0) / step_time(params, nodes, replicas, anchor_bsz, 0)
+        ratio = max(float(shape), 1.0) * float(batch)
         compute = base_step - base_sync
         step = base_step * ratio
-        return float(step), float(step - compute)
+        return float(step), float(max(step - compute, 0.0))
+
+    def _nearest_measured(self, nodes: int, replicas: int, local_bsz: float) -> tuple[int, int, float, float, float]:
+        """(nodes, replicas, per-GPU batch, step, sync) of the largest measured placement shape with at most
+        ``nodes`` nodes and ``replicas`` GPUs (the smallest measured one if none), at its measured per-GPU
+        batch nearest ``local_bsz``."""
+        m = self.steps
+        pl = m.from_placements if m.from_placements.any() else np.ones(len(m.nodes), dtype=bool)
+        fits = pl & (m.nodes <= nodes) & (m.replicas <= replicas)
+        rows = np.flatnonzero(fits if fits.any() else pl)
+        key = m.replicas[rows] * 1000 + m.nodes[rows]
+        rows = rows[key == (key.max() if fits.any() else key.min())]
+        b = m.local_bsz[rows]
+        near = rows[np.abs(b - local_bsz) == np.abs(b - local_bsz).min()]
+        i = int(near[0])
+        return (
+            int(m.nodes[i]),
+            int(m.replicas[i]),
+            float(m.local_bsz[i]),
+            float(np.mean(m.step_time[near])),
+            float(np.mean(m.sync_time[near])),
+        )
 
     def _nd_interpolator(self):
         fn = self._cache.get("nd")
@@ -346,9 +366,11 @@ class PolluxPerformance:
         self.base = base
         self.view = view
         self.per_node = int(view.server_num_gpus.max())  # a duration is for the tightest placement here
-        self.apps = {
-            model_index(s.name): load_application(traces_dir, s.pollux_name) for s in ZOO.values() if s.pollux_name
-        }
+        self.traces_dir = traces_dir
+        # zoo model index -> application name; each application is read when a job of it is first seen, so
+        # a profile folder needs only the applications its workload runs
+        self._names = {model_index(s.name): s.pollux_name for s in ZOO.values() if s.pollux_name}
+        self.apps: dict[int, PolluxApplication] = {}
 
     def __getattr__(self, name: str):
         return getattr(self.base, name)
@@ -356,19 +378,24 @@ class PolluxPerformance:
     def application(self, model: int) -> PolluxApplication | None:
         """The measured application behind ``model`` (the simulator counts its jobs' work in statistical
         progress), or None for a model Pollux did not measure."""
-        return self.apps.get(int(model))
+        model = int(model)
+        if model not in self.apps and model in self._names:
+            self.apps[model] = load_application(self.traces_dir, self._names[model])
+        return self.apps.get(model)
 
     def on(self, model: int, gpu_type: str) -> PolluxApplication:
         """``model``'s application as it runs on ``gpu_type`` (:meth:`PolluxApplication.on`); a type it was
         not profiled on is estimated from its T4 times by the model's compute speed there over a T4's."""
-        app = self.apps[int(model)]
+        app = self.application(model)
+        if app is None:
+            raise ValueError(f"model {int(model)} is not one of the measured applications")
         if not app.per_type or gpu_type in app.steps_by_type:
             return app.on(gpu_type)
         ratio = self.base.model_gpu_speed(int(model), gpu_type) / self.base.model_gpu_speed(int(model), "T4")
         return app.on(gpu_type, ratio)
 
     def speed(self, model: int, global_batch: int, gpus: np.ndarray, uplink_sharers: int = 1) -> float:
-        app = self.apps.get(int(model))
+        app = self.application(model)
         if app is None:
             return self.base.speed(model, global_batch, gpus, uplink_sharers)
         per_server = np.bincount(self.view.gpu_server[np.asarray(gpus)])

@@ -22,7 +22,8 @@ METRIC_KEYS = (
     "jobs_total", "jobs_completed", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "avg_queue_delay",
     "avg_first_start_delay", "makespan", "gpu_utilization", "fragmentation", "mean_slowdown",
     "mean_interference_slowdown", "preemptions", "preemptions_per_job", "resizes_per_job", "avg_gpus_held",
-    "avg_goodput", "restarts_per_job", "jobs_per_gpu", "round_ms_p50", "round_ms_p95", "events", "decisions",
+    "avg_goodput", "restarts_per_job", "jobs_per_gpu", "round_ms_p50", "round_ms_p95", "estimated_jobs", "events",
+    "decisions",
     "decisions_per_second", "wall_seconds",
 )  # fmt: skip
 
@@ -55,6 +56,7 @@ class SimResult:
     attained_by_type: np.ndarray  # (jobs, GPU types) GPU-seconds each job held on each type
     round_seconds: np.ndarray  # the scheduler's wall time per call
     active_job_seconds: float  # ∫ (queued + running jobs) dt
+    estimated_jobs: int = 0  # jobs that ran on a GPU type where their speed is an estimate, not a measurement
 
     def gpu_hours_by_type(self) -> dict[str, float]:
         """GPU-hours per finished job on each GPU type (Sia's per-type GPU-hours), mean over finished jobs."""
@@ -134,6 +136,7 @@ class SimResult:
             "round_ms_p50": float(np.median(self.round_seconds)) * 1e3 if len(self.round_seconds) else 0.0,
             "round_ms_p95": float(np.percentile(self.round_seconds, 95)) * 1e3 if len(self.round_seconds) else 0.0,
             **{f"gpu_hours_per_job_{t}": h for t, h in self.gpu_hours_by_type().items()},
+            "estimated_jobs": self.estimated_jobs,
             "events": self.events,
             "decisions": self.decisions,
             "decisions_per_second": self.decisions / self.scheduler_seconds if self.scheduler_seconds > 0 else 0.0,

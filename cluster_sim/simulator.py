@@ -31,8 +31,9 @@ import numpy as np
 
 from cluster_sim.gpu_profiles import CALIBRATION_SLOWDOWN, RESTART_COST
 from cluster_sim.job_descriptors import DescriptorCache
-from cluster_sim.model_zoo import model_index
+from cluster_sim.model_zoo import MODEL_NAMES, model_index
 from cluster_sim.ordered_ids import OrderedIds
+from cluster_sim.perf_fit import REFERENCE_GPU
 from cluster_sim.placement import FreeCounts
 from cluster_sim.pollux_apps import consolidated
 from cluster_sim.protocol import (
@@ -164,7 +165,12 @@ class Simulator:
         self._desc_code = [-1] * len(workload)
         # jobs of measured applications: work in statistical progress (see the module docstring)
         find_app = getattr(perf, "application", None)
-        apps = [find_app(int(m)) for m in range(int(self._model.max()) + 1)] if find_app and len(workload) else []
+        used = set(np.unique(self._model).tolist())
+        apps = (
+            [find_app(m) if m in used else None for m in range(int(self._model.max()) + 1)]
+            if find_app and len(workload)
+            else []
+        )
         apps += [None] * (int(self._model.max(initial=-1)) + 1 - len(apps))
         self._apps = [a for a in apps if a is not None]
         index = {id(a): i for i, a in enumerate(self._apps)}
@@ -1036,7 +1042,26 @@ class Simulator:
             timeline_t=np.asarray(self._tl_t),
             timeline_busy=np.asarray(self._tl_busy, dtype=np.int32),
             timeline_queue=np.asarray(self._tl_queue, dtype=np.int32),
+            estimated_jobs=self._estimated_jobs(),
         )
+
+    def _estimated_jobs(self) -> int:
+        """Jobs that ran on a GPU type where nobody measured their model or application: their speed there
+        is an estimate (the type's single speed, or the application's T4 step times scaled)."""
+        if self.perf is None:
+            return 0
+        count = 0
+        for j in np.flatnonzero(self._attained_by_type.sum(axis=1) > 0).tolist():
+            used = [self.topo.gpu_types[t] for t in np.flatnonzero(self._attained_by_type[j] > 0).tolist()]
+            if self._app[j] >= 0:
+                app = self.application(j)
+                estimated = app.per_type and any(self.app_on_type(j, t).estimated for t in used)
+            else:
+                # V100 is the reference GPU of every duration: a model's speed there is 1 by definition
+                model = MODEL_NAMES[int(self._model[j])]
+                estimated = any((model, t) in self.perf.fallbacks for t in used if t != REFERENCE_GPU)
+            count += bool(estimated)
+        return count
 
 
 def _count(items: list[int]) -> dict[int, int]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from cluster_sim.model_rules import (
+    GAVEL_MODELS,
     GPU_TIME_BUCKET_EDGES_S,
     MODEL_RULES,
     assign_models_by_gpu_time,
@@ -168,7 +169,7 @@ def synthetic_workload(
         tenant = rng.integers(0, n_tenants, size=n_jobs).astype(np.int16)
     else:
         tenant = rng.integers(0, n_tenants, size=n_jobs).astype(np.int16)
-        model = assign_models_by_tenant(tenant, rng)
+        model = assign_models_by_tenant(tenant, rng, GAVEL_MODELS if model_rule == "gavel" else None)
     return Workload(
         arrival=arrival,
         num_gpus=num_gpus,

@@ -213,19 +213,19 @@ def _pollux(arg: str, *, seed: int, cluster_gpus: int, profiles: str | None = No
 register_workload_kind(
     "synthetic",
     _synthetic,
-    syntax="synthetic:N_JOBS[,load=F|window_load=F][,model_rule=independent|pollux][,gpu_scale=K]",
+    syntax="synthetic:N_JOBS[,load=F|window_load=F][,model_rule=independent|pollux|gavel][,gpu_scale=K]",
     options={"load": float, "window_load": float, "tenants": int, "model_rule": str, "gpu_scale": int},
 )
 register_workload_kind(
     "philly",
     _philly,
-    syntax="philly:PATH/philly.csv[,model_rule=independent|pollux]",
+    syntax="philly:PATH/philly.csv[,model_rule=independent|pollux|gavel]",
     options={"pollux_filter": flag, "model_rule": str},
 )
 register_workload_kind(
     "openb",
     _openb,
-    syntax="openb:PATH/openb_pod_list_*.csv[,model_rule=independent|pollux]",
+    syntax="openb:PATH/openb_pod_list_*.csv[,model_rule=independent|pollux|gavel]",
     options={"include_pending": flag, "model_rule": str},
 )
 register_workload_kind(

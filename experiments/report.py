@@ -77,7 +77,8 @@ def write_report(
         key = (spec.get("workload_label", ""), spec["seed"])
         rows[spec["scheduler"]][key] = metrics
         series[spec["scheduler"]][key] = s
-    keys = [*METRIC_KEYS, "task_cpu_seconds"]
+    typed = sorted({k for r in rows.values() for m in r.values() for k in m if k.startswith("gpu_hours_per_job_")})
+    keys = [*METRIC_KEYS, *typed, "task_cpu_seconds"]
     csv_rows: list[list[Any]] = [["scheduler", "workload", "seed", *keys]]
     for name in cfg.schedulers:
         for (label, seed), m in rows[name].items():
@@ -110,6 +111,7 @@ def write_report(
 
     lines = _header(cfg, specs, train_info)
     lines += _metric_table(cfg, rows)
+    lines += _gpu_type_table(cfg, rows, typed)
     lines += _published_table(cfg, rows)
     lines += _improvement_tables(cfg, rows)
     if scaling:
@@ -167,6 +169,35 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
     ]
     for name in order:
         cells = [_mean_std([m.get(k, math.nan) for m in rows[name].values()], fmt) for k, _, fmt, _ in REPORT_METRICS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _gpu_type_table(cfg: ExperimentConfig, rows: Runs, typed: list[str]) -> list[str]:
+    """Sia's per-scheduler figures on a cluster of several GPU types: GPU-hours per job on each type,
+    restarts per job, contention, the policy's time per round, and the jobs whose speed on some type they
+    ran on is an estimate rather than a measurement."""
+    if len(typed) < 2:
+        return []
+    types = [k.removeprefix("gpu_hours_per_job_") for k in typed]
+    lines = [
+        "## GPU types, restarts and policy runtime",
+        "",
+        "GPU-hours per finished job on each GPU type; restarts per job (allocations after the first); contention "
+        "(jobs waiting or running per GPU, time-averaged); the scheduler's wall time per round; jobs that ran on a "
+        "type where their model or application was never measured (speed estimated: see `estimated_jobs`).",
+        "",
+        "| scheduler | " + " | ".join(f"GPU-h/job {t}" for t in types)
+        + " | restarts/job | jobs/GPU | round p50 (ms) | round p95 (ms) | jobs on estimated speeds |",
+        "|---|" + "---:|" * (len(types) + 5),
+    ]  # fmt: skip
+    for name in cfg.schedulers:
+        ms = list(rows[name].values())
+        cells = [_mean_std([m.get(k, math.nan) for m in ms], "{:.2f}") for k in typed]
+        cells += [_mean_std([m.get(k, math.nan) for m in ms], f) for k, f in
+                  (("restarts_per_job", "{:.2f}"), ("jobs_per_gpu", "{:.2f}"), ("round_ms_p50", "{:.1f}"),
+                   ("round_ms_p95", "{:.1f}"))]  # fmt: skip
+        cells.append(str(int(sum(m.get("estimated_jobs", 0) for m in ms))))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 

@@ -24,6 +24,37 @@ def sia_dir(traces_dir: Path) -> Path:
     return d
 
 
+class Checked:
+    """``policy`` with ``check(view, decision, gpus)`` called on every decision that gives GPUs, before the
+    simulator applies it; ``checked`` counts them."""
+
+    def __init__(self, policy, check) -> None:
+        self.policy, self.check, self.checked = policy, check, 0
+        self.name = policy.name
+        self.elastic = getattr(policy, "elastic", False)
+        self.one_gpu_type = True
+        self.wants_all_points = getattr(policy, "wants_all_points", False)
+
+    def reset(self, view) -> None:
+        self.policy.reset(view)
+
+    def schedule(self, view):
+        decisions = self.policy.schedule(view)
+        for d in decisions:
+            gpus = getattr(d, "gpus", None)
+            if gpus is not None:
+                self.check(view, d, np.asarray(gpus))
+                self.checked += 1
+        return decisions
+
+
+def one_type(topo, gpus: np.ndarray) -> int:
+    """The GPU type of ``gpus``, asserting they are all of one."""
+    types = topo.server_gpu_type[topo.gpu_server[gpus]]
+    assert (types == types[0]).all(), "a job spans GPU types"
+    return int(types[0])
+
+
 def sia_sim(sia_dir: Path, jobs: int, **options):
     spec = f"pollux:{sia_dir}/workloads/philly/workload-1.csv,profiles={sia_dir}/traces,max_jobs={jobs}"
     return build_simulator("sia-hetero", spec, app_restart_costs=True, calibration=True, **options)
@@ -72,39 +103,23 @@ def test_sia_allocations_are_feasible_and_one_type_per_job(sia_dir: Path) -> Non
     that type's memory limit, no GPU given twice; the run finishes every job, and the same run twice gives
     the same schedule."""
     sim = sia_sim(sia_dir, 40)
-    policy = get_policy("sia")
     topo = sim.topo
-    checked = 0
+    held: dict[tuple[float, int], int] = {}
 
-    class Checking:
-        name, elastic, one_gpu_type, wants_all_points = "sia", True, True, True
+    def check(view, d, gpus) -> None:
+        t = one_type(topo, gpus)
+        lo, hi = view.gpu_range(d.job)
+        assert lo <= len(gpus) <= hi
+        for g in gpus.tolist():
+            assert held.setdefault((view.now, g), d.job) == d.job, "GPU given twice in one round"
+        app = view.app_on_type(d.job, topo.gpu_types[t])
+        batch = d.batch_size if d.batch_size is not None else view.batch_size(d.job)
+        atomic, _ = app.batch_plan(int(batch), len(gpus))
+        assert atomic <= app.max_local_bsz
 
-        def reset(self, view):
-            policy.reset(view)
-
-        def schedule(self, view):
-            nonlocal checked
-            decisions = policy.schedule(view)
-            held: dict[int, int] = {}
-            for d in decisions:
-                gpus = getattr(d, "gpus", None)
-                if gpus is None:
-                    continue
-                types = topo.server_gpu_type[topo.gpu_server[np.asarray(gpus)]]
-                assert (types == types[0]).all(), "a job spans GPU types"
-                lo, hi = view.gpu_range(d.job)
-                assert lo <= len(gpus) <= hi
-                for g in np.asarray(gpus).tolist():
-                    assert held.setdefault(g, d.job) == d.job, "GPU given twice"
-                app = view.app_on_type(d.job, topo.gpu_types[int(types[0])])
-                batch = d.batch_size if d.batch_size is not None else view.batch_size(d.job)
-                atomic, _ = app.batch_plan(int(batch), len(gpus))
-                assert atomic <= app.max_local_bsz
-                checked += 1
-            return decisions
-
-    result = sim.run(Checking())
-    assert result.metrics()["jobs_completed"] == 40 and checked > 40
+    policy = Checked(get_policy("sia"), check)
+    result = sim.run(policy)
+    assert result.metrics()["jobs_completed"] == 40 and policy.checked > 40
     again = sia_sim(sia_dir, 40).run(get_policy("sia"))
     assert np.array_equal(again.end, result.end)
     # the per-type GPU-hours add up to what each job held
@@ -143,36 +158,20 @@ def test_gavel_runs_jobs_rigidly_on_one_type_and_finishes_them(sia_dir: Path) ->
     """Every placement ``gavel`` makes: the GPUs the job asked for, its own batch, one type; GPUs per
     type never exceeded; every job completes; the same run twice gives the same schedule."""
     sim = sia_sim(sia_dir, 30)
-    policy = get_policy("gavel")
-    topo = sim.topo
-    placed = 0
 
-    class Checking:
-        name, elastic, one_gpu_type, wants_all_points = "gavel", True, True, True
+    def check(view, d, gpus) -> None:
+        one_type(sim.topo, gpus)
+        assert len(gpus) == int(view.jobs.num_gpus[d.job])
+        assert d.batch_size in (None, int(view.jobs.batch_size[d.job]))
 
-        def reset(self, view):
-            policy.reset(view)
-
-        def schedule(self, view):
-            nonlocal placed
-            decisions = policy.schedule(view)
-            for d in decisions:
-                gpus = getattr(d, "gpus", None)
-                if gpus is None:
-                    continue
-                types = topo.server_gpu_type[topo.gpu_server[np.asarray(gpus)]]
-                assert (types == types[0]).all()
-                assert len(gpus) == int(view.jobs.num_gpus[d.job])
-                assert d.batch_size in (None, int(view.jobs.batch_size[d.job]))
-                placed += 1
-            assert policy.interval == 360.0
-            return decisions
-
-    result = sim.run(Checking())
-    assert result.metrics()["jobs_completed"] == 30 and placed >= 30
+    gavel = get_policy("gavel")
+    assert gavel.interval == 360.0
+    policy = Checked(gavel, check)
+    result = sim.run(policy)
+    assert result.metrics()["jobs_completed"] == 30 and policy.checked >= 30
     again = sia_sim(sia_dir, 30).run(get_policy("gavel"))
     assert np.array_equal(again.end, result.end)
-    assert len(policy.solve_seconds) > 0
+    assert len(gavel.solve_seconds) > 0
 
 
 def test_heuristics_keep_a_job_on_one_type_in_their_stated_order() -> None:
@@ -202,3 +201,59 @@ def test_heuristics_keep_a_job_on_one_type_in_their_stated_order() -> None:
     assert chosen["slowest"] == min(speeds, key=speeds.get) == "K80"
     with pytest.raises(ValueError, match="gpu_type"):
         get_policy("fifo", gpu_type="newest")
+
+
+def test_step_times_beyond_the_measured_shapes_are_extrapolated(sia_dir: Path) -> None:
+    """cifar10 was measured on at most 3 RTX nodes: 4 and 8 nodes of 8 RTX GPUs get a step time (Pollux's
+    model fitted to the type's measurements, from the largest measured shape), never faster than 3 nodes."""
+    sim = sia_sim(sia_dir, 40)
+    job = next(j for j in range(len(sim.jobs)) if sim.application(j).name == "cifar10")
+    rtx = sim.app_on_type(job, "RTX2080Ti")
+    assert int(rtx.steps.nodes.max()) == 3
+    three, four, eight = (rtx.step_time((8,) * k, 64)[0] for k in (3, 4, 8))
+    assert np.isfinite([four, eight]).all() and three <= four <= eight
+
+
+def test_a_profile_folder_needs_only_its_workloads_applications_and_bad_rows_are_named(
+    sia_dir: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from cluster_sim.workload_spec import WorkloadSpecError
+
+    shutil.copytree(sia_dir / "traces" / "cifar10", tmp_path / "cifar10")
+    (tmp_path / "w.csv").write_text("name,time,application,num_replicas,batch_size\na,1,cifar10,2,128\n")
+    spec = f"pollux:{tmp_path / 'w.csv'},profiles={tmp_path}"
+    assert build_simulator("sia-hetero", spec).run(get_policy("sia")).metrics()["jobs_completed"] == 1
+    path = tmp_path / "cifar10" / "placements-rtx.csv"
+    lines = path.read_text().splitlines()
+    cells = lines[2].split(",")
+    cells[1] = "fast"
+    lines[2] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    from cluster_sim.pollux_apps import _load
+
+    _load.cache_clear()
+    with pytest.raises(WorkloadSpecError, match=r"placements-rtx\.csv:3: step_time='fast' is not a number"):
+        build_simulator("sia-hetero", spec)
+
+
+def test_an_unknown_gpu_type_names_the_field_and_the_known_types() -> None:
+    from topology import parse_spec
+    from topology.spec import ClusterSpecError
+
+    spec = {"name": "x", "pods": 1, "racks_per_pod": 1, "servers_per_rack": 2,
+            "mix": [{"gpu_type": "V100", "fraction": 0.5, "server": "nvswitch-8"},
+                    {"gpu_type": "H900", "fraction": 0.5, "server": "pcie-8"}]}  # fmt: skip
+    with pytest.raises(ClusterSpecError, match=r"mix\[1\]\.gpu_type.*unknown GPU type 'H900'.*RTX2080Ti"):
+        parse_spec(spec, source="cluster.yaml")
+
+
+def test_gavel_model_rule_draws_only_models_measured_on_every_type(traces_dir: Path) -> None:
+    """On small-hetero, Philly-like jobs with Gavel's job types run at measured speeds on every type; the
+    default rule (Pollux's six models) has four without K80/P100 measurements, and the result says so."""
+    counts = {}
+    for rule in ("gavel", "independent"):
+        sim = build_simulator("small-hetero", f"synthetic:300,load=1.2,model_rule={rule}", seed=3)
+        counts[rule] = sim.run(get_policy("qssf")).metrics()["estimated_jobs"]
+    assert counts["gavel"] == 0 and counts["independent"] > 0

@@ -191,11 +191,12 @@ def mixed_scenario(draw):
 )
 @given(mixed_scenario())
 def test_one_type_per_job_and_batch_limits_hold_on_mixed_clusters(traces_dir, case):
-    """Every Start/Resize of every policy on a mixed cluster: GPUs of one type, free or the job's own,
-    the per-GPU batch within the limit the type's memory allows; every job completes."""
+    """Every Start/Resize of every policy on a mixed cluster: GPUs of one type (the simulator checks they
+    are free), the per-GPU batch within the limit the type's memory allows; every job completes."""
     import pytest
 
     from cluster_sim.build import build_simulator
+    from tests.test_heterogeneous import Checked, one_type
 
     sia = traces_dir / "sia-sosp23"
     if not (sia / "traces" / "bert" / "placements-dgx-ext.csv").is_file():
@@ -208,36 +209,14 @@ def test_one_type_per_job_and_batch_limits_hold_on_mixed_clusters(traces_dir, ca
         calibration=True,
     )
     options = {"gpu_type": order} if policy_name in ("fifo", "qssf", "tiresias-pollux") else {}
-    policy = get_policy(policy_name, **options)
-    topo = sim.topo
-    checked = 0
+    name = get_policy(policy_name, **options).name
 
-    class Checking:
-        name = policy.name
-        elastic = getattr(policy, "elastic", False)
-        one_gpu_type = True
-        wants_all_points = getattr(policy, "wants_all_points", False)
+    def check(view, d, gpus) -> None:
+        app = view.app_on_type(d.job, sim.topo.gpu_types[one_type(sim.topo, gpus)])
+        batch = getattr(d, "batch_size", None)
+        atomic, _ = app.batch_plan(int(view.batch_size(d.job) if batch is None else batch), len(gpus))
+        assert atomic <= app.max_local_bsz, f"{name}: per-GPU batch {atomic} over the type's limit"
 
-        def reset(self, view):
-            policy.reset(view)
-
-        def schedule(self, view):
-            nonlocal checked
-            decisions = policy.schedule(view)
-            for d in decisions:
-                gpus = getattr(d, "gpus", None)
-                if gpus is None:
-                    continue
-                gpus = np.asarray(gpus)
-                types = topo.server_gpu_type[topo.gpu_server[gpus]]
-                assert (types == types[0]).all(), f"{policy.name}: job {d.job} spans GPU types"
-                app = view.app_on_type(d.job, topo.gpu_types[int(types[0])])
-                batch = getattr(d, "batch_size", None)
-                batch = view.batch_size(d.job) if batch is None else batch
-                atomic, _ = app.batch_plan(int(batch), len(gpus))
-                assert atomic <= app.max_local_bsz, f"{policy.name}: per-GPU batch {atomic} over the type's limit"
-                checked += 1
-            return decisions
-
-    r = sim.run(Checking())
-    assert r.metrics()["jobs_completed"] == jobs and checked >= jobs
+    policy = Checked(get_policy(policy_name, **options), check)
+    r = sim.run(policy)
+    assert r.metrics()["jobs_completed"] == jobs and policy.checked >= jobs
