@@ -204,9 +204,24 @@ def fit_queries(
         "train_samples": len(queries),
         "train_seconds": round(time.perf_counter() - t0, 2),
         "features": {"intensity": list(INTENSITY_FEATURES), "own": list(OWN_FEATURES)},
+        "inputs": trained_inputs(cols),
         **(meta or {}),
     }
     return LearnedInterference(params, info)
+
+
+PROFILE_INPUTS = ("gpu_util", "mem_util", "mem_gb")  # optional per-job profile columns (JobDescriptor)
+DESCRIPTOR_INPUTS = ("params_m", "gflops", "batch", "solo_sps", "amp", "gpu_type")
+
+
+def trained_inputs(cols) -> dict[str, object]:
+    """Which inputs the training samples carried: the public descriptor facts always, and each optional
+    profile column with the share of training jobs that had it (0: the model never saw it measured, so a
+    user's profile values feed the structure, not a fitted weight)."""
+    return {
+        "descriptors": list(DESCRIPTOR_INPUTS),
+        "profile": {c: round(float(np.mean(~np.isnan(getattr(cols, c)))), 4) for c in PROFILE_INPUTS},
+    }
 
 
 def fit(

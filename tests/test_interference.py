@@ -566,3 +566,92 @@ def test_simulator_flat_queries_and_memo_match_plain_queries(kind, pairs, small_
     assert levels == {Sharing.GPU, Sharing.SERVER}  # both levels were exercised
     assert len(pure) == len(set(pure)) < len(plain)
     assert set(pure) == set(plain)
+
+
+# -- online correction and what the model says of itself -------------------------------------------------
+
+
+def test_metadata_names_the_inputs_and_out_of_range_jobs_stay_within_the_bound(small_model: Path) -> None:
+    """The model file says which inputs it was trained with (Gavel: descriptors, no profile column); jobs far
+    outside the fitted range are flagged and still never predicted below 1 / (1 + MAX_SENSITIVITY)."""
+    from interference.learned import MAX_SENSITIVITY
+
+    model = LearnedInterference.load(small_model)
+    assert model.meta["inputs"]["descriptors"] == ["params_m", "gflops", "batch", "solo_sps", "amp", "gpu_type"]
+    assert model.meta["inputs"]["profile"] == {"gpu_util": 0.0, "mem_util": 0.0, "mem_gb": 0.0}
+    extreme = [
+        _cols(1, params_m=1e5, gflops=1e4, batch=1.0, solo_sps=0.5),
+        _cols(1, params_m=1e-3, gflops=1e-4, batch=1e5, solo_sps=1e7),
+        _cols(1, params_m=3e3, gflops=5e3, batch=4096.0, solo_sps=1e5, gpu_util=100.0, mem_util=100.0),
+    ]
+    for a, b in itertools.product(extreme, repeat=2):
+        p = model.predict_pairs(a, b, np.zeros(1, dtype=np.int64))
+        assert p.out_of_range.all() or a is extreme[2]
+        assert 1.0 / (1.0 + MAX_SENSITIVITY) <= float(p.factor[0]) <= 1.0
+
+
+def test_online_correction_shrinks_towards_what_it_observes_and_is_deterministic(small_model: Path) -> None:
+    """One observation moves a pair's prediction part of the way to what was seen, many bring it there; a
+    job type corrected next to one partner moves next to others the same way; same evidence, same answer."""
+    from interference.online import OnlineCorrection
+
+    base = LearnedInterference.load(small_model)
+    a = JobDescriptor(25.0, 12.3, 64, 400.0, False, "V100")
+    b = JobDescriptor(110.0, 253.0, 12, 95.0, False, "V100")
+    c = JobDescriptor(1.6, 0.5, 512, 9000.0, False, "V100")
+    start = float(base.throughput_factors([CoLocation(a, ((b, Sharing.GPU),))])[0])
+    seen = 0.97 if start < 0.9 else 0.5
+    model = OnlineCorrection(base)
+    model.observe(a, b, seen)
+    once, sd_once = model.predict(a, b)
+    assert min(start, seen) < once < max(start, seen)
+    for _ in range(40):
+        model.observe(a, b, seen)
+    many, sd_many = model.predict(a, b)
+    assert abs(many - seen) < 0.02 and sd_many < sd_once
+    # the type's sensitivity offset carries to a partner it was never seen with
+    before = float(base.throughput_factors([CoLocation(a, ((c, Sharing.GPU),))])[0])
+    after, _ = model.predict(a, c)
+    assert (after - before) * (seen - start) > 0
+    # the simulator-facing answer is the corrected one; other levels pass through
+    q = [CoLocation(a, ((b, Sharing.GPU),)), CoLocation(a, ((b, Sharing.SERVER),))]
+    got = model.throughput_factors(q)
+    assert got[0] == pytest.approx(many) and got[1] == base.throughput_factors(q[1:])[0]
+    again = OnlineCorrection(base)
+    for job, partner, f in model.history:
+        again.observe(job, partner, f)
+    assert again.predict(a, c) == model.predict(a, c)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        model.observe(a, b, 1.5)
+
+
+def test_packing_scheduler_corrects_its_predictor_from_the_pairs_it_runs(small_model: Path, gavel_dir: Path) -> None:
+    """pack-aware with online=True observes every pair it co-locates (both jobs) and its corrected predictor
+    then matches the ground truth on those pairs better than the predictor alone; two runs, one history."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies.gpu_packing import GpuPacking
+    from interference.online import OnlineCorrection
+
+    cluster = {"name": "one-gpu", "pods": 1, "racks_per_pod": 2, "servers_per_rack": 6,
+               "server": {"base": "pcie-4", "gpus_per_server": 1}, "gpu_type": "V100"}  # fmt: skip
+    data = f"gavel:{gavel_dir}"
+    sim = build_simulator(cluster, "synthetic:300,load=5,model_rule=gavel", seed=2, interference="oracle",
+                          interference_data=data, gpu_sharing=True)  # fmt: skip
+    jobs = sim.jobs.subset(np.flatnonzero(sim.jobs.num_gpus == 1))
+    histories = []
+    for _ in range(2):
+        sim = build_simulator(cluster, jobs, seed=2, interference="oracle", interference_data=data, gpu_sharing=True)
+        policy = GpuPacking(mode="aware", predictor=str(small_model), online=True)
+        assert sim.run(policy).metrics()["jobs_completed"] == len(jobs)
+        assert isinstance(policy.model, OnlineCorrection)
+        histories.append(policy.model.history)
+    history = histories[0]
+    assert history == histories[1] and len(history) >= 10 and len(history) % 2 == 0
+    truth = load_interference_model("oracle", data)
+    pairs = list(dict.fromkeys((a, b) for a, b, _ in history))
+    y = truth.throughput_factors([CoLocation(a, ((b, Sharing.GPU),)) for a, b in pairs])
+    before = np.abs(policy.base_model.throughput_factors([CoLocation(a, ((b, Sharing.GPU),)) for a, b in pairs]) - y)
+    after = np.abs(np.array([policy.model.predict(a, b)[0] for a, b in pairs]) - y)
+    assert after.mean() < 0.5 * before.mean()
+    with pytest.raises(ValueError, match="online=True"):
+        GpuPacking(mode="blind", online=True)

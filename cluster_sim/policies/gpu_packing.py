@@ -25,6 +25,7 @@ from cluster_sim.placement import FreePool
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.protocol import Decision, Resize, SchedulerView, Start
 from interference.base import CoLocation, InterferenceModel, JobDescriptor, Sharing
+from interference.online import OnlineCorrection
 
 MODES = ("none", "blind", "aware")
 
@@ -34,7 +35,8 @@ class GpuPacking(PolicyScheduler):
 
     ``predictor``: the learned interference model file (``marlsched interference train``) that ``aware``
     consults, or ``oracle`` for the ground truth itself (with ``predictor_data=gavel:PATH``): the upper
-    bound on what a predictor can buy.
+    bound on what a predictor can buy. ``online``: correct the predictor with the throughput of every pair
+    once it shares a GPU (:class:`~interference.online.OnlineCorrection`), as a deployed scheduler can.
     """
 
     ordering = "pack"
@@ -48,6 +50,7 @@ class GpuPacking(PolicyScheduler):
         predictor: str | None = None,
         predictor_data: str | None = None,
         min_gain: float = 1.0,
+        online: bool = False,
         seed: int = 0,
         backfill: bool | None = None,
         name: str | None = None,
@@ -72,13 +75,35 @@ class GpuPacking(PolicyScheduler):
                 self.model = load_interference_model("oracle", predictor_data)
             else:
                 self.model = load_interference_model("learned", str(predictor))
+        if online and self.model is None:
+            raise ValueError("online=True corrects a predictor from what it observes: it needs mode=aware")
+        self.online = bool(online)
+        self.base_model = self.model
         self._desc: DescriptorCache | None = None
         self._gain: dict[tuple[JobDescriptor, JobDescriptor], float] = {}
+        self._observed: set[tuple[int, int]] = set()
 
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
         self._desc = DescriptorCache(view.jobs, view.topo, getattr(view, "perf", None))
         self._gain = {}
+        self._observed = set()
+        if self.online:  # each run learns from its own observations only
+            self.model = OnlineCorrection(self.base_model)
+
+    def _observe(self, view: SchedulerView, shared: np.ndarray) -> None:
+        """Feed each pair now sharing a GPU, once per pairing, with the throughput both jobs get."""
+        factor = view.job_factor
+        holder, guest = view.gpu_job, view.gpu_guest
+        for g in shared.tolist():
+            host, other = int(holder[g]), int(guest[g])
+            if (host, other) in self._observed:
+                continue
+            self._observed.add((host, other))
+            a, b = self._desc.get(host, g), self._desc.get(other, g)
+            self.model.observe(a, b, float(factor[host]))
+            self.model.observe(b, a, float(factor[other]))
+            self._gain.clear()  # pair gains change with every observation
 
     def order(self, view: SchedulerView, queue: np.ndarray) -> np.ndarray:
         return np.sort(queue)
@@ -92,6 +117,8 @@ class GpuPacking(PolicyScheduler):
             return []
         if sharing and not getattr(view, "gpu_sharing", False):
             raise ValueError(f"{self.name} shares GPUs: run the simulator with gpu_sharing (--gpu-sharing)")
+        if self.online and len(shared):
+            self._observe(view, shared)
         pool = FreePool(view)
         decisions: list[Decision] = list(self.start_in_order(view, queue, pool, backfill=True))
         if not sharing:
