@@ -58,6 +58,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     queries, y, _ = gavel_queries(pairs)
     fit_metrics = metrics(model.throughput_factors(queries), y)
     model.meta["fit_on_gavel"] = fit_metrics
+    if args.calibrate:
+        from interference.evaluation import calibrate
+
+        _say("calibrating its doubt on held-out folds (12 refits with fewer members; --no-calibrate skips)")
+        model = calibrate(pairs, model, cfg, log=_say)
+        sigma = model.params.novelty_std
+        _say(
+            f"std beyond the ensemble's: both types measured {sigma[0]:.3f}, one new {sigma[1]:.3f}, "
+            f"both new {sigma[2]:.3f}"
+        )
     model.save(args.out)
     _say(
         f"wrote {args.out} (in-sample MAE {fit_metrics['mae']:.4f} on {fit_metrics['n']} samples, "
@@ -145,6 +155,12 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
     t.add_argument("--out", required=True, help="model file to write (JSON)")
     t.add_argument("--steps", type=int, default=None, help="optimiser steps per stage (default: TrainConfig's)")
     t.add_argument("--members", type=int, default=None, help="ensemble members (default: TrainConfig's)")
+    t.add_argument(
+        "--calibrate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="widen the predicted std by the held-out errors of pairs with new job types (default on)",
+    )
     t.add_argument(
         "--type-rank",
         type=int,

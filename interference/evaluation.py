@@ -30,6 +30,7 @@ from scipy.stats import spearmanr
 
 from interference.gavel_data import GavelPairs
 from interference.gavel_jobs import GAVEL_FAMILIES, SPLITS
+from interference.queries import flatten
 from interference.training import TrainConfig, fit_queries, gavel_queries
 
 RANDOM_FOLDS = 5
@@ -61,17 +62,39 @@ def partner_ranking(pred: np.ndarray, y: np.ndarray, job: np.ndarray) -> dict[st
     }
 
 
-def metrics(pred: np.ndarray, y: np.ndarray, job: np.ndarray | None = None) -> dict[str, float]:
-    """Error, rank correlation and, given each sample's job key, partner ranking."""
+def metrics(
+    pred: np.ndarray, y: np.ndarray, job: np.ndarray | None = None, std: np.ndarray | None = None
+) -> dict[str, float]:
+    """Error, bias (mean predicted minus measured), rank correlation, the error of always answering 1.0 (no
+    slowdown), given each sample's job key partner ranking, and given a predicted ``std`` its coverage
+    (the share of errors within one std)."""
     err = np.abs(pred - y)
     out = {
         "mae": float(err.mean()),
+        "bias": float((pred - y).mean()),
         "mape": float(100.0 * (err / np.maximum(y, 1e-6)).mean()),
         "spearman": float(spearmanr(pred, y).statistic) if len(y) > 2 else float("nan"),
+        "no_slowdown_mae": float(np.abs(1.0 - y).mean()),
         "n": len(y),
     }
     if job is not None:
         out.update(partner_ranking(pred, y, job))
+    if std is not None:
+        out["coverage"] = float((err <= std).mean())
+    return out
+
+
+COVERAGE = 0.6827  # the share of a normal distribution within one standard deviation
+
+
+def novelty_std(residual: np.ndarray, novelty: np.ndarray, fallback: list[float] | None = None) -> list[float]:
+    """Calibrated doubt per novelty class (0, 1, 2 new job types in the pair): the |residual| that
+    ``COVERAGE`` of the class's held-out errors stay within; a class without samples takes ``fallback``'s
+    value (0 if none)."""
+    out = []
+    for c in range(3):
+        r = np.abs(residual[novelty == c])
+        out.append(float(np.quantile(r, COVERAGE)) if len(r) else float((fallback or [0.0, 0.0, 0.0])[c]))
     return out
 
 
@@ -111,6 +134,7 @@ def cross_validate(
 ) -> dict:
     """Held-out predictions for every fold and their metrics, next to the mean predictor's."""
     pred_all, y_all, base_all, gpu_all, fold_all, job_all = [], [], [], [], [], []
+    spread_all, novelty_all = [], []
     per_fold = {}
     for name, held in folds(pairs, split, cfg.seed):
         if held.sum() == 0:
@@ -122,10 +146,17 @@ def cross_validate(
         train_q, train_y, _ = gavel_queries(pairs.select(train_rows))
         model = fit_queries(train_q, train_y, cfg)
         test_q, test_y, _ = gavel_queries(pairs.select(held))
-        pred = model.throughput_factors(test_q)
+        flat = flatten(test_q)
+        cols = flat.columns()
+        members = model.gpu_members(cols, flat.job, flat.nbr)
+        pred, spread = members.mean(axis=0), members.std(axis=0)
+        novelty = model.novelty(cols.take(flat.job), cols.take(flat.nbr))
         base = np.full(len(test_y), float(train_y.mean()))
         keys = job_keys(test_q)
-        per_fold[name] = {**metrics(pred, test_y, keys), "mean_predictor_mae": float(np.abs(base - test_y).mean())}
+        per_fold[name] = {
+            **metrics(pred, test_y, keys, spread),
+            "mean_predictor_mae": float(np.abs(base - test_y).mean()),
+        }
         if log is not None:
             f = per_fold[name]
             log(f"{split} {name}: mae {f['mae']:.4f} (mean predictor {f['mean_predictor_mae']:.4f}), n {f['n']}")
@@ -135,11 +166,23 @@ def cross_validate(
         gpu_all.append(np.array([q.job.gpu_type for q in test_q]))
         fold_all.append(np.full(len(test_y), name))
         job_all.append(keys)
+        spread_all.append(spread)
+        novelty_all.append(novelty)
     pred, y, base = np.concatenate(pred_all), np.concatenate(y_all), np.concatenate(base_all)
-    gpu = np.concatenate(gpu_all)
+    gpu, fold = np.concatenate(gpu_all), np.concatenate(fold_all)
+    spread, novelty = np.concatenate(spread_all), np.concatenate(novelty_all)
+    # calibrated doubt, judged honestly: each fold's std from the other folds' errors only
+    calibrated = np.empty(len(y))
+    for name in np.unique(fold):
+        mine = fold == name
+        sigma = np.asarray(novelty_std(pred[~mine] - y[~mine], novelty[~mine]))
+        calibrated[mine] = np.hypot(spread[mine], sigma[novelty[mine]])
     result = {
         "split": split,
-        **metrics(pred, y, np.concatenate(job_all)),
+        **metrics(pred, y, np.concatenate(job_all), spread),
+        "coverage_calibrated": float((np.abs(pred - y) <= calibrated).mean()),
+        "novelty_std": novelty_std(pred - y, novelty),
+        "novelty_counts": [int((novelty == c).sum()) for c in range(3)],
         "mean_predictor_mae": float(np.abs(base - y).mean()),
         "mean_predictor_mae_all_pairs": global_mean_mae(pairs),
         "issue_mean_predictor_mae": GAVEL_MEAN_PREDICTOR_MAE,
@@ -148,7 +191,7 @@ def cross_validate(
         "train_config": {k: v for k, v in vars(cfg).items()},
         "data": pairs.source,
     }
-    return {"result": result, "pred": pred, "y": y, "gpu": gpu, "fold": np.concatenate(fold_all)}
+    return {"result": result, "pred": pred, "y": y, "gpu": gpu, "fold": fold, "novelty": novelty}
 
 
 def config_from_meta(meta: dict, seed: int | None = None) -> TrainConfig:
@@ -185,3 +228,26 @@ def parity_plot(path: Path, pred: np.ndarray, y: np.ndarray, gpu: np.ndarray, ti
     fig.savefig(tmp, format="png")
     plt.close(fig)
     os.replace(tmp, path)
+
+
+CALIBRATION_MEMBERS = 4  # ensemble members of the calibration fits: the error's scale, not the prediction
+
+
+def calibrate(pairs: GavelPairs, model, cfg: TrainConfig, log: Callable[[str], None] | None = None):
+    """``model`` with calibrated doubt (:meth:`~interference.learned.LearnedInterference.with_novelty_std`):
+    the held-out errors of its configuration on leave-one-family-out folds (pairs with one or two new
+    job types) and on random folds (pairs of measured types), refitted with fewer members."""
+    small = replace(cfg, members=min(cfg.members, CALIBRATION_MEMBERS))
+    lofo = cross_validate(pairs, "leave-model-out", small, log=log)
+    rand = cross_validate(pairs, "random", small, log=log)
+    residual = np.concatenate([lofo["pred"] - lofo["y"], rand["pred"] - rand["y"]])
+    novelty = np.concatenate([lofo["novelty"], rand["novelty"]])
+    sigma = novelty_std(residual, novelty)
+    info = {
+        "novelty_std": sigma,
+        "samples": [int((novelty == c).sum()) for c in range(3)],
+        "coverage_target": COVERAGE,
+        "folds": "leave-model-out and random (5)",
+        "members": small.members,
+    }
+    return model.with_novelty_std(sigma, info)

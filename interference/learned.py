@@ -131,13 +131,17 @@ class ContentionParams:
     # sensitivity, and (K, T, 2) log-scale and raw additive term (softplus'd) of its pressure
     side_sens: list = field(default_factory=list)
     side_pres: list = field(default_factory=list)
+    # doubt beyond the ensemble's spread, by how many of the pair's two job types the model was fitted on:
+    # [both measured, one new, both new] (empty: not calibrated); see ``interference.calibration``
+    novelty_std: list = field(default_factory=list)
 
     @property
     def members(self) -> int:
         return len(self.c)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(val, dtype=np.float64) for k, val in asdict(self).items() if k != "type_keys"}
+        skip = ("type_keys", "novelty_std")
+        return {k: np.asarray(val, dtype=np.float64) for k, val in asdict(self).items() if k not in skip}
 
 
 def type_key(params_m: float, gflops: float, batch: float, solo_sps: float, amp: float, gpu_type: str) -> tuple:
@@ -240,8 +244,9 @@ class LearnedInterference:
     def predict_pairs(self, job: JobColumns, other: JobColumns, level: np.ndarray) -> PairPrediction:
         """Factor of each ``job[i]`` with the single neighbour ``other[i]`` at ``level[i]`` (vectorised).
 
-        ``std`` is the ensemble spread of the GPU-sharing term; server and uplink levels are physical
-        formulas without fitted parts (std 0).
+        ``std`` is the ensemble spread of the GPU-sharing term, widened by the calibrated doubt of the
+        pair's novelty class when the model was calibrated; server and uplink levels are physical formulas
+        without fitted parts (std 0).
         """
         n = len(job)
         both = JobColumns(**{f: np.concatenate([getattr(job, f), getattr(other, f)]) for f in job.__dataclass_fields__})
@@ -260,9 +265,23 @@ class LearnedInterference:
         factor = compose(flat, both, gpu_pairs)
         std = np.zeros(n)
         if "f" in members:
-            std[members["rows"]] = members["f"].std(axis=0)
+            rows = members["rows"]
+            std[rows] = members["f"].std(axis=0)
+            if self.params.novelty_std:
+                t = self._type_index(both)
+                new = (t[rows] < 0).astype(np.int64) + (t[n + rows] < 0)
+                std[rows] = np.hypot(std[rows], np.asarray(self.params.novelty_std, dtype=np.float64)[new])
         oor = self.out_of_range(both, raw)
         return PairPrediction(factor=factor, std=std, out_of_range=oor[:n] | oor[n:])
+
+    def novelty(self, job: JobColumns, other: JobColumns) -> np.ndarray:
+        """How many of each pair's two jobs are of a type the model was not fitted on (0, 1 or 2)."""
+        return (self._type_index(job) < 0).astype(np.int64) + (self._type_index(other) < 0)
+
+    def with_novelty_std(self, novelty_std: Sequence[float], info: dict) -> LearnedInterference:
+        """This model with calibrated doubt per novelty class (and ``info`` on how it was measured)."""
+        params = ContentionParams(**{**asdict(self.params), "novelty_std": [float(x) for x in novelty_std]})
+        return LearnedInterference(params, {**self.meta, "calibration": info})
 
     def throughput_factors(self, queries: Sequence[CoLocation]) -> np.ndarray:
         return self._cache(queries)
