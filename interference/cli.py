@@ -11,6 +11,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from interference.gavel_jobs import SPLITS
 from interference.pairs_csv import OUTPUT_COLUMNS, REQUIRED
 from interference.pairs_csv import __doc__ as PAIRS_DOC
@@ -84,11 +86,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     _threads(args)
     model = LearnedInterference.load(args.model)
+    if (args.data is None) == (args.pairs is None):
+        raise ValueError("eval needs one of --data gavel:PATH (held-out folds) or --pairs FILE (measured pairs)")
+    out = Path(args.out)
+    if args.pairs is not None:
+        return _eval_pairs_file(model, args.pairs, out)
     pairs = load_gavel_pairs(args.data)
     cfg = config_from_meta(model.meta, args.seed)
     if args.steps:
         cfg = replace(cfg, steps=args.steps)
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cv = cross_validate(pairs, args.split, cfg, log=_say)
     result = cv["result"]
@@ -103,6 +109,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     parity_plot(out / "parity.png", cv["pred"], cv["y"], cv["gpu"], title)
     _say(f"{title}\nwrote {out / 'eval.json'} and {out / 'parity.png'}")
+    return 0
+
+
+def _eval_pairs_file(model, path: str, out: Path) -> int:
+    """``eval --pairs``: the model on measured pairs from any source, beside the no-slowdown answer and the
+    utilisation reference."""
+    from interference.evaluation import evaluate_pairs_file, parity_plot, write_json
+
+    ev = evaluate_pairs_file(model, path)
+    result = ev["result"]
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "eval.json", result)
+    lines = []
+    for name in ("model", "no_slowdown", "utilisation_reference"):
+        if name in result:
+            m = result[name]
+            lines.append(
+                f"{name}: MAE {m['mae']:.3f}, bias {m['bias']:+.3f}, Spearman {m['spearman']:.2f}, "
+                f"partner pairwise {m['pairwise_order_accuracy']:.2f}"
+                + (f", coverage {m['coverage']:.2f}" if "coverage" in m else "")
+            )
+    title = f"{Path(path).name}: " + lines[0] + f", n={result['model']['n']}"
+    parity_plot(out / "parity.png", ev["pred"], ev["y"], np.full(len(ev["y"]), "pairs"), title)
+    _say("\n".join(lines) + f"\nwrote {out / 'eval.json'} and {out / 'parity.png'}")
     return 0
 
 
@@ -137,7 +167,8 @@ def _guard(fn):
             return fn(args)
         except (ValueError, FileNotFoundError, KeyError) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-            raise SystemExit(f"marlsched interference {args.interference_command}: error: {msg}") from None
+            print(f"marlsched interference {args.interference_command}: error: {msg}", file=sys.stderr)
+            raise SystemExit(2) from None  # bad input: exit 2, as every marlsched command
 
     return run
 
@@ -177,7 +208,12 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
 
     e = sub.add_parser("eval", help="held-out accuracy of the model's configuration on Gavel's pairs")
     e.add_argument("--model", required=True)
-    e.add_argument("--data", required=True, help="gavel:PATH")
+    e.add_argument("--data", default=None, help="gavel:PATH: held-out folds of Gavel's pairs (refits per fold)")
+    e.add_argument(
+        "--pairs",
+        default=None,
+        help="a pairs CSV (as for predict) with measured norm_a,norm_b: the model as it is, on another source",
+    )
     e.add_argument("--split", choices=SPLITS, default="random")
     e.add_argument("--out", required=True, help="folder for eval.json and parity.png")
     e.add_argument("--seed", type=int, default=None, help="fold seed (default: the model's training seed)")

@@ -42,15 +42,17 @@ RANK_MIN_GAP = 0.05
 
 def partner_ranking(pred: np.ndarray, y: np.ndarray, job: np.ndarray) -> dict[str, float]:
     """Per-job ranking of partners: pairwise order accuracy over partner pairs whose measured factors
-    differ by >= ``RANK_MIN_GAP``, and the mean per-job Spearman (jobs with >= 3 partners)."""
-    correct = total = 0
+    differ by >= ``RANK_MIN_GAP`` (a predicted tie counts half), and the mean per-job Spearman (jobs with
+    >= 3 partners)."""
+    correct, total = 0.0, 0
     rhos = []
     for key in np.unique(job):
         m = np.flatnonzero(job == key)
         yi, pi = y[m], pred[m]
         dy, dp = yi[:, None] - yi[None, :], pi[:, None] - pi[None, :]
         sel = np.triu(np.abs(dy) >= RANK_MIN_GAP, 1)
-        correct += int(((dy * dp)[sel] > 0).sum())
+        agree = (dy * dp)[sel]
+        correct += float((agree > 0).sum()) + 0.5 * float((agree == 0).sum())  # a tie: a coin toss
         total += int(sel.sum())
         if len(m) >= 3 and np.ptp(yi) > 0 and np.ptp(pi) > 0:
             rhos.append(float(spearmanr(pi, yi).statistic))
@@ -73,7 +75,7 @@ def metrics(
         "mae": float(err.mean()),
         "bias": float((pred - y).mean()),
         "mape": float(100.0 * (err / np.maximum(y, 1e-6)).mean()),
-        "spearman": float(spearmanr(pred, y).statistic) if len(y) > 2 else float("nan"),
+        "spearman": float(spearmanr(pred, y).statistic) if len(y) > 2 and np.ptp(pred) > 0 else float("nan"),
         "no_slowdown_mae": float(np.abs(1.0 - y).mean()),
         "n": len(y),
     }
@@ -251,3 +253,34 @@ def calibrate(pairs: GavelPairs, model, cfg: TrainConfig, log: Callable[[str], N
         "members": small.members,
     }
     return model.with_novelty_std(sigma, info)
+
+
+def evaluate_pairs_file(model, path: str | Path) -> dict:
+    """The model on a pairs CSV with measured ``norm_a``/``norm_b``: its metrics beside always answering
+    1.0 (no slowdown) and, where every row has both jobs' solo GPU utilisation, the utilisation reference
+    ``1 − (u_a + u_b) / 400``. Each row gives two samples (A next to B, B next to A); a job's partners are
+    ranked among the rows where it is the same job (its descriptor facts and GPU)."""
+    from interference.pairs_csv import read_measured, read_pairs_csv
+
+    rows, _, a, b, level = read_pairs_csv(path)
+    ya, yb = read_measured(path, rows)
+    pa, pb = model.predict_pairs(a, b, level), model.predict_pairs(b, a, level)
+    y = np.concatenate([ya, yb])
+    pred = np.concatenate([pa.factor, pb.factor])
+    std = np.concatenate([pa.std, pb.std])
+
+    def keys(c) -> np.ndarray:
+        return np.array([f"{g}|{p:.6g}|{f:.6g}|{n:.6g}|{s:.6g}|{m:g}" for g, p, f, n, s, m in
+                         zip(c.gpu_type, c.params_m, c.gflops, c.batch, c.solo_sps, c.amp, strict=True)])  # fmt: skip
+
+    job = np.concatenate([keys(a), keys(b)])
+    out = {
+        "data": str(path),
+        "model": metrics(pred, y, job, std),
+        "no_slowdown": metrics(np.ones_like(y), y, job),
+        "out_of_range_share": float(np.concatenate([pa.out_of_range, pb.out_of_range]).mean()),
+    }
+    util = np.concatenate([a.gpu_util + b.gpu_util, b.gpu_util + a.gpu_util])
+    if not np.isnan(util).any():
+        out["utilisation_reference"] = metrics(1.0 - util / 400.0, y, job)
+    return {"result": out, "pred": pred, "y": y}

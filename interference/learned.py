@@ -42,6 +42,10 @@ from 0.152 to 0.136, before the sensitivity was narrowed to the job's own uses).
 gets the structure alone, so every guarantee above holds for new jobs, and a new partner's pressure is
 always monotone and gated.
 
+Below the lowest combined GPU use ``u_a + u_b`` of any training pair, the slowdown shrinks in proportion
+towards none: two jobs that together use less of the GPU than any measured pair did are not predicted to
+slow each other down by extrapolation (Gavel's pairs, all heavy users, say nothing about light ones).
+
 The parameters are an ensemble of ``K`` members fitted on bootstrap resamples of the job types; the
 prediction is their mean and ``std`` their spread, the uncertainty the CLI reports. Inputs outside the
 range the model was fitted on are flagged, never clipped: the monotone structure extrapolates safely.
@@ -134,6 +138,9 @@ class ContentionParams:
     # doubt beyond the ensemble's spread, by how many of the pair's two job types the model was fitted on:
     # [both measured, one new, both new] (empty: not calibrated); see ``interference.calibration``
     novelty_std: list = field(default_factory=list)
+    # (K,) each member's lowest combined GPU use u_a + u_b over its training pairs: below it, slowdowns
+    # shrink in proportion towards none (empty: no such guard, models saved before it)
+    pair_use_lo: list = field(default_factory=list)
 
     @property
     def members(self) -> int:
@@ -229,6 +236,8 @@ class LearnedInterference:
                 side = p["side_pres"][:, tb[partner_only]]  # (K, n, 2)
                 own = pressure[:, partner_only] * np.exp(side[..., 0]) + softplus(side[..., 1])
                 slow[:, partner_only] = sens[:, partner_only] * own
+        if p["pair_use_lo"].size:  # below every measured pair's GPU use, no extrapolated slowdown
+            slow = slow * np.clip((u[:, job] + u[:, other]) / p["pair_use_lo"][:, None], 0.0, 1.0)
         f = 1.0 / (1.0 + slow)
         over = cols.mem_gb[job] + cols.mem_gb[other] > gpu["mem_gb"][job]  # NaN compares False: feasible
         return np.where(over[None, :], INFEASIBLE_GPU_FACTOR, f)

@@ -158,3 +158,28 @@ def write_predictions(
                  "pred_std_b": f"{sb:.6f}", "out_of_range": int(oor)}
             )  # fmt: skip
     os.replace(tmp, path)
+
+
+MEASURED = ("norm_a", "norm_b")  # measured throughput next to the partner / alone, for evaluation
+
+
+def read_measured(path: str | Path, rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """The measured ``norm_a`` and ``norm_b`` of every row of a pairs CSV, each in (0, 1.5] (a pair may
+    run slightly faster than alone within measurement noise)."""
+    path = Path(path)
+    if rows and any(c not in rows[0] for c in MEASURED):
+        raise ValueError(
+            f"{path}: line 1: evaluating needs the measured columns {', '.join(MEASURED)} (throughput of each job "
+            "next to its partner / alone)"
+        )
+    out = np.empty((2, len(rows)))
+    for i, r in enumerate(rows):
+        for k, c in enumerate(MEASURED):
+            try:
+                v = float(r[c])
+            except ValueError:
+                raise _bad(path, i + 2, c, r[c], "a number") from None
+            if not (np.isfinite(v) and 0.0 < v <= 1.5):
+                raise _bad(path, i + 2, c, r[c], "a measured normalised throughput in (0, 1.5]")
+            out[k, i] = v
+    return out[0], out[1]

@@ -193,10 +193,14 @@ def fit_queries(
     def lst(t: torch.Tensor | np.ndarray) -> list:
         return (t.detach().numpy() if isinstance(t, torch.Tensor) else t).tolist()
 
+    with torch.no_grad():  # each member's lowest combined GPU use over the training pairs
+        u = torch.sigmoid(p["cu"][:, None] + softplus(p["wu"]) @ z.T)
+        use_lo = (u[:, job] + u[:, nbr]).min(dim=1).values
     params = ContentionParams(
         z_mean=lst(z_mean), z_std=lst(z_std),
         z_lo=lst(z_raw.min(0)), z_hi=lst(z_raw.max(0)), o_lo=lst(o_raw.min(0)), o_hi=lst(o_raw.max(0)),
         type_keys=[list(key) for key in type_keys_of(cols)] if r else [],
+        pair_use_lo=lst(use_lo),
         **{name: lst(t) for name, t in p.items()},
     )  # fmt: skip
     info = {

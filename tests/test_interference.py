@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -457,7 +458,7 @@ def test_predict_cli_on_unseen_descriptors(small_model: Path, tmp_path: Path, ca
     assert got[2]["pred_norm_a"] == got[2]["pred_norm_b"]
 
 
-def test_predict_cli_rejects_bad_csv(small_model: Path, tmp_path: Path):
+def test_predict_cli_rejects_bad_csv(small_model: Path, tmp_path: Path, capsys):
     good = dict(a_params_m=10, a_gflops=1, a_batch=32, a_solo_sps=500, a_amp=0, b_params_m=20, b_gflops=2)
     good |= dict(b_batch=64, b_solo_sps=400, b_amp=0, gpu_type="V100", level="gpu")
     cases = [
@@ -478,12 +479,15 @@ def test_predict_cli_rejects_bad_csv(small_model: Path, tmp_path: Path):
             w.writerow(row)
         with pytest.raises(SystemExit) as exc:
             cli_main(["interference", "predict", "--model", str(small_model), "--pairs", str(src), "--out", "x.csv"])
-        assert f"bad{i}.csv" in str(exc.value) and message in str(exc.value), str(exc.value)
-    with pytest.raises(SystemExit, match=r"interference model .*missing\.json not found"):
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"bad{i}.csv" in err and message in err, err
+    with pytest.raises(SystemExit) as exc:
         cli_main(["interference", "predict", "--model", str(tmp_path / "missing.json"), "--pairs", "p", "--out", "o"])
+    assert exc.value.code == 2
+    assert re.search(r"interference model .*missing\.json not found", capsys.readouterr().err)
 
 
-def test_predict_with_profile_columns_and_gpu_specs_file(small_model: Path, tmp_path: Path):
+def test_predict_with_profile_columns_and_gpu_specs_file(small_model: Path, tmp_path: Path, capsys):
     specs = tmp_path / "gpus.yaml"
     specs.write_text("L40S: {fp32_tflops: 91.6, mem_bw_gbs: 864, mem_gb: 48, pcie_gbs: 31.5}\n")
     row = dict(a_params_m=25.6, a_gflops=12.3, a_batch=64, a_solo_sps=1500, a_amp=1, b_params_m=25.6)
@@ -503,8 +507,10 @@ def test_predict_with_profile_columns_and_gpu_specs_file(small_model: Path, tmp_
     assert too_big == INFEASIBLE_GPU_FACTOR  # 60 GB on a 48 GB GPU
     bad = tmp_path / "bad.yaml"
     bad.write_text("L40S: {fp32_tflops: 91.6, mem_bw_gbs: fast, mem_gb: 48, pcie_gbs: 31.5}\n")
-    with pytest.raises(SystemExit, match=r"bad\.yaml: L40S\.mem_bw_gbs: is 'fast'; expected a positive number"):
+    with pytest.raises(SystemExit) as exc:
         cli_main([*args, "--gpu-specs", str(bad)])
+    assert exc.value.code == 2
+    assert "bad.yaml: L40S.mem_bw_gbs: is 'fast'; expected a positive number" in capsys.readouterr().err
 
 
 def test_eval_cli_writes_metrics_and_parity_plot(small_model: Path, gavel_dir: Path, tmp_path: Path):
@@ -655,3 +661,56 @@ def test_packing_scheduler_corrects_its_predictor_from_the_pairs_it_runs(small_m
     assert after.mean() < 0.5 * before.mean()
     with pytest.raises(ValueError, match="online=True"):
         GpuPacking(mode="blind", online=True)
+
+
+def test_eval_on_a_measured_pairs_file_sits_beside_the_no_slowdown_and_utilisation_answers(
+    small_model: Path, tmp_path: Path, gavel_dir: Path
+) -> None:
+    """``eval --pairs``: any source's measured pairs (descriptor columns + norm_a, norm_b), the model's MAE,
+    bias, rank and coverage next to always answering 1.0 and, with utilisation columns, the reference."""
+    pairs = load_gavel_pairs(gavel_dir)
+    rows = np.flatnonzero(pairs.feasible & (pairs.scale_factor == 1) & (pairs.gpu_type == "P100"))[:120]
+    src = tmp_path / "measured.csv"
+    cols = [*REQUIRED, "a_gpu_util", "b_gpu_util", "norm_a", "norm_b"]
+    with src.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows.tolist():
+            a = pairs.descriptor("P100", str(pairs.job_a[r]))
+            b = pairs.descriptor("P100", str(pairs.job_b[r]))
+            row = {f"{p}_{c}": getattr(d, c) for p, d in (("a", a), ("b", b)) for c in ("params_m", "gflops", "batch")}
+            row |= {"a_solo_sps": a.solo_sps, "b_solo_sps": b.solo_sps, "a_amp": int(a.amp), "b_amp": int(b.amp)}
+            row |= {"gpu_type": "P100", "level": "gpu", "a_gpu_util": 60, "b_gpu_util": 70}
+            w.writerow(row | {"norm_a": pairs.norm_a[r], "norm_b": pairs.norm_b[r]})
+    out = tmp_path / "ev"
+    assert cli_main(["interference", "eval", "--model", str(small_model), "--pairs", str(src), "--out", str(out)]) == 0
+    result = json.loads((out / "eval.json").read_text())
+    model, none = result["model"], result["no_slowdown"]
+    assert model["n"] == none["n"] == 2 * len(rows)
+    assert model["mae"] < none["mae"] and none["bias"] > 0 and none["pairwise_order_accuracy"] == 0.5
+    assert 0.0 <= model["coverage"] <= 1.0 and "utilisation_reference" in result
+    assert (out / "parity.png").is_file()
+    # a pairs file without the measured columns is refused by name
+    plain = tmp_path / "plain.csv"
+    plain.write_text(",".join(REQUIRED) + "\n" + "10,1,32,500,0,20,2,64,400,0,V100,gpu\n")
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["interference", "eval", "--model", str(small_model), "--pairs", str(plain), "--out", str(out)])
+    assert exc.value.code == 2
+
+
+def test_light_pairs_are_not_slowed_by_extrapolation(small_model: Path) -> None:
+    """Below the lowest combined GPU use of any training pair, the slowdown shrinks in proportion: profiled
+    light jobs slow each other less than the bare structure says, heavy ones exactly as much."""
+    from dataclasses import asdict
+
+    from interference.learned import ContentionParams
+
+    model = LearnedInterference.load(small_model)
+    assert len(model.params.pair_use_lo) == model.params.members
+    bare = LearnedInterference(ContentionParams(**{**asdict(model.params), "pair_use_lo": []}), model.meta)
+    level = np.zeros(1, dtype=np.int64)
+    light = _cols(1, gpu_util=4.0, mem_util=4.0)
+    heavy = _cols(1, gpu_util=95.0, mem_util=95.0)
+    guarded, unguarded = model.predict_pairs(light, light, level), bare.predict_pairs(light, light, level)
+    assert 1.0 / guarded.factor[0] - 1.0 < 0.5 * (1.0 / unguarded.factor[0] - 1.0)
+    assert model.predict_pairs(heavy, heavy, level).factor[0] == bare.predict_pairs(heavy, heavy, level).factor[0]
