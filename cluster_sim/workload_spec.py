@@ -105,8 +105,19 @@ _WINDOW_TYPES: dict[str, Callable[[str], object]] = {
 }
 
 
-def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
-    """The workload a spec string names; ``seed`` drives every random choice (synthetic jobs, models)."""
+def check_workload_spec(spec: str) -> None:
+    """Refuse a spec whose kind, options or argument are wrong without loading anything (what a config
+    check does before a run starts): the same errors :func:`parse_workload_spec` would raise first."""
+    kind, _, arg, _ = _split(spec)
+    if kind == "synthetic":
+        if _convert(spec, "N_JOBS", arg, int) < 1:
+            raise WorkloadSpecError(f"workload spec {spec!r}: no jobs (a job count must be >= 1)")
+    elif not Path(arg).exists():
+        raise WorkloadSpecError(f"workload spec {spec!r}: {arg} does not exist (paths are relative to the cwd)")
+
+
+def _split(spec: str) -> tuple[str, WorkloadKind, str, dict[str, object]]:
+    """(kind, its source, argument, converted options) of a spec string."""
     kind, sep, rest = spec.partition(":")
     kind = kind.strip().lower()
     if not sep or kind not in WORKLOAD_KINDS:
@@ -133,7 +144,12 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
         if key in opts:
             raise WorkloadSpecError(f"workload spec {spec!r}: option {key} given twice")
         opts[key] = _convert(spec, key, value.strip(), types[key])
+    return kind, source, arg, opts
 
+
+def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
+    """The workload a spec string names; ``seed`` drives every random choice (synthetic jobs, models)."""
+    _, source, arg, opts = _split(spec)
     start, end = opts.pop("start", None), opts.pop("end", None)
     time_range = None if start is None and end is None else (start or 0.0, math.inf if end is None else end)
     win = {"time_range": time_range, "max_jobs": opts.pop("max_jobs", None)}
@@ -144,6 +160,13 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
         win["cluster_gpus"] = cluster_gpus
     try:
         workload = window(source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts), **win)
+        if not len(workload):
+            raise WorkloadSpecError(
+                f"workload spec {spec!r}: no jobs"
+                + (f" in the window start={start}" + (f", end={end}" if end is not None else "")
+                   + " (seconds from the trace's start: check them against the trace's times)"
+                   if time_range is not None else " (a job count must be >= 1; a CSV needs rows after its header)")
+            )  # fmt: skip
         return workload if apps is None else with_applications(workload, apps, seed=seed)
     except WorkloadSpecError:
         raise

@@ -318,16 +318,13 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
 
 
 def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> None:
-    """The spec's kind and file (loading the trace itself waits for the run)."""
-    from cluster_sim.workload_spec import WORKLOAD_KINDS, workload_syntax
+    """The spec's kind, options, argument and file (loading the trace itself waits for the run)."""
+    from cluster_sim.workload_spec import WorkloadSpecError, check_workload_spec
 
-    kind, sep, rest = spec.partition(":")
-    if not sep or kind not in WORKLOAD_KINDS:
-        raise chk.fail(path, f"{spec!r}: workload kinds are {', '.join(workload_syntax().values())}")
-    if kind != "synthetic":
-        file = Path(rest.split(",")[0])
-        if not file.exists():
-            raise chk.fail(path, f"trace {file} does not exist (paths are relative to the cwd)")
+    try:
+        check_workload_spec(spec)
+    except WorkloadSpecError as e:
+        raise chk.fail(path, str(e)) from None
 
 
 def load_experiment_config(path: str | Path) -> ExperimentConfig:

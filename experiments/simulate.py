@@ -114,8 +114,10 @@ def make_scheduler_by_name(name: str, seed: int, **options):
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    sim = build_simulator(args)
     names = split_policies(args.policy)
+    if not names:
+        raise ValueError(f"--policy {args.policy!r} names no scheduler; e.g. --policy fifo,tiresias,qssf")
+    sim = build_simulator(args)
     schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
     results: list[SimResult] = []
     for sched in schedulers:

@@ -98,6 +98,8 @@ def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(tiny, tmp_p
         ("cluster_sim.placement:FreePool", "does not speak the scheduler protocol (no reset, schedule)"),
         (f"{SMALLEST_FIRST},colour=red", "unexpected keyword argument 'colour'"),
         (f"{SMALLEST_FIRST},oops", "unknown scheduler 'oops'"),  # a second name, not an option
+        ("", "--policy '' names no scheduler"),
+        (" , ", "names no scheduler"),
     ],
 )
 def test_bad_policy_spec_gets_a_one_line_error(tiny, capsys, policy: str, expected: str) -> None:

@@ -104,6 +104,10 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"train": TINY_TRAIN, "scaling": {"policy": "best"}}, ["scaling.policy:", "warm-start, untrained"]),
         ({"workloads": {}}, ["workloads:", "give at least one"]),
         ({"workloads": {"a": "trace.csv"}}, ["workloads.a:", "synthetic:N_JOBS"]),
+        ({"workload": "synthetic:fifty"}, ["workload:", "N_JOBS='fifty' is not an integer"]),
+        ({"workload": "synthetic:50,lod=3"}, ["workload:", "unknown option 'lod=3'", "load=..."]),
+        ({"workload": "synthetic:0"}, ["workload:", "no jobs"]),
+        ({"workload": "philly:missing/philly.csv"}, ["workload:", "missing/philly.csv does not exist"]),
         ({"scheduler_options": {"srtf": {"policy": "srtf"}}}, ["scheduler_options.srtf:", "not among schedulers"]),
         (
             {"scheduler_options": {"sjf": {"policy": "tiresias", "thresholds": [-1]}}},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -461,8 +462,8 @@ def test_spec_strings(philly_path: Path, traces_dir: Path) -> None:
     assert len(w) == 100 and w.meta["load"] == 0.5
     w = parse_workload_spec(f"philly:{philly_path},max_jobs=5000,arrival_scale=0.5", cluster_gpus=64, seed=4)
     assert same(w, load_philly(philly_path, max_jobs=5000, arrival_scale=0.5, seed=4))
-    w = parse_workload_spec(f"philly:{philly_path},start=86400,end=172800", cluster_gpus=64, seed=4)
-    assert same(w, load_philly(philly_path, time_range=(86400, 172800), seed=4))
+    w = parse_workload_spec(f"philly:{philly_path},start=2592000,end=2678400", cluster_gpus=64, seed=4)
+    assert len(w) > 0 and same(w, load_philly(philly_path, time_range=(2592000, 2678400), seed=4))
     gavel = gavel_dir(traces_dir) / "23dbec.trace"
     assert len(parse_workload_spec(f"gavel:{gavel}", cluster_gpus=64, seed=0)) == len(load_gavel(gavel))
     pollux = traces_dir / "pollux-osdi21" / "workloads" / "workload-2.csv"
@@ -545,3 +546,26 @@ def test_synthetic_gpu_scale_and_window_load_reach_a_queue_at_scale() -> None:
         parse_workload_spec("synthetic:100,load=1,window_load=1", cluster_gpus=64, seed=0)
     with pytest.raises(WorkloadSpecError, match="more jobs or a larger gpu_scale"):
         parse_workload_spec("synthetic:100,window_load=5", cluster_gpus=8192, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("synthetic:0", "no jobs (a job count must be >= 1"),
+        ("synthetic:20,max_jobs=0", "no jobs"),
+        ("PHILLY,start=999999999", "no jobs in the window start=999999999.0"),
+        ("HEADER_ONLY", "no jobs"),
+    ],
+)
+def test_a_spec_that_yields_no_jobs_is_refused(spec: str, fragment: str, traces_dir: Path, tmp_path: Path) -> None:
+    """An empty workload would simulate to NaN rows: it is refused, saying why."""
+    philly = traces_dir / "pollux-osdi21" / "traces" / "philly.csv"
+    if "PHILLY" in spec and not philly.is_file():
+        pytest.skip("Philly trace not present")
+    head = tmp_path / "w.csv"
+    head.write_text("name,time,application,num_replicas,batch_size\n")
+    spec = spec.replace("PHILLY", f"philly:{philly}").replace(
+        "HEADER_ONLY", f"pollux:{head},profiles={traces_dir / 'pollux-osdi21' / 'traces'}"
+    )
+    with pytest.raises(WorkloadSpecError, match=re.escape(fragment)):
+        parse_workload_spec(spec, cluster_gpus=64, seed=0)
