@@ -31,9 +31,7 @@ import ast
 import csv
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -494,17 +492,11 @@ def fit_constants(traces_dir: Path = DEFAULT_TRACES) -> dict:
 
 def write_constants(doc: dict, path: Path = DEFAULT_OUT) -> None:
     """Write atomically (temp file in the same folder, then rename)."""
+    from cluster_sim.results import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -170,23 +170,31 @@ class SimResult:
 
 
 def write_atomic(path: Path, content: str | bytes | list[list]) -> None:
-    """Write text, bytes or CSV rows to a temporary file beside ``path`` and rename it into place."""
+    """Write text, bytes or CSV rows to a temporary file beside ``path`` and rename it into place, readable
+    as any file the user creates (the umask's mode, not the temporary file's private 0600)."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         if isinstance(content, bytes):
             with os.fdopen(fd, "wb") as fb:
                 fb.write(content)
-            os.replace(tmp, path)
-            return
-        with os.fdopen(fd, "w", newline="") as f:
-            if isinstance(content, str):
-                f.write(content)
-            else:
-                csv.writer(f).writerows(content)
+        else:
+            with os.fdopen(fd, "w", newline="") as f:
+                if isinstance(content, str):
+                    f.write(content)
+                else:
+                    csv.writer(f).writerows(content)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
 
 
 def save_figure(fig, path: Path, dpi: int = 110) -> None:

@@ -386,3 +386,23 @@ def test_ordered_ids_served_in_order_hand_out_views_that_later_changes_leave_int
             handed.append((arr, list(ref)))
     assert sum(a.base is not None for a, _ in handed) > len(handed) // 2  # mostly views, not copies
     assert all(a.tolist() == r for a, r in handed)
+
+
+def test_outputs_respect_the_umask(tmp_path) -> None:
+    """Results are written through a private temporary file but end with the mode any new file gets."""
+    import os
+
+    from cluster_sim.results import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        for i, content in enumerate(("text\n", b"bytes", [["a", "b"], [1, 2]])):
+            path = tmp_path / f"out{i}"
+            write_atomic(path, content)
+            assert (path.stat().st_mode & 0o777) == 0o644
+        os.umask(0o077)
+        write_atomic(tmp_path / "private", "x")
+        assert ((tmp_path / "private").stat().st_mode & 0o777) == 0o600
+    finally:
+        os.umask(old)
+    assert not list(tmp_path.glob(".*.tmp"))
