@@ -45,6 +45,20 @@ def main(argv: list[str] | None = None) -> int:
         # user errors (bad spec, missing file, unknown name) end in one clear line, not a traceback
         print(f"marlsched {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"marlsched {args.command}: interrupted. {_after_interrupt(args)}", file=sys.stderr)
+        return 130  # the shell's code for a command stopped by Ctrl-C
+
+
+def _after_interrupt(args) -> str:
+    """What an interrupted command kept and how to go on (every output is written atomically)."""
+    out = getattr(args, "out", None)
+    if args.command in ("run", "train") and out:
+        return (
+            f"What finished is kept in {out} (runs done, checkpoints); the same command resumes from there "
+            "without redoing it."
+        )
+    return "Nothing half-written was left behind; run the command again to redo it."
 
 
 if __name__ == "__main__":

@@ -257,3 +257,37 @@ def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> No
     assert len(tasks) == 8 and all(t["jobs_completed"] == 40 for t in tasks)
     assert len({t["node_id"] for t in tasks}) == 2  # both nodes ran simulations
     assert (out / "report.md").is_file() and (out / "plots" / "jct_cdf.png").stat().st_size > 1000
+
+
+def test_ctrl_c_stops_a_run_cleanly_and_the_same_command_resumes(tmp_path: Path) -> None:
+    """SIGINT during `marlsched run` (a real process, its own in-process Ray): exit 130, one line saying
+    what was kept and how to resume, no traceback; the same command then runs only what is left."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = tmp_path / "slow.yaml"
+    config.write_text(
+        "name: slow\ncluster: small\nworkload: 'synthetic:1500,load=1.2'\ninterference: none\n"
+        "seeds: [0, 1, 2, 3, 4, 5]\nschedulers: [fifo, tiresias]\nray: {num_cpus: 2}\n"
+    )
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "experiments.cli", "run", str(config), "--out", str(out)]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list((out / "tasks").glob("*/metrics.json")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run finished before it could be interrupted: make it longer"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "marlsched run: interrupted. What finished is kept in" in err, err
+    done = len(list((out / "tasks").glob("*/metrics.json")))
+    assert 1 <= done < 12
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"evaluation: 12 runs ({done} finished before, {12 - done} to run)" in again.stdout + again.stderr
