@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from cluster_sim.out_folder import folder_lock
 from cluster_sim.results import write_atomic
 from experiments.run_config import MARL, ExperimentConfig, absolute_spec, load_experiment_config
 from experiments.tasks import (
@@ -255,12 +256,18 @@ def train_if_asked(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]
 
 
 def run_experiment(cfg: ExperimentConfig, out: str | Path, *, address: str | None = None, log: Log = print) -> dict:
-    """The whole experiment into ``out`` (resuming what a previous invocation finished)."""
+    """The whole experiment into ``out`` (resuming what a previous invocation finished), holding the folder
+    against a second command writing it at the same time."""
+    out = Path(out)
+    with folder_lock(out, "run"):
+        return _run_experiment(cfg, out, address=address, log=log)
+
+
+def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, log: Log) -> dict:
     import ray
 
     from experiments.report import write_report
 
-    out = Path(out)
     state = _prepare_out(cfg, out)
     t0 = time.perf_counter()
     started = init_ray(cfg, address, log)

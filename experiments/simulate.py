@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
+from cluster_sim.out_folder import folder_lock
 from cluster_sim.results import SimResult, write_atomic
 from cluster_sim.simulator import Simulator
 
@@ -119,6 +121,36 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise ValueError(f"--policy {args.policy!r} names no scheduler; e.g. --policy fifo,tiresias,qssf")
     sim = build_simulator(args)
     schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
+    if not args.out:
+        return _simulate(args, sim, schedulers)
+    with folder_lock(args.out, "simulate"):
+        _replace_earlier_results(Path(args.out))
+        return _simulate(args, sim, schedulers)
+
+
+SIMULATE_MANIFEST = "simulate.json"  # what a simulate wrote into its --out, so the next one can replace it
+
+
+def _replace_earlier_results(out: Path) -> None:
+    """Remove what an earlier ``simulate --out`` wrote here (its manifest lists it), so old and new results
+    never mix; a folder holding anything else is refused rather than emptied."""
+    manifest = out / SIMULATE_MANIFEST
+    entries = [p for p in out.iterdir() if p.name not in (".lock", SIMULATE_MANIFEST)]
+    if not manifest.is_file():
+        if entries:
+            names = ", ".join(sorted(p.name for p in entries)[:5])
+            raise ValueError(f"--out {out} holds files that no simulate wrote ({names}); choose an empty folder")
+        return
+    written = set(json.loads(manifest.read_text()).get("written", []))
+    stray = [p.name for p in entries if p.name not in written]
+    if stray:
+        raise ValueError(f"--out {out} holds files an earlier simulate did not write ({', '.join(sorted(stray)[:5])})")
+    for p in entries:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    print(f"replacing the results of an earlier simulate in {out}", file=sys.stderr)
+
+
+def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
     results: list[SimResult] = []
     for sched in schedulers:
         result = sim.run(sched, progress=not args.quiet)
@@ -129,6 +161,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(summary_table([r.metrics() for r in results], title=f"{sim.jobs.source} on {sim.topo.name}"))
     if args.out and len(schedulers) > 1:
         write_atomic(Path(args.out) / "summary.json", json.dumps([r.metrics() for r in results], indent=2) + "\n")
+    if args.out:
+        names = [p.name for p in Path(args.out).iterdir() if p.name not in (".lock", SIMULATE_MANIFEST)]
+        write_atomic(Path(args.out) / SIMULATE_MANIFEST, json.dumps({"written": sorted(names)}, indent=1) + "\n")
     unfinished = [r.scheduler for r in results if r.metrics()["jobs_completed"] != len(sim.jobs)]
     if unfinished:
         print(f"warning: unfinished jobs under {', '.join(unfinished)}", file=sys.stderr)

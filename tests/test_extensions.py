@@ -246,3 +246,26 @@ def test_sb3_example_trains_and_runs_in_marlsched_simulate(tmp_path: Path, capsy
     assert code == 0
     summary = {m["scheduler"]: m for m in json.loads((out / "summary.json").read_text())}
     assert summary["sb3-ppo"]["jobs_completed"] == 80 and summary["sb3-ppo"]["decisions"] > 0
+
+
+def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_results(tmp_path, capsys) -> None:
+    """A second command writing a held folder is refused at once, naming the holder; a simulate into its
+    own earlier --out replaces those results (no old file survives), into a folder of other files refuses."""
+    from cluster_sim.out_folder import folder_lock
+
+    out = tmp_path / "out"
+    args = ["simulate", "--cluster", "small", "--workload", "synthetic:60,load=2", "--quiet", "--out", str(out)]
+    with folder_lock(out, "run"):
+        assert main([*args, "--policy", "fifo"]) == 2
+        assert "is being written by marlsched run (pid" in capsys.readouterr().err
+    assert main([*args, "--policy", "fifo,sjf"]) == 0
+    assert {p.name for p in out.iterdir()} == {".lock", "fifo", "sjf", "summary.json", "simulate.json"}
+    assert main([*args, "--policy", "tiresias"]) == 0
+    assert {p.name for p in out.iterdir()} == {".lock", "jobs.csv", "metrics.json", "simulate.json"}
+    assert json.loads((out / "metrics.json").read_text())["scheduler"] == "tiresias"
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    assert main([*args[:-1], str(other), "--policy", "fifo"]) == 2
+    assert "holds files that no simulate wrote (notes.txt)" in capsys.readouterr().err
+    assert (other / "notes.txt").read_text() == "keep me"

@@ -291,3 +291,14 @@ def test_ctrl_c_stops_a_run_cleanly_and_the_same_command_resumes(tmp_path: Path)
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=300)
     assert again.returncode == 0, again.stderr
     assert f"evaluation: 12 runs ({done} finished before, {12 - done} to run)" in again.stdout + again.stderr
+
+
+def test_a_run_into_a_folder_another_command_holds_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from cluster_sim.out_folder import FolderInUse, folder_lock
+    from experiments.run import run_experiment
+
+    cfg = parse_experiment_config(dict(TINY), "tiny.yaml")
+    out = tmp_path / "out"
+    with folder_lock(out, "run"), pytest.raises(FolderInUse, match=r"is being written by marlsched run \(pid \d+\)"):
+        run_experiment(cfg, out, log=lambda s: None)
+    assert not (out / "tasks").exists()
