@@ -29,6 +29,7 @@ import yaml
 
 from cluster_sim.out_folder import folder_lock
 from cluster_sim.results import write_atomic
+from cluster_sim.threads import one_thread_per_worker
 from experiments.run_config import MARL, ExperimentConfig, absolute_spec, load_experiment_config
 from experiments.tasks import (
     CONFIG_FILE,
@@ -96,6 +97,7 @@ def init_ray(cfg: ExperimentConfig, address: str | None, log: Log) -> bool:
         where = f"cluster at {address}"
     else:
         num_cpus = cfg.ray.num_cpus or os.cpu_count() or 1
+        one_thread_per_worker()  # its workers inherit one BLAS/OpenMP thread each
         ray.init(
             num_cpus=num_cpus,
             object_store_memory=cfg.ray.object_store_mb * 1024**2,

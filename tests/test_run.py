@@ -302,3 +302,16 @@ def test_a_run_into_a_folder_another_command_holds_is_refused_before_anything_st
     with folder_lock(out, "run"), pytest.raises(FolderInUse, match=r"is being written by marlsched run \(pid \d+\)"):
         run_experiment(cfg, out, log=lambda s: None)
     assert not (out / "tasks").exists()
+
+
+def test_workers_of_a_local_ray_get_one_blas_thread_each(monkeypatch) -> None:
+    """Variables a local Ray's workers inherit: one BLAS/OpenMP thread each, unless the user set them."""
+    import os
+
+    from cluster_sim.threads import WORKER_THREAD_VARS, one_thread_per_worker
+
+    for var in WORKER_THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "4")
+    assert one_thread_per_worker() == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "4"}
+    assert os.environ["OMP_NUM_THREADS"] == "1"
