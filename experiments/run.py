@@ -29,7 +29,6 @@ import yaml
 
 from cluster_sim.out_folder import folder_lock
 from cluster_sim.results import write_atomic
-from cluster_sim.threads import one_thread_per_worker
 from experiments.run_config import MARL, ExperimentConfig, absolute_spec, load_experiment_config
 from experiments.tasks import (
     CONFIG_FILE,
@@ -41,6 +40,7 @@ from experiments.tasks import (
     task_id,
     write_task,
 )
+from marl.local_ray import start_local_ray
 
 Log = Callable[[str], None]
 
@@ -97,13 +97,7 @@ def init_ray(cfg: ExperimentConfig, address: str | None, log: Log) -> bool:
         where = f"cluster at {address}"
     else:
         num_cpus = cfg.ray.num_cpus or os.cpu_count() or 1
-        one_thread_per_worker()  # its workers inherit one BLAS/OpenMP thread each
-        ray.init(
-            num_cpus=num_cpus,
-            object_store_memory=cfg.ray.object_store_mb * 1024**2,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        start_local_ray(num_cpus, cfg.ray.object_store_mb * 1024**2)
         where = f"in-process ({num_cpus} CPUs)"
     cpus = ray.cluster_resources().get("CPU", 0)
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from cluster_sim.threads import one_thread_per_worker
+from marl.local_ray import start_local_ray
 from marl.priority_env import PriorityEnv, PriorityEnvConfig
 
 POLICY_ID = "shared"
@@ -176,13 +176,7 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
     out.mkdir(parents=True, exist_ok=True)
     started = False
     if not ray.is_initialized():
-        one_thread_per_worker()  # its workers inherit one BLAS/OpenMP thread each
-        ray.init(
-            num_cpus=cfg["ray"]["num_cpus"],
-            object_store_memory=int(cfg["ray"]["object_store_mb"]) * 1024**2,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        start_local_ray(cfg["ray"]["num_cpus"], int(cfg["ray"]["object_store_mb"]) * 1024**2)
         started = True
     p = cfg["ppo"]
     rows: list[dict[str, Any]] = []

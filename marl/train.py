@@ -24,12 +24,12 @@ import torch
 import yaml
 
 from cluster_sim.results import write_atomic
-from cluster_sim.threads import one_thread_per_worker
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
 from marl.config import TrainConfig, load_train_config, parse_train_config
 from marl.env_config import ENV_DEFAULTS
 from marl.evaluation import evaluate_run
+from marl.local_ray import start_local_ray
 from marl.run_folder import (
     CKPT_META,
     CONFIG_FILE,
@@ -124,13 +124,7 @@ def init_ray(cfg: TrainConfig, address: str | None = None) -> bool:
     if address:
         ray.init(address=address)  # num_cpus may not be passed when connecting
     else:
-        one_thread_per_worker()  # its workers inherit one BLAS/OpenMP thread each
-        ray.init(
-            num_cpus=cfg.ray.num_cpus,
-            object_store_memory=cfg.ray.object_store_mb * 1024**2,
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        start_local_ray(cfg.ray.num_cpus, cfg.ray.object_store_mb * 1024**2)
     return True
 
 

@@ -259,9 +259,8 @@ def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> No
     assert (out / "report.md").is_file() and (out / "plots" / "jct_cdf.png").stat().st_size > 1000
 
 
-def test_ctrl_c_stops_a_run_cleanly_and_the_same_command_resumes(tmp_path: Path) -> None:
-    """SIGINT during `marlsched run` (a real process, its own in-process Ray): exit 130, one line saying
-    what was kept and how to resume, no traceback; the same command then runs only what is left."""
+def _run_until_first_task(tmp_path: Path):
+    """A real `marlsched run` (its own in-process Ray) of 12 tasks, once its first task has finished."""
     import signal
     import subprocess
     import sys
@@ -282,6 +281,16 @@ def test_ctrl_c_stops_a_run_cleanly_and_the_same_command_resumes(tmp_path: Path)
     while not list((out / "tasks").glob("*/metrics.json")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     assert proc.poll() is None, "the run finished before it could be interrupted: make it longer"
+    return proc, cmd, out
+
+
+def test_ctrl_c_stops_a_run_cleanly_and_the_same_command_resumes(tmp_path: Path) -> None:
+    """SIGINT during `marlsched run`: exit 130, one line saying what was kept and how to resume, no
+    traceback; the same command then runs only what is left."""
+    import signal
+    import subprocess
+
+    proc, cmd, out = _run_until_first_task(tmp_path)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
@@ -308,10 +317,30 @@ def test_workers_of_a_local_ray_get_one_blas_thread_each(monkeypatch) -> None:
     """Variables a local Ray's workers inherit: one BLAS/OpenMP thread each, unless the user set them."""
     import os
 
-    from cluster_sim.threads import WORKER_THREAD_VARS, one_thread_per_worker
+    from marl.local_ray import WORKER_THREAD_VARS, one_thread_per_worker
 
     for var in WORKER_THREAD_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("MKL_NUM_THREADS", "4")
     assert one_thread_per_worker() == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "4"}
     assert os.environ["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_killed_run_leaves_no_ray_process_behind(tmp_path: Path) -> None:
+    """SIGKILL to `marlsched run`: every process it had started (Ray's raylet, GCS, agents, workers) is
+    gone within seconds, the agents that outlive their raylet included."""
+    import time
+
+    import psutil
+
+    proc, _, _ = _run_until_first_task(tmp_path)
+    started = psutil.Process(proc.pid).children(recursive=True)
+    assert any("DashboardAgent" in " ".join(p.cmdline()) or "raylet" in p.name() for p in started)
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 20
+    alive = started
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.3)
+    assert not alive, [(p.pid, p.name()) for p in alive]
