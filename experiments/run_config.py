@@ -260,6 +260,12 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         if name.startswith("marl:"):
             if not Path(name[5:]).is_dir():
                 raise chk.fail(("schedulers", str(i)), f"no policy folder {name[5:]!r}; make one with marlsched export")
+            from marl.export import load_marl_policy
+
+            try:  # its files are read now, not inside a Ray task
+                load_marl_policy(name[5:], name=name)
+            except (ValueError, FileNotFoundError) as err:
+                raise chk.fail(("schedulers", str(i)), str(err)) from None
             continue
         if is_custom_spec(name):
             try:

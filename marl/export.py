@@ -28,6 +28,7 @@ from interference.base import InterferenceModel
 from interference.loader import load_interference_model
 from marl.hgnn import HGNNPolicyNet, example_inputs, trace_policy
 from marl.obs_layout import OBS_KEYS, ObsLayout
+from marl.policy_files import load_torchscript, read_json
 from marl.run_folder import CKPT_META
 from marl.scheduler import MarlScheduler
 
@@ -182,7 +183,7 @@ def read_metadata(policy_dir: str | Path) -> dict[str, Any]:
     path = Path(policy_dir) / METADATA_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{policy_dir} is not a policy folder (no {METADATA_FILE}); run `marlsched export`")
-    meta = json.loads(path.read_text())
+    meta = read_json(path)
     if meta.get("format") != FORMAT:
         raise ValueError(f"{path}: format {meta.get('format')!r} is not {FORMAT!r}")
     if int(meta.get("format_version", 0)) > FORMAT_VERSION:
@@ -208,7 +209,7 @@ class TorchScriptPolicy:
         if isinstance(source, torch.nn.Module):
             self.module = source.eval()
         else:
-            self.module = torch.jit.load(str(source), map_location="cpu").eval()
+            self.module = load_torchscript(source).eval()
 
     @torch.no_grad()
     def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:

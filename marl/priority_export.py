@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from marl.policy_files import load_torchscript, read_json
 from marl.priority_agents import PriorityAgents
 from marl.priority_features import JOB_FEATURES, PART_FEATURES
 from marl.priority_net import NetScorer, PriorityNet
@@ -70,7 +71,7 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
 
 def is_priority_policy(policy_dir: str | Path) -> bool:
     path = Path(policy_dir) / METADATA
-    return path.is_file() and json.loads(path.read_text()).get("agent") == KIND
+    return path.is_file() and read_json(path).get("agent") == KIND
 
 
 def load_priority_policy(
@@ -80,13 +81,13 @@ def load_priority_policy(
     path = Path(policy_dir) / METADATA
     if not path.is_file():
         raise FileNotFoundError(f"{policy_dir} is not a policy folder (no {METADATA})")
-    meta = json.loads(path.read_text())
+    meta = read_json(path)
     if meta.get("agent") != KIND:
         raise ValueError(f"{path}: agent {meta.get('agent')!r} is not {KIND!r}")
     for key, cols in (("job_features", JOB_FEATURES), ("part_features", PART_FEATURES)):
         if tuple(meta.get(key, ())) != cols:
             raise ValueError(f"{path}: {key} differ from this marlsched's {list(cols)}; retrain or re-export")
-    net = torch.jit.load(str(Path(policy_dir) / TORCHSCRIPT), map_location="cpu")
+    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
     agents = meta.get("agents", {})
     return PriorityAgents(
         NetScorer(net, num_threads=num_threads),

@@ -269,3 +269,26 @@ def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_r
     assert main([*args[:-1], str(other), "--policy", "fifo"]) == 2
     assert "holds files that no simulate wrote (notes.txt)" in capsys.readouterr().err
     assert (other / "notes.txt").read_text() == "keep me"
+
+
+def test_a_damaged_policy_folder_is_named_with_the_fix(tmp_path, capsys) -> None:
+    """A truncated policy.pt or metadata.json: one line naming the file, what is wrong and what to do, from
+    simulate and from a run config (checked when the config is read, not inside a Ray task)."""
+    import shutil
+
+    from experiments.run_config import ExperimentConfigError, parse_experiment_config
+
+    shipped = Path(__file__).parents[1] / "experiments" / "policies" / "philly-small"
+    args = ["simulate", "--cluster", "small", "--workload", "synthetic:30", "--quiet", "--policy"]
+    for name, keep in (("policy.pt", 2000), ("metadata.json", 100)):
+        bad = tmp_path / name.replace(".", "_")
+        shutil.copytree(shipped, bad)
+        (bad / name).write_bytes((shipped / name).read_bytes()[:keep])
+        assert main([*args, f"marl:{bad}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{bad / name}:" in err and "re-export it" in err, err
+        with pytest.raises(ExperimentConfigError, match=re.escape(f"{bad / name}:")):
+            parse_experiment_config(
+                {"name": "x", "cluster": "small", "workload": "synthetic:30", "interference": "none", "seeds": [0],
+                 "schedulers": ["fifo", f"marl:{bad}"]}, "x.yaml",
+            )  # fmt: skip

@@ -61,7 +61,7 @@ def small_model(tmp_path_factory, gavel_dir: Path) -> Path:
     rc = cli_main(
         [
             *("interference", "train", "--data", f"gavel:{gavel_dir}", "--members", "4"),
-            *("--seed", "3", "--steps", "150", "--out", str(out)),
+            *("--seed", "3", "--steps", "150", "--no-calibrate", "--out", str(out)),
         ]
     )
     assert rc == 0 and out.is_file()
@@ -714,3 +714,26 @@ def test_light_pairs_are_not_slowed_by_extrapolation(small_model: Path) -> None:
     guarded, unguarded = model.predict_pairs(light, light, level), bare.predict_pairs(light, light, level)
     assert 1.0 / guarded.factor[0] - 1.0 < 0.5 * (1.0 / unguarded.factor[0] - 1.0)
     assert model.predict_pairs(heavy, heavy, level).factor[0] == bare.predict_pairs(heavy, heavy, level).factor[0]
+
+
+def test_train_calibrates_the_doubt_of_new_job_types(gavel_dir: Path, tmp_path: Path) -> None:
+    """`train` (calibration on by default) stores one extra std per novelty class from held-out errors,
+    growing with novelty; a pair of new job types then gets a wider std than the ensemble's spread alone."""
+    out = tmp_path / "cal.json"
+    rc = cli_main(["interference", "train", "--data", f"gavel:{gavel_dir}", "--members", "2", "--steps", "40",
+                   "--seed", "1", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    model = LearnedInterference.load(out)
+    sigma = model.params.novelty_std
+    assert len(sigma) == 3 and 0 < sigma[1] <= sigma[2]
+    assert model.meta["calibration"]["samples"][1] > 0 and model.meta["calibration"]["coverage_target"] > 0.6
+    from dataclasses import asdict
+
+    from interference.learned import ContentionParams
+
+    bare = LearnedInterference(ContentionParams(**{**asdict(model.params), "novelty_std": []}), model.meta)
+    new = _cols(3, params_m=7.0, gflops=3.0, batch=48.0, solo_sps=900.0)
+    level = np.zeros(3, dtype=np.int64)
+    wide, narrow = model.predict_pairs(new, new, level), bare.predict_pairs(new, new, level)
+    assert np.allclose(wide.factor, narrow.factor) and (wide.std >= sigma[2] - 1e-12).all()
+    assert (wide.std > narrow.std).all()

@@ -259,8 +259,8 @@ def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> No
     assert (out / "report.md").is_file() and (out / "plots" / "jct_cdf.png").stat().st_size > 1000
 
 
-def _run_until_first_task(tmp_path: Path):
-    """A real `marlsched run` (its own in-process Ray) of 12 tasks, once its first task has finished."""
+def _start_run(tmp_path: Path):
+    """A real `marlsched run` (its own in-process Ray) of 12 tasks, once a task of this invocation is done."""
     import signal
     import subprocess
     import sys
@@ -272,70 +272,33 @@ def _run_until_first_task(tmp_path: Path):
         "seeds: [0, 1, 2, 3, 4, 5]\nschedulers: [fifo, tiresias]\nray: {num_cpus: 2}\n"
     )
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "experiments.cli", "run", str(config), "--out", str(out)]
+    before = len(list((out / "tasks").glob("*/metrics.json")))
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
+        [sys.executable, "-m", "experiments.cli", "run", str(config), "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    while not list((out / "tasks").glob("*/metrics.json")) and time.monotonic() < deadline and proc.poll() is None:
+    while len(list((out / "tasks").glob("*/metrics.json"))) <= before and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
         time.sleep(0.2)
     assert proc.poll() is None, "the run finished before it could be interrupted: make it longer"
-    return proc, cmd, out
+    return proc, out
 
 
-def test_ctrl_c_stops_a_run_cleanly_and_the_same_command_resumes(tmp_path: Path) -> None:
-    """SIGINT during `marlsched run`: exit 130, one line saying what was kept and how to resume, no
-    traceback; the same command then runs only what is left."""
-    import signal
-    import subprocess
-
-    proc, cmd, out = _run_until_first_task(tmp_path)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
-    assert "Traceback" not in err and "marlsched run: interrupted. What finished is kept in" in err, err
-    done = len(list((out / "tasks").glob("*/metrics.json")))
-    assert 1 <= done < 12
-    again = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parents[1], timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert f"evaluation: 12 runs ({done} finished before, {12 - done} to run)" in again.stdout + again.stderr
-
-
-def test_a_run_into_a_folder_another_command_holds_is_refused_before_anything_starts(tmp_path: Path) -> None:
-    from cluster_sim.out_folder import FolderInUse, folder_lock
-    from experiments.run import run_experiment
-
-    cfg = parse_experiment_config(dict(TINY), "tiny.yaml")
-    out = tmp_path / "out"
-    with folder_lock(out, "run"), pytest.raises(FolderInUse, match=r"is being written by marlsched run \(pid \d+\)"):
-        run_experiment(cfg, out, log=lambda s: None)
-    assert not (out / "tasks").exists()
-
-
-def test_workers_of_a_local_ray_get_one_blas_thread_each(monkeypatch) -> None:
-    """Variables a local Ray's workers inherit: one BLAS/OpenMP thread each, unless the user set them."""
-    import os
-
-    from marl.local_ray import WORKER_THREAD_VARS, one_thread_per_worker
-
-    for var in WORKER_THREAD_VARS:
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("MKL_NUM_THREADS", "4")
-    assert one_thread_per_worker() == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "4"}
-    assert os.environ["OMP_NUM_THREADS"] == "1"
-
-
-def test_a_killed_run_leaves_no_ray_process_behind(tmp_path: Path) -> None:
+def test_a_killed_run_leaves_nothing_behind_and_ctrl_c_stops_the_next_one_cleanly(tmp_path: Path) -> None:
     """SIGKILL to `marlsched run`: every process it had started (Ray's raylet, GCS, agents, workers) is
-    gone within seconds, the agents that outlive their raylet included."""
+    gone within seconds, the agents that outlive their raylet included. The same command resumes (what
+    finished is reused); SIGINT then ends it with exit 130 and one line saying what was kept and how to
+    resume, no traceback."""
+    import signal
     import time
 
     import psutil
 
-    proc, _, _ = _run_until_first_task(tmp_path)
+    proc, out = _start_run(tmp_path)
     started = psutil.Process(proc.pid).children(recursive=True)
-    assert any("DashboardAgent" in " ".join(p.cmdline()) or "raylet" in p.name() for p in started)
+    assert any("raylet" in p.name() for p in started)
     proc.kill()
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 20
@@ -344,3 +307,12 @@ def test_a_killed_run_leaves_no_ray_process_behind(tmp_path: Path) -> None:
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.3)
     assert not alive, [(p.pid, p.name()) for p in alive]
+    done = len(list((out / "tasks").glob("*/metrics.json")))
+
+    proc, _ = _start_run(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    stdout, err = proc.communicate(timeout=60)
+    assert f"evaluation: 12 runs ({done} finished before, {12 - done} to run)" in stdout + err
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "marlsched run: interrupted. What finished is kept in" in err, err
+    assert done < len(list((out / "tasks").glob("*/metrics.json"))) < 12

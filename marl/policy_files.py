@@ -1,0 +1,43 @@
+"""Reading the files of an exported policy folder, with errors that name the file and the fix.
+
+A copied or half-synced policy folder is the usual way these files break (a truncated ``policy.pt``, a
+``metadata.json`` cut mid-way); the loaders say which file, what is wrong with it and what to do, in one
+line, instead of a deserialiser's traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+FIX = "copy the policy folder again (a file may be truncated) or re-export it with `marlsched export`"
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """A JSON object from ``path``; ValueError naming the file when it is not one."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({type(e).__name__}: {e}); {FIX}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {type(doc).__name__}; {FIX}")
+    return doc
+
+
+def load_torchscript(path: str | Path):
+    """A TorchScript module from ``path`` on the CPU; FileNotFoundError or ValueError naming the file."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; {FIX}")
+    try:
+        return torch.jit.load(str(path), map_location="cpu")
+    except (RuntimeError, ValueError, EOFError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path}: not a readable TorchScript policy ({reason[:160]}); {FIX}") from None
+
+
+__all__ = ["load_torchscript", "read_json"]
