@@ -167,9 +167,10 @@ def test_readme_python_api_runs_exactly_as_printed(tmp_path: Path, monkeypatch, 
     exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "__readme__"})
     printed = capsys.readouterr().out
     fifo, tiresias = (float(re.search(rf"{n}\s+avg JCT\s+(\d+) s", printed).group(1)) for n in ("fifo", "tiresias"))
-    assert fifo > 0 and tiresias > 0
+    assert fifo > 1.2 * tiresias > 0, "the example must run where the schedulers differ (jobs queue)"
+    assert f"fifo {fifo:,.0f} s and tiresias {tiresias:,.0f} s" in " ".join(section.split()), "README's figures"
     metrics = json.loads((tmp_path / "results" / "api-demo" / "metrics.json").read_text())
-    assert metrics["scheduler"] == "tiresias" and metrics["jobs_completed"] == 400
+    assert metrics["scheduler"] == "tiresias" and metrics["jobs_completed"] == 2000
     assert metrics["avg_jct"] == pytest.approx(tiresias, abs=1)
 
 
