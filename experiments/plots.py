@@ -25,6 +25,9 @@ def _colors(names: Sequence[str]) -> dict[str, Any]:
     return {n: cmap(i % cmap.N) for i, n in enumerate(names)}
 
 
+LINESTYLES = ("-", "--", "-.", ":")  # with the colours, curves that overlap stay told apart
+
+
 def _style(name: str) -> dict[str, Any]:
     """Learned policies stand out: thick solid lines; heuristics thinner."""
     return {"lw": 2.6} if name.startswith("marl") else {"lw": 1.3}
@@ -35,14 +38,19 @@ def jct_cdf(jcts: Mapping[str, Sequence[np.ndarray]], path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     colors = _colors(list(jcts))
-    for name, arrays in jcts.items():
+    drawn: list[tuple[str, np.ndarray]] = []
+    for k, (name, arrays) in enumerate(jcts.items()):
         x = np.sort(np.concatenate([np.asarray(a, dtype=float) for a in arrays]) if arrays else np.zeros(0))
         x = x[x > 0]
         if len(x) == 0:
             continue
         y = np.arange(1, len(x) + 1) / len(x)
-        ax.step(x / 3600.0, y, where="post", label=f"{name} (mean {x.mean() / 3600:.2f} h)", color=colors[name],
-                **_style(name))  # fmt: skip
+        # a curve equal to one drawn before would hide it: say so in the legend, and vary the dash pattern
+        same = next((other for other, xs in drawn if len(xs) == len(x) and np.array_equal(xs, x)), None)
+        label = f"{name} (mean {x.mean() / 3600:.2f} h)" + (f", identical to {same}" if same else "")
+        ax.step(x / 3600.0, y, where="post", label=label, color=colors[name],
+                linestyle=LINESTYLES[k % len(LINESTYLES)], **_style(name))  # fmt: skip
+        drawn.append((name, x))
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (hours, log scale)")
     ax.set_ylabel("fraction of jobs")

@@ -88,9 +88,11 @@ def write_report(
     plot_dir = out / PLOTS_DIR
     plot_dir.mkdir(exist_ok=True)
     figures = {
-        "jct_cdf.png": "JCT distribution (all seeds pooled)",
-        "timeline.png": f"Queue length and GPU utilisation over time (seed {cfg.seeds[0]})",
-        "avg_jct.png": "Average JCT per scheduler (mean ± std over seeds)",
+        "jct_cdf.png": "JCT distribution, all seeds pooled: the fraction of jobs done within each time (log "
+        "hours); a curve further left is better, and the legend names curves identical to another",
+        "timeline.png": f"Queue length and busy GPUs over simulated time (seed {cfg.seeds[0]}): where the queue "
+        "empties, utilisation falls to what the last long jobs hold",
+        "avg_jct.png": "Average JCT per scheduler (bar: mean over seeds and workloads; whisker: their std)",
     }
     plots.jct_cdf({n: [s["jct"] for s in series[n].values()] for n in cfg.schedulers}, plot_dir / "jct_cdf.png")
     first = cfg.seeds[0]
@@ -104,7 +106,10 @@ def write_report(
     curve = out / TRAIN_DIR / "learning_curve.png"
     if curve.is_file():
         shutil.copyfile(curve, plot_dir / "learning_curve.png")
-        figures["learning_curve.png"] = "MARL training: average JCT, return and entropy per PPO iteration"
+        figures["learning_curve.png"] = (
+            "MARL training per PPO iteration: average JCT of the sampled episodes, return and entropy, with a "
+            "running mean; each iteration samples other workloads, so the paired table above is the verdict"
+        )
     if scaling:
         plots.scaling_curves(scaling["rows"], plot_dir / "scaling.png")
         figures["scaling.png"] = "Agent-count scaling: throughput, latency, episode wall time, average JCT"
@@ -170,6 +175,12 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
     for name in order:
         cells = [_mean_std([m.get(k, math.nan) for m in rows[name].values()], fmt) for k, _, fmt, _ in REPORT_METRICS]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Time waiting: queued seconds per job (before its start and after preemptions). GPU util: busy GPU-seconds "
+        "over (GPUs × makespan); it is low when a few long jobs run on alone long after the last arrival, which "
+        "`plots/timeline.png` shows. Slowdown: JCT over the job's run time placed ideally and alone.",
+    ]
     return [*lines, ""]
 
 

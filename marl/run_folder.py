@@ -134,6 +134,7 @@ def plot_learning_curve(rows: list[Mapping[str, Any]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     it = np.array([int(r["iteration"]) for r in rows])
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
@@ -148,11 +149,20 @@ def plot_learning_curve(rows: list[Mapping[str, Any]], path: Path) -> None:
         window = min(5, int(ok.sum()))
         if window >= 2:  # episodes draw different workloads, so single iterations are noisy
             smooth = np.convolve(y[ok], np.ones(window) / window, mode="valid")
-            ax.plot(it[ok][window - 1 :], smooth, lw=2, label=f"mean of last {window}")
+            ax.plot(it[ok][window - 1 :], smooth, lw=2, label=f"running mean of {window} iterations")
+            if key == "avg_jct" and len(smooth) >= 2:
+                change = smooth[-1] / smooth[0] - 1.0
+                ax.set_title(
+                    f"{'worse' if change > 0 else 'better'} by {abs(change):.0%} from first to last running mean"
+                    + ("\n(each iteration samples other workloads: compare paired evaluations)" if change > 0 else ""),
+                    fontsize=8,
+                )  # fmt: skip
             ax.legend(fontsize=8)
         ax.set_xlabel("PPO iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
+    fig.tight_layout()
     save_figure(fig, path)
 
 
