@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -32,9 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SEEDED_COMMANDS = ("run", "train", "train-priority")  # commands whose results must repeat for a seed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None and args.command in SEEDED_COMMANDS and "PYTHONHASHSEED" not in os.environ:
+        # string hashing is salted per process; the trainer orders agents and batches through str sets and
+        # dicts, so the command restarts itself, unsalted, to repeat bit for bit (workers: marl.local_ray)
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
     try:
         if args.plugin:
             from cluster_sim.plugins import load_plugins

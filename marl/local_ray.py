@@ -5,6 +5,8 @@
   threads only contend: the ``pollux`` policy runs 2.5x slower that way on a busy 2-core machine. The
   workers of a Ray started here inherit one BLAS/OpenMP thread each; a value the user exported is kept,
   and workers of a cluster the user started follow that cluster's environment.
+- **Repeatable.** Workers start with ``PYTHONHASHSEED=0`` (unless set): with the seed, the same machine and
+  the same versions, training gives the same curve and policy (see the README for what is not promised).
 - **No leftovers.** No dashboard is started. Ray's own processes die with the command, except two agents
   the raylet starts (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) that outlive a command killed with
   SIGKILL. A small watchdog process, started with Ray, waits for the command's end however it comes (a
@@ -60,6 +62,9 @@ def start_local_ray(num_cpus: int | None, object_store_bytes: int) -> None:
     import ray
 
     one_thread_per_worker()
+    # Python's string hashing is salted per process unless PYTHONHASHSEED is set; RLlib orders agents and
+    # batches through sets and dicts of strings, so unsalted workers are what makes seeded training repeat
+    os.environ.setdefault("PYTHONHASHSEED", "0")
     ray.init(num_cpus=num_cpus, object_store_memory=object_store_bytes, include_dashboard=False, log_to_driver=False)
     reap_on_exit()
 

@@ -28,7 +28,9 @@ def pollux_dir(traces_dir: Path) -> Path:
 def ray_local():
     """In-process Ray for one test module: 2 CPUs and a small object store, as on a 2-core laptop."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, object_store_memory=100 * 1024**2, include_dashboard=False, log_to_driver=False)
+    from marl.local_ray import start_local_ray
+
+    start_local_ray(2, 100 * 1024**2)  # as the commands start it: seeded training repeats
     yield ray
     ray.shutdown()
 
