@@ -16,6 +16,7 @@ free in total). On a single-type cluster the strategy is returned unchanged.
 
 from __future__ import annotations
 
+import weakref
 from functools import partial
 
 import numpy as np
@@ -69,9 +70,9 @@ def _typed(
     if pool.num_free < n:
         return None
     topo = pool.topo
-    stype = np.asarray(topo.server_gpu_type)
-    if stype.min() == stype.max():  # a part of the cluster with one type (an agent's partition)
+    if _single_type(topo):  # a part of the cluster with one type (an agent's partition)
         return place(view, job, n, pool)
+    stype = np.asarray(topo.server_gpu_type)
     free_by_type = np.bincount(stype, weights=pool.server_free[: topo.num_servers], minlength=len(topo.gpu_types))
     if order == "any":
         ranked = np.lexsort((np.arange(len(free_by_type)), -free_by_type))
@@ -88,12 +89,24 @@ def _typed(
     return None
 
 
+_SINGLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # topology -> it has one GPU type
+
+
+def _single_type(topo) -> bool:
+    """Whether every server of ``topo`` has the same GPU type (computed once per topology)."""
+    single = _SINGLE.get(topo)
+    if single is None:
+        stype = np.asarray(topo.server_gpu_type)
+        single = _SINGLE[topo] = bool(len(stype) == 0 or stype.min() == stype.max())
+    return single
+
+
 def one_type_placement(place: Placement, topo=None, order: str = "any") -> Placement:
     """``place`` restricted to one GPU type per job, types tried in ``order`` (see the module docstring);
     ``place`` itself on a single-type cluster ``topo`` (None: decided at each call, from the pool's servers)."""
     if order not in GPU_TYPE_ORDERS:
         raise ValueError(f"gpu_type preference {order!r} is not one of: {', '.join(GPU_TYPE_ORDERS)}")
-    if topo is not None and len(np.unique(np.asarray(topo.server_gpu_type))) <= 1:
+    if topo is not None and _single_type(topo):
         return place
     return partial(_typed, place=place, order=order)
 
