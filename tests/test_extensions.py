@@ -293,3 +293,65 @@ def test_a_damaged_policy_folder_is_named_with_the_fix(tmp_path, capsys) -> None
                 {"name": "x", "cluster": "small", "workload": "synthetic:30", "interference": "none", "seeds": [0],
                  "schedulers": ["fifo", f"marl:{bad}"]}, "x.yaml",
             )  # fmt: skip
+
+
+def _readme_commands() -> list[str]:
+    """Every shell command of the README after the two setup commands and the activation, one per line."""
+    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    out = []
+    for block in blocks[3:]:
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = re.sub(r"\[[^\]]*\]", "", line.split("  #")[0]).strip()  # [optional parts] dropped
+            if line and not line.startswith("#"):
+                out.append(line.removeprefix(".venv/bin/"))
+    return out
+
+
+def test_every_readme_command_names_what_exists(monkeypatch) -> None:
+    """Each README command parses, and what it names exists and is understood: workload specs, clusters,
+    schedulers (custom ones loaded), configs, data files, scripts. Files an earlier README command writes
+    (results/...) are taken on trust. Running them all is the job of the commands themselves."""
+    import shlex
+
+    from cluster_sim.plugins import load_plugins
+    from cluster_sim.workload_spec import check_workload_spec
+    from experiments.cli import build_parser
+    from experiments.run_config import load_experiment_config
+    from experiments.simulate import make_scheduler_by_name, split_policies
+    from marl.config import load_train_config
+    from marl.priority_train import load_config as load_priority_config
+    from topology.datacenter import CLUSTER_PRESETS
+
+    monkeypatch.chdir(REPO)
+    commands = _readme_commands()
+    assert len(commands) >= 15
+    checked = 0
+    for line in commands:
+        argv = shlex.split(line)
+        if argv[0] == "python":
+            assert (REPO / argv[1]).is_file(), line
+            continue
+        if argv[0] != "marlsched":
+            continue  # ray start / job submit
+        args = build_parser().parse_args(argv[1:])
+        if args.plugin:
+            load_plugins(args.plugin)
+        later = lambda p: str(p).startswith(("results/", "pairs.csv", "predictions.csv"))  # noqa: E731
+        if args.command == "simulate":
+            check_workload_spec(args.workload)
+            assert args.cluster in CLUSTER_PRESETS or Path(args.cluster).is_file(), line
+            for name in split_policies(args.policy):
+                if not later(name.removeprefix("marl:")) and "=results/" not in name:
+                    make_scheduler_by_name(name, 0)
+        elif args.command == "run":
+            load_experiment_config(args.config)
+        elif args.command == "train" and args.config:
+            load_train_config(args.config)
+        elif args.command == "train-priority":
+            load_priority_config(args.config)
+        elif args.command == "interference":
+            for value in (getattr(args, "data", None), getattr(args, "model", None), getattr(args, "pairs", None)):
+                if value and not later(value):
+                    assert Path(value.removeprefix("gavel:")).exists(), (line, value)
+        checked += 1
+    assert checked >= 12
