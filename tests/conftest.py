@@ -24,15 +24,26 @@ def pollux_dir(traces_dir: Path) -> Path:
     return d
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """In-process Ray for one test module: 2 CPUs and a small object store, as on a 2-core laptop."""
-    ray = pytest.importorskip("ray")
-    from marl.local_ray import start_local_ray
+@pytest.fixture(scope="session")
+def _ray_session():
+    """Stops the in-process Ray of :func:`ray_local` when the session ends."""
+    yield
+    import ray
 
-    start_local_ray(2, 100 * 1024**2)  # as the commands start it: seeded training repeats
-    yield ray
-    ray.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def ray_local(_ray_session):
+    """In-process Ray, 2 CPUs and a small object store as on a 2-core laptop, started as the commands start
+    it and shared by every test that asks (a start costs seconds; tests leave no actors behind)."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        from marl.local_ray import start_local_ray
+
+        start_local_ray(2, 100 * 1024**2)  # as the commands start it: seeded training repeats
+    return ray
 
 
 def _hypothesis_profiles() -> None:

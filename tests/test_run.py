@@ -236,6 +236,10 @@ def two_node_cluster():
 
     if not ray_command().is_file():
         pytest.skip(f"no ray command next to {sys.executable}")
+    import ray
+
+    if ray.is_initialized():  # the in-process Ray other tests share: this run connects to the cluster instead
+        ray.shutdown()
     with local_cluster(nodes=2, cpus_per_node=1) as (address, env):
         yield address, env
 
