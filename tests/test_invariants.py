@@ -159,7 +159,7 @@ def test_work_of_a_job_preempted_after_sharing_an_uplink_is_exact():
     audit(sim, w, 0.0)
 
 
-TYPED_POLICIES = ("sia", "gavel", "pollux", "tiresias-pollux", "fifo", "qssf", "optimus")
+TYPED_POLICIES = ("sia", "gavel", "pollux", "tiresias-pollux", "fifo", "qssf", "optimus", "optimus-oracle", "gandiva")
 
 
 @st.composite
@@ -208,7 +208,7 @@ def test_one_type_per_job_and_batch_limits_hold_on_mixed_clusters(traces_dir, ca
         app_restart_costs=True,
         calibration=True,
     )
-    options = {"gpu_type": order} if policy_name in ("fifo", "qssf", "tiresias-pollux") else {}
+    options = {"gpu_type": order} if policy_name in ("fifo", "qssf", "tiresias-pollux", "optimus-oracle") else {}
     name = get_policy(policy_name, **options).name
 
     def check(view, d, gpus) -> None:

@@ -56,6 +56,9 @@ class Optimus(PolicyScheduler):
         for i in head.tolist():
             j = int(queue[i])
             gpus = self.place(view, j, int(need[i]), pool)
+            if gpus is None:  # no single GPU type holds it now (mixed clusters): it waits, scored last
+                scored.append((np.inf, j))
+                continue
             scored.append((ideal[i] / max(view.estimated_speed(j, gpus), 1e-12), j))
         scored.sort()
         first = np.array([j for _, j in scored], dtype=np.int64)
