@@ -149,15 +149,16 @@ def plot_learning_curve(rows: list[Mapping[str, Any]], path: Path) -> None:
         window = min(5, int(ok.sum()))
         if window >= 2:  # episodes draw different workloads, so single iterations are noisy
             smooth = np.convolve(y[ok], np.ones(window) / window, mode="valid")
-            ax.plot(it[ok][window - 1 :], smooth, lw=2, label=f"running mean of {window} iterations")
-            if key == "avg_jct" and len(smooth) >= 2:
-                change = smooth[-1] / smooth[0] - 1.0
-                ax.set_title(
-                    f"{'worse' if change > 0 else 'better'} by {abs(change):.0%} from first to last running mean"
-                    + ("\n(each iteration samples other workloads: compare paired evaluations)" if change > 0 else ""),
-                    fontsize=8,
-                )  # fmt: skip
+            ax.plot(it[ok][window - 1 :], smooth, lw=2, marker="s", ms=4, label=f"running mean of {window} iterations")
             ax.legend(fontsize=8)
+        if key == "avg_jct" and ok.sum() >= 2:  # say which way it went, and why one run's curve is no verdict
+            series, what = (smooth, "running mean") if window >= 2 and len(smooth) >= 2 else (y[ok], "iteration")
+            change = series[-1] / series[0] - 1.0
+            ax.set_title(
+                f"{'worse' if change > 0 else 'better'} by {abs(change):.0%} from first to last {what}"
+                + ("\n(each iteration samples other workloads: compare paired evaluations)" if change > 0 else ""),
+                fontsize=8,
+            )  # fmt: skip
         ax.set_xlabel("PPO iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(label)
