@@ -295,18 +295,6 @@ def test_a_damaged_policy_folder_is_named_with_the_fix(tmp_path, capsys) -> None
             )  # fmt: skip
 
 
-def _readme_commands() -> list[str]:
-    """Every shell command of the README after the two setup commands and the activation, one per line."""
-    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    out = []
-    for block in blocks[3:]:
-        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-            line = re.sub(r"\[[^\]]*\]", "", line.split("  #")[0]).strip()  # [optional parts] dropped
-            if line and not line.startswith("#"):
-                out.append(line.removeprefix(".venv/bin/"))
-    return out
-
-
 def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     """Each README command parses, and what it names exists and is understood: workload specs, clusters,
     schedulers (custom ones loaded), configs, data files, scripts. Files an earlier README command writes
@@ -316,6 +304,7 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     from cluster_sim.plugins import load_plugins
     from cluster_sim.workload_spec import check_workload_spec
     from experiments.cli import build_parser
+    from experiments.readme_examples import readme_commands
     from experiments.run_config import load_experiment_config
     from experiments.simulate import make_scheduler_by_name, split_policies
     from marl.config import load_train_config
@@ -323,7 +312,7 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     from topology.datacenter import CLUSTER_PRESETS
 
     monkeypatch.chdir(REPO)
-    commands = _readme_commands()
+    commands = readme_commands()
     assert len(commands) >= 15
     checked = 0
     for line in commands:
@@ -336,7 +325,7 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
         args = build_parser().parse_args(argv[1:])
         if args.plugin:
             load_plugins(args.plugin)
-        later = lambda p: str(p).startswith(("results/", "pairs.csv", "predictions.csv"))  # noqa: E731
+        later = lambda p: str(p).startswith("results/")  # noqa: E731
         if args.command == "simulate":
             check_workload_spec(args.workload)
             assert args.cluster in CLUSTER_PRESETS or Path(args.cluster).is_file(), line
@@ -355,3 +344,25 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
                     assert Path(value.removeprefix("gavel:")).exists(), (line, value)
         checked += 1
     assert checked >= 12
+
+
+def test_readme_examples_runner_runs_commands_in_order_and_stops_at_a_failure(tmp_path: Path) -> None:
+    """The runner that CI-style checks the README runs each example in a fresh shell with the project's
+    environment active, skips what needs a multi-machine cluster, and stops at the first failure."""
+    from experiments import readme_examples
+
+    readme = tmp_path / "README.md"
+    setup = "```bash\nsetup\n```\n```bash\ntests\n```\n```bash\n. .venv/bin/activate\n```\n"
+    readme.write_text(setup + "```bash\nmarlsched --help > /dev/null  # a comment\n"
+                      "ray start --address=HEAD_IP:6379\nfalse\necho never\n```\n")  # fmt: skip
+    commands = readme_examples.readme_commands(readme)
+    assert commands == ["marlsched --help > /dev/null", "ray start --address=HEAD_IP:6379", "false", "echo never"]
+    assert readme_examples.skip_reason(commands[1]) and not readme_examples.skip_reason(commands[0])
+    import subprocess
+    import sys
+
+    runner = [sys.executable, "experiments/readme_examples.py", "--readme", str(readme), "--logs", str(tmp_path)]
+    proc = subprocess.run(runner, cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "[1/4]" in proc.stdout and "ok in" in proc.stdout and "[2/4] skipped" in proc.stdout
+    assert "FAILED (exit 1)" in proc.stderr and "--from 3" in proc.stderr and "[4/4]" not in proc.stdout
