@@ -30,6 +30,11 @@ Named defaults:
   program every 60 s (:mod:`cluster_sim.policies.sia`).
 - ``gavel``: Gavel's heterogeneity-aware max-sum-throughput time shares per GPU type (an LP), realised in
   360 s rounds; jobs keep the GPU count and batch they asked for (:mod:`cluster_sim.policies.gavel`).
+  ``gavel-oracle`` weighs each job's throughput by its true remaining work (the LP then maximises the
+  rate of completions): an oracle reference of what durations add to Gavel's type matching.
+- ``rounds-las``: rigid jobs re-assigned every 360 s, least attained service first, each on its fastest
+  GPU type with room; ``rounds-oracle``: the same frame ranking (job, type) by the time to finish there
+  from the true remaining work (an oracle reference and teacher); :mod:`cluster_sim.policies.rigid_rounds`.
 - ``random``: random order, random GPUs.
 - ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
   packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
@@ -53,6 +58,7 @@ from cluster_sim.policies.optimus_elastic import ElasticOptimus
 from cluster_sim.policies.pollux import Pollux
 from cluster_sim.policies.qssf import QSSF
 from cluster_sim.policies.randomized import RandomOrder
+from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.policies.sia import Sia
 from cluster_sim.policies.sjf import SJF
 from cluster_sim.policies.srtf import SRTF
@@ -105,6 +111,11 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "ones": lambda seed=0, **options: ONES(seed=seed, **options),
     "sia": lambda seed=0, **options: Sia(seed=seed, **options),
     "gavel": lambda seed=0, **options: Gavel(seed=seed, **options),
+    "gavel-oracle": lambda seed=0, **options: Gavel(
+        objective="oracle-completions", seed=seed, **{"name": "gavel-oracle", **options}
+    ),
+    "rounds-las": lambda seed=0, **options: ScoredRounds("las", seed=seed, **options),
+    "rounds-oracle": lambda seed=0, **options: ScoredRounds("oracle", seed=seed, **options),
     "pack-none": lambda seed=0, **options: GpuPacking(mode="none", seed=seed, **options),
     "pack-blind": lambda seed=0, **options: GpuPacking(mode="blind", seed=seed, **options),
 }
@@ -168,6 +179,7 @@ __all__ = [
     "PolicyScheduler",
     "Pollux",
     "RandomOrder",
+    "ScoredRounds",
     "Sia",
     "Tiresias",
     "get_policy",

@@ -28,19 +28,30 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from cluster_sim.policies.elastic import ElasticPolicy
-from cluster_sim.pollux_apps import consolidated
+from cluster_sim.policies.rigid_rounds import RigidRounds, remaining_steps
 from cluster_sim.protocol import SchedulerView
 
+OBJECTIVES = ("throughput", "oracle-completions")
 
-class Gavel(ElasticPolicy):
+
+class Gavel(RigidRounds):
     """Max-sum-throughput time shares per GPU type (an LP), realised by priorities every ``interval``."""
 
     ordering = "gavel"
-    honours_cap = False  # counts are the jobs' own; fragmentation cannot be searched around
 
-    def __init__(self, *, interval: float = 360.0, max_nodes: int = 16, seed: int = 0, name: str = "gavel") -> None:
+    def __init__(
+        self,
+        *,
+        interval: float = 360.0,
+        max_nodes: int = 16,
+        objective: str = "throughput",
+        seed: int = 0,
+        name: str = "gavel",
+    ) -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"gavel: unknown objective {objective!r}; choose one of {OBJECTIVES}")
         super().__init__(interval=interval, max_nodes=max_nodes, pinned={}, seed=seed, name=name)
+        self.objective = objective
         self.solve_seconds: list[float] = []
 
     def reset(self, view: SchedulerView) -> None:
@@ -50,35 +61,6 @@ class Gavel(ElasticPolicy):
         self._type_time = np.zeros(types)  # Σ over jobs of the above, per type
         self._seen = np.zeros(len(view.jobs), dtype=bool)
         self.solve_seconds = []
-
-    def batch_for(self, view: SchedulerView, job: int, gpus: np.ndarray, plan) -> int:
-        return int(view.jobs.batch_size[job])  # rigid: the batch it asked for
-
-    def throughputs(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(steps per second on each GPU type (0: it does not fit there), GPUs each job asks for, GPUs per type)."""
-        topo = view.topo
-        stype = np.asarray(topo.server_gpu_type)
-        capacity = np.array([topo.server_num_gpus[stype == t].sum() for t in range(len(topo.gpu_types))])
-        gpn = [int(topo.server_num_gpus[stype == t].max()) if (stype == t).any() else 0 for t in range(len(capacity))]
-        first = [np.flatnonzero(stype[topo.gpu_server] == t) for t in range(len(capacity))]
-        asked = np.asarray(view.jobs.num_gpus[jobs], dtype=np.int64)
-        slowdown = getattr(view, "calibration_slowdown", None)
-        out = np.zeros((len(jobs), len(capacity)))
-        for i, j in enumerate(jobs.tolist()):
-            n, batch = int(asked[i]), int(view.jobs.batch_size[j])
-            for t, name in enumerate(topo.gpu_types):
-                if n > capacity[t]:
-                    continue
-                app = view.app_on_type(j, name)
-                if app is None:  # a job with a duration: its model's speed on the type's first n GPUs
-                    out[i, t] = view.estimated_speed(j, first[t][:n])
-                    continue
-                key = ("gavel", name, n, batch)
-                hit = app._cache.get(key)
-                if hit is None:
-                    hit = app._cache[key] = 1.0 / app.iteration_time(consolidated(n, gpn[t]), batch)
-                out[i, t] = hit / (slowdown(j) if slowdown is not None else 1.0)
-        return out, asked, capacity
 
     def allocation(self, rates: np.ndarray, asked: np.ndarray, capacity: np.ndarray) -> np.ndarray:
         """Gavel's LP: the time share of each job on each type maximising the summed throughput."""
@@ -104,6 +86,10 @@ class Gavel(ElasticPolicy):
     def _allocate_placed(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, least: np.ndarray):
         t0 = time.perf_counter()
         rates, asked, capacity = self.throughputs(view, jobs)
+        if self.objective == "oracle-completions":  # each job's throughput as a share of its true remaining work
+            rates = (
+                rates / np.maximum(remaining_steps(view, jobs, rates, self.current_types(view, jobs)), 1e-9)[:, None]
+            )
         x = self.allocation(rates, asked, capacity)
         self.solve_seconds.append(time.perf_counter() - t0)
         new = jobs[~self._seen[jobs]]
@@ -115,15 +101,7 @@ class Gavel(ElasticPolicy):
         # (job, type) pairs by decreasing priority, then allocation; ties: the jobs' order (least service)
         i_idx, t_idx = np.nonzero(x > 0)
         order = np.lexsort((i_idx, -x[i_idx, t_idx], -priority[i_idx, t_idx]))
-        left = capacity.astype(np.int64).copy()
-        types = np.full(len(jobs), -1)
-        counts = np.zeros(len(jobs), dtype=np.int64)
-        for k in order.tolist():
-            i, t = int(i_idx[k]), int(t_idx[k])
-            if types[i] >= 0 or asked[i] > left[t]:
-                continue
-            left[t] -= asked[i]
-            types[i], counts[i] = t, asked[i]
+        types, counts = self.assign(order, i_idx, t_idx, asked, capacity)
         placement = self._place(view, jobs, cur, counts, np.where(counts > 0, counts, least), job_types=types)
         for i, g in enumerate(placement):
             if g is not None:

@@ -4,6 +4,7 @@ reference policy (default tiresias). Oracle policies (sjf, srtf) bound what know
 
     python experiments/benchmarks/heuristic_spread.py                       # Philly 2017-11-01..14, 2-day windows
     python experiments/benchmarks/heuristic_spread.py --days 7 --load 1.1 --policies fifo tiresias srtf qssf
+    python experiments/benchmarks/heuristic_spread.py --regime hetero      # a named regime (experiments/regimes.py)
     python experiments/benchmarks/heuristic_spread.py --days 7 --stride 1.75 --reference qssf \
         --policies tiresias qssf srtf marl:experiments/policies/philly-small    # 5 overlapping weeks
 """
@@ -11,21 +12,18 @@ reference policy (default tiresias). Oracle policies (sjf, srtf) bound what know
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
-
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
-GAVEL = TRACES / "gavel" / "simulation_throughputs.json"
-DEV_START, DEV_END = 4_973_359.0, 6_182_959.0  # 2017-11-01 .. 2017-11-15, seconds from the trace start
 
 
 def main(argv: list[str] | None = None) -> None:
     from cluster_sim.build import build_simulator
+    from experiments.regimes import DEV_END, DEV_START, GAVEL, PHILLY, REGIMES
     from experiments.simulate import make_scheduler_by_name
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--regime", choices=sorted(REGIMES), help="a named regime (experiments/regimes.py); "
+                    "--policies and --reference still apply")  # fmt: skip
     ap.add_argument("--trace", default=f"philly:{PHILLY}", help="a trace workload spec without options")
     ap.add_argument("--start", type=float, default=DEV_START, help="seconds from the trace start")
     ap.add_argument("--end", type=float, default=DEV_END)
@@ -33,35 +31,56 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stride", type=float, default=None, help="days between window starts (default: --days)")
     ap.add_argument("--load", type=float, default=0.9)
     ap.add_argument("--cluster", default="small")
-    ap.add_argument("--policies", nargs="+", default=["fifo", "tiresias", "qssf", "qssf-np", "sjf", "srtf"])
-    ap.add_argument("--reference", default="tiresias")
+    ap.add_argument("--policies", nargs="+", default=None,
+                    help="default: the regime's, else fifo tiresias qssf qssf-np sjf srtf")  # fmt: skip
+    ap.add_argument("--reference", default=None, help="default: the regime's, else tiresias")
     ap.add_argument("--interference", default="oracle")
     args = ap.parse_args(argv)
-    data = f"gavel:{GAVEL}" if args.interference == "oracle" and GAVEL.is_file() else None
-    length = args.days * 86400.0
-    stride = (args.stride or args.days) * 86400.0
+    if args.regime:
+        reg = REGIMES[args.regime]
+        workloads = reg.workloads()
+        cluster, interference, sharing = reg.cluster, reg.interference, reg.gpu_sharing
+        policies, reference = args.policies or list(reg.policies), args.reference or reg.reference
+        print(f"regime {reg.name}: {cluster}, {len(workloads)} workloads, e.g. {workloads[0][0]}")
+    else:
+        length = args.days * 86400.0
+        stride = (args.stride or args.days) * 86400.0
+        workloads = [
+            (f"{args.trace},start={t0},end={min(t0 + length, args.end)},load={args.load}", 0)
+            for t0 in np.arange(args.start, args.end - length + stride - 1.0, stride)
+        ]
+        cluster, interference, sharing = args.cluster, args.interference, False
+        policies = args.policies or ["fifo", "tiresias", "qssf", "qssf-np", "sjf", "srtf"]
+        reference = args.reference or "tiresias"
+    data = f"gavel:{GAVEL}" if interference == "oracle" and GAVEL.is_file() else None
     rows = []
-    print(f"{'window':>8} {'jobs':>6} " + " ".join(f"{p:>10}" for p in args.policies), flush=True)
-    for k, t0 in enumerate(np.arange(args.start, args.end - length + stride - 1.0, stride)):
-        spec = f"{args.trace},start={t0},end={min(t0 + length, args.end)},load={args.load}"
+    print(f"{'window':>8} {'jobs':>6} " + " ".join(f"{p:>10}" for p in policies), flush=True)
+    for k, (spec, seed) in enumerate(workloads):
         row = {}
-        for name in args.policies:
-            sim = build_simulator(args.cluster, spec, seed=0, interference=args.interference, interference_data=data)
+        for name in policies:
+            sim = build_simulator(
+                cluster, spec, seed=seed, interference=interference, interference_data=data, gpu_sharing=sharing
+            )
             row[name] = float(sim.run(make_scheduler_by_name(name, 0)).metrics()["avg_jct"])
         rows.append(row)
-        print(f"{k:>8} {len(sim.jobs):>6} " + " ".join(f"{row[p]:>10.0f}" for p in args.policies), flush=True)
-    means = {p: float(np.mean([r[p] for r in rows])) for p in args.policies}
-    print(f"{'mean':>8} {'':>6} " + " ".join(f"{means[p]:>10.0f}" for p in args.policies))
-    stds = {p: float(np.std([r[p] for r in rows])) for p in args.policies}
-    print(f"{'std':>8} {'':>6} " + " ".join(f"{stds[p]:>10.0f}" for p in args.policies))
-    if args.reference in means:
-        ref = means[args.reference]
-        print(f"{'vs ' + args.reference:>15} " + " ".join(f"{means[p] / ref - 1:>+10.1%}" for p in args.policies))
-        paired = {p: [r[p] / r[args.reference] - 1 for r in rows] for p in args.policies}
+        print(f"{k:>8} {len(sim.jobs):>6} " + " ".join(f"{row[p]:>10.0f}" for p in policies), flush=True)
+    means = {p: float(np.mean([r[p] for r in rows])) for p in policies}
+    print(f"{'mean':>8} {'':>6} " + " ".join(f"{means[p]:>10.0f}" for p in policies))
+    stds = {p: float(np.std([r[p] for r in rows])) for p in policies}
+    print(f"{'std':>8} {'':>6} " + " ".join(f"{stds[p]:>10.0f}" for p in policies))
+    if reference in means:
+        ref = means[reference]
+        print(f"{'vs ' + reference:>15} " + " ".join(f"{means[p] / ref - 1:>+10.1%}" for p in policies))
+        paired = {p: [r[p] / r[reference] - 1 for r in rows] for p in policies}
         print(
             f"{'paired':>15} "
-            + " ".join(f"{np.mean(paired[p]):+.1%}±{np.std(paired[p]):.1%}".rjust(10) for p in args.policies)
+            + " ".join(f"{np.mean(paired[p]):+.1%}±{np.std(paired[p]):.1%}".rjust(10) for p in policies)
         )
+        fair = [p for p in policies if "oracle" not in p and not p.startswith(("srtf", "sjf"))]
+        if len(fair) > 1:
+            best, worst = min(fair, key=means.get), max(fair, key=means.get)
+            print(f"spread of the non-oracle policies: best {best} {means[best]:.0f} s, worst {worst} "
+                  f"{means[worst]:.0f} s ({means[worst] / means[best] - 1:+.1%} over the best)")  # fmt: skip
 
 
 if __name__ == "__main__":
