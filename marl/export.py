@@ -271,9 +271,12 @@ def load_marl_policy(
     priority agents (:mod:`marl.priority_export`) loads as those, one agent per rack.
     """
     from marl.priority_export import is_priority_policy, load_priority_policy
+    from marl.rounds_imitation import is_rounds_policy, load_rounds_policy
 
     if is_priority_policy(policy_dir):
         return load_priority_policy(policy_dir, name=name, num_threads=num_threads)
+    if is_rounds_policy(policy_dir):
+        return load_rounds_policy(policy_dir, name=name)
     meta = read_metadata(policy_dir)
     fn = TorchScriptPolicy(Path(policy_dir) / meta["files"]["torchscript"], num_threads=num_threads)
     return marl_scheduler(fn, meta, predictor=predictor, policy_dir=policy_dir, name=name)

@@ -7,7 +7,11 @@ line, instead of a deserialiser's traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +45,26 @@ def load_torchscript(path: str | Path):
 
 
 __all__ = ["load_torchscript", "read_json"]
+
+
+@contextlib.contextmanager
+def atomic_folder(folder: str | Path) -> Iterator[Path]:
+    """A temporary folder to write a policy into, renamed to ``folder`` (replacing it) only when the block
+    ends without an error: a reader never sees a half-written policy."""
+    folder = Path(folder)
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(folder, old)
+        os.replace(tmp, folder)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, folder)

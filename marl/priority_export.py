@@ -9,15 +9,13 @@ the partition's size, and by default there is one agent per rack.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from marl.policy_files import load_torchscript, read_json
+from marl.policy_files import atomic_folder, load_torchscript, read_json
 from marl.priority_agents import PriorityAgents
 from marl.priority_features import JOB_FEATURES, PART_FEATURES
 from marl.priority_net import NetScorer, PriorityNet
@@ -38,15 +36,11 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
     """Write ``policy.pt`` (TorchScript, any batch, slot and partition count) and ``metadata.json``
     into ``folder`` atomically (a temporary folder renamed into place)."""
     folder = Path(folder)
-    tmp = folder.with_name(f".{folder.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     net = net.eval()
     with torch.no_grad():
         scripted = torch.jit.script(net)
         jobs, parts = _example()
         err = float((scripted(jobs, parts)[0] - net(jobs, parts)[0]).abs().max())
-    scripted.save(str(tmp / TORCHSCRIPT))
     full = {
         "format": "marlsched-policy",
         "agent": KIND,
@@ -57,15 +51,9 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
         "torch": torch.__version__,
         **dict(meta),
     }
-    (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
-    if folder.exists():
-        old = folder.with_name(f".{folder.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(folder, old)
-        os.replace(tmp, folder)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, folder)
+    with atomic_folder(folder) as tmp:
+        scripted.save(str(tmp / TORCHSCRIPT))
+        (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
     return folder
 
 

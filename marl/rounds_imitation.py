@@ -1,0 +1,239 @@
+"""Training the round scorer by imitating a privileged teacher on its own states (DAgger), and its files.
+
+The teacher is ``rounds-oracle``: it ranks (job, type) pairs by the time to finish there from the true
+remaining work, which no deployed scheduler has. The student sees only :data:`~marl.rounds_agent.FEATURES`.
+Iteration 0 rolls the teacher out on the training windows; every later iteration rolls the student out
+(so it is labelled on the states its own mistakes lead to), the teacher labels every round it decides, all
+rounds so far are kept, and the network is refit on them. Loss per round, pairwise logistic:
+
+- on each type, every pair the teacher runs there scores above every pair of a job the teacher leaves
+  waiting that could run there;
+- each job the teacher runs scores highest on the type the teacher gives it.
+
+Returns are not used at all: the signal is the teacher's choice in every round, hundreds per window.
+
+    python -m marl.rounds_imitation --out results/rounds --iterations 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from cluster_sim.build import build_simulator
+from cluster_sim.policies.rigid_rounds import ScoredRounds, oracle_score
+from marl.policy_files import atomic_folder, load_torchscript, read_json
+from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer, pair_features
+
+KIND = "rounds"
+TORCHSCRIPT = "policy.pt"
+METADATA = "metadata.json"
+DAY = 86_400.0
+
+
+@dataclass
+class ImitationConfig:
+    """What :func:`train` runs: the cluster, the training windows (held out by time: they end before the
+    selection weeks begin) and the DAgger schedule."""
+
+    cluster: str = "small-hetero"
+    trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv,model_rule=gavel"
+    first_start: float = 4_973_359.0 - 8 * 2 * DAY  # 2017-10-16: eight 2-day windows before 2017-11-01
+    windows: int = 8
+    days: float = 2.0
+    load: float = 0.9
+    iterations: int = 4  # DAgger iterations after the teacher's; 0: behaviour cloning only; -1: untrained
+    epochs: int = 6
+    every: int = 2  # keep every k-th round of a rollout
+    hidden: int = 64
+    lr: float = 3e-3
+    stay: float = 0.1
+    seed: int = 0
+    interference: str = "none"
+    drop: str = ""  # comma-separated features zeroed (an ablation), e.g. rel_speed,advantage
+
+    def specs(self) -> list[str]:
+        length = self.days * DAY
+        return [
+            f"{self.trace},start={self.first_start + k * length:.0f},end={self.first_start + (k + 1) * length:.0f},"
+            f"load={self.load}"
+            for k in range(self.windows)
+        ]
+
+
+class _Labelled:
+    """A ``ScoredRounds`` scorer that records each round's features and the teacher's assignment, and acts
+    as the teacher (``act='teacher'``) or as the student."""
+
+    def __init__(self, student: PairScorer, act: str, stay: float, every: int) -> None:
+        self.student, self.act, self.stay, self.every = student, act, stay, every
+        self.samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.rounds = 0
+
+    def __call__(self, view, jobs, rates, current):
+        teacher = oracle_score(view, jobs, rates, current)
+        self.rounds += 1
+        if self.rounds % self.every == 0:
+            x = pair_features(view, jobs, rates, current)
+            mask = rates > 0
+            s = teacher.copy()
+            on = current >= 0
+            s[np.flatnonzero(on), current[on]] += self.stay
+            i_idx, t_idx = np.nonzero(mask)
+            order = np.lexsort((i_idx, -s[i_idx, t_idx]))
+            asked = np.asarray(view.jobs.num_gpus[jobs], dtype=np.int64)
+            topo = view.topo
+            stype = np.asarray(topo.server_gpu_type)
+            cap = np.array([topo.server_num_gpus[stype == t].sum() for t in range(rates.shape[1])])
+            types, _ = ScoredRounds.assign(order, i_idx, t_idx, asked, cap)
+            if (types < 0).any() or len(np.unique(types)) > 1:  # a round with a choice to learn from
+                self.samples.append((x, mask, types))
+        if self.act == "teacher":
+            return teacher
+        with torch.no_grad():
+            x = torch.from_numpy(pair_features(view, jobs, rates, current))
+            return self.student(x, torch.from_numpy(rates > 0)).double().numpy()
+
+
+def round_loss(scores: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+    """Pairwise logistic loss of one round's scores against the teacher's assignment (module doc)."""
+    losses = []
+    waiting = types < 0
+    for t in range(scores.shape[1]):
+        chosen = scores[types == t, t]
+        passed = scores[waiting & mask[:, t], t]
+        if len(chosen) and len(passed):
+            losses.append(F.softplus(passed[None, :] - chosen[:, None]).mean())
+    run = torch.nonzero(types >= 0).squeeze(-1)
+    if len(run):
+        mine = scores[run, types[run]]
+        other = mask[run].clone()
+        other[torch.arange(len(run)), types[run]] = False
+        if other.any():
+            gap = scores[run] - mine[:, None]
+            losses.append(F.softplus(gap[other]).mean())
+    return torch.stack(losses).mean() if losses else scores.sum() * 0.0
+
+
+def fit(net: PairScorer, data: list, cfg: ImitationConfig, rng: np.random.Generator) -> float:
+    """``cfg.epochs`` passes over every recorded round, in a seeded order; the mean loss of the last."""
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    tensors = [(torch.from_numpy(x), torch.from_numpy(m), torch.from_numpy(t)) for x, m, t in data]
+    last = 0.0
+    net.train()
+    for _ in range(cfg.epochs):
+        total = 0.0
+        for k in rng.permutation(len(tensors)).tolist():
+            x, m, t = tensors[k]
+            loss = round_loss(net(x, m), m, t)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item()
+        last = total / max(len(tensors), 1)
+    net.eval()
+    return last
+
+
+def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
+    """DAgger on ``cfg``'s windows; writes the policy folder ``out`` (TorchScript + metadata, atomically)
+    and ``progress.csv``; returns the metadata."""
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(cfg.seed)
+    drop = tuple(f for f in cfg.drop.split(",") if f)
+    net = PairScorer(hidden=cfg.hidden, drop=drop)
+    data: list = []
+    rows = []
+    started = time.perf_counter()
+    for it in range(cfg.iterations + 1):
+        act = "teacher" if it == 0 else "student"
+        jcts = []
+        for spec in cfg.specs():
+            sim = build_simulator(cfg.cluster, spec, seed=cfg.seed, interference=cfg.interference)
+            scorer = _Labelled(net, act, cfg.stay, cfg.every)
+            jcts.append(float(sim.run(ScoredRounds(scorer, stay=cfg.stay, name="rounds")).metrics()["avg_jct"]))
+            data.extend(scorer.samples)
+        loss = fit(net, data, cfg, rng)
+        row = {"iteration": it, "acted": act, "avg_jct": float(np.mean(jcts)), "rounds": len(data), "loss": loss,
+               "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+        rows.append(row)
+        print(f"iteration {it} ({act} acted): mean avg JCT {row['avg_jct']:.0f} s over {len(jcts)} windows, "
+              f"{len(data)} rounds, loss {loss:.4f}, {row['seconds']:.0f} s", flush=True)  # fmt: skip
+    meta = {
+        "format": "marlsched-policy",
+        "agent": KIND,
+        "features": list(FEATURES),
+        "hidden": cfg.hidden,
+        "dropped_features": list(drop),
+        "stay": cfg.stay,
+        "interval": 360.0,
+        "teacher": "rounds-oracle",
+        "config": asdict(cfg),
+        "command": command,
+        "train_seconds": round(time.perf_counter() - started, 1),
+        "progress": rows,
+        "torch": torch.__version__,
+    }
+    save_rounds_policy(net, out, meta)
+    return meta
+
+
+def save_rounds_policy(net: PairScorer, folder: str | Path, meta: dict) -> Path:
+    """``policy.pt`` (TorchScript, any job and type count), ``metadata.json`` and ``progress.csv``."""
+    net = net.eval()
+    x, m = torch.rand(5, 3, len(FEATURES)), torch.rand(5, 3) > 0.3
+    with torch.no_grad():
+        scripted = torch.jit.script(net)
+        err = float((scripted(x, m) - net(x, m)).abs().max())
+    with atomic_folder(folder) as tmp:
+        scripted.save(str(tmp / TORCHSCRIPT))
+        (tmp / METADATA).write_text(json.dumps({**meta, "export_max_abs_diff": err}, indent=2) + "\n")
+        with (tmp / "progress.csv").open("w", newline="") as f:
+            rows = meta.get("progress", [])
+            if rows:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+    return Path(folder)
+
+
+def is_rounds_policy(policy_dir: str | Path) -> bool:
+    path = Path(policy_dir) / METADATA
+    return path.is_file() and read_json(path).get("agent") == KIND
+
+
+def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredRounds:
+    """The policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
+    meta = read_json(Path(policy_dir) / METADATA)
+    if meta.get("features") != list(FEATURES):
+        raise ValueError(f"{Path(policy_dir) / METADATA}: features {meta.get('features')} differ from this "
+                         f"version's {list(FEATURES)}; retrain with python -m marl.rounds_imitation")  # fmt: skip
+    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
+    return ScoredRounds(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    for f, v in asdict(ImitationConfig()).items():
+        ap.add_argument(f"--{f.replace('_', '-')}", type=type(v), default=v)
+    args = vars(ap.parse_args(argv))
+    out = args.pop("out")
+    cfg = ImitationConfig(**args)
+    train(cfg, out, command=" ".join(["python -m marl.rounds_imitation", *(argv or sys.argv[1:])]))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
