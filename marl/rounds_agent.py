@@ -75,7 +75,7 @@ class PairScorer(nn.Module):
     """Score of each (job, type) pair: an MLP on the pair's features plus a mean-pooled context of the
     other pairs on the same type (so a pair is judged against its competitors)."""
 
-    def __init__(self, features: int = len(FEATURES), hidden: int = 64, drop: tuple[str, ...] = ()) -> None:
+    def __init__(self, features: int = len(FEATURES), hidden: int = 64, drop: tuple = ()) -> None:
         super().__init__()
         unknown = sorted(set(drop) - set(FEATURES))
         if unknown:
