@@ -297,3 +297,24 @@ def test_gavel_model_rule_draws_only_models_measured_on_every_type(traces_dir: P
         sim = build_simulator("small-hetero", f"synthetic:300,load=1.2,model_rule={rule}", seed=3)
         counts[rule] = sim.run(get_policy("qssf")).metrics()["estimated_jobs"]
     assert counts["gavel"] == 0 and counts["independent"] > 0
+
+
+def test_named_regimes_are_runnable_and_hold_out_the_later_weeks() -> None:
+    """Every regime's workloads parse and its policies exist; trace windows lie in 2017-11-01..14 (the
+    selection weeks), and its reference is among its policies."""
+    from cluster_sim.workload_spec import check_workload_spec
+    from experiments.regimes import DEV_END, DEV_START, REGIMES, regime
+    from experiments.simulate import make_scheduler_by_name
+
+    assert {"hetero", "sharing", "uplinks"} <= set(REGIMES)
+    for reg in REGIMES.values():
+        assert reg.reference in reg.policies
+        for name in reg.policies:
+            make_scheduler_by_name(name, 0)
+        for spec, _ in reg.workloads():
+            check_workload_spec(spec)
+            if reg.trace is not None:
+                opts = dict(kv.split("=", 1) for kv in spec.split(",")[1:])
+                assert DEV_START <= float(opts["start"]) < float(opts["end"]) <= DEV_END + 1
+    with pytest.raises(ValueError, match="unknown regime"):
+        regime("nope")
