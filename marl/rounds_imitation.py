@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from cluster_sim.build import build_simulator
 from cluster_sim.policies.rigid_rounds import ScoredRounds, oracle_score
+from cluster_sim.results import save_figure
 from marl.policy_files import atomic_folder, load_torchscript, read_json
 from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer, pair_features
 
@@ -198,13 +199,40 @@ def save_rounds_policy(net: PairScorer, folder: str | Path, meta: dict) -> Path:
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
         (tmp / METADATA).write_text(json.dumps({**meta, "export_max_abs_diff": err}, indent=2) + "\n")
+        rows = meta.get("progress", [])
         with (tmp / "progress.csv").open("w", newline="") as f:
-            rows = meta.get("progress", [])
             if rows:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]))
                 w.writeheader()
                 w.writerows(rows)
+        if rows:
+            plot_progress(rows, tmp / "learning_curve.png")
     return Path(folder)
+
+
+def plot_progress(rows: list[dict], path: Path) -> None:
+    """Mean average JCT of each iteration's rollouts on the training windows (PNG): the teacher's at
+    iteration 0, the student's after; a student that imitates well ends near the teacher's line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    student = [r for r in rows if r["acted"] == "student"]
+    teacher = [r for r in rows if r["acted"] == "teacher"]
+    if student:
+        ax.plot([r["iteration"] for r in student], [r["avg_jct"] for r in student], marker="o", label="student acting")
+    for r in teacher:
+        ax.axhline(r["avg_jct"], color="grey", ls="--", lw=1, label="teacher (rounds-oracle)")
+    ax.set_xlabel("DAgger iteration (the student of the previous iteration acts)")
+    ax.set_ylabel("mean average JCT on the training windows (s)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
 
 
 def is_rounds_policy(policy_dir: str | Path) -> bool:

@@ -72,6 +72,7 @@ def test_imitation_writes_a_policy_that_schedules_validly(tiny_policy: Path) -> 
     meta = json.loads((tiny_policy / "metadata.json").read_text())
     assert meta["agent"] == "rounds" and meta["export_max_abs_diff"] < 1e-5
     assert (tiny_policy / "progress.csv").read_text().count("\n") == TINY["iterations"] + 2
+    assert (tiny_policy / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     policy = make_scheduler_by_name(f"marl:{tiny_policy}", 0)
     sim = build_simulator("small-hetero", "synthetic:120,load=1.0,model_rule=gavel", seed=1)
     res = sim.run(policy)
