@@ -10,9 +10,7 @@ on a type with its GPUs left). Features per pair, none derived from a job's own 
 - the job: attained service (GPU-hours), wait since arrival, GPUs asked, whether it runs on this type or
   elsewhere now;
 - the cluster: the type's share of the GPUs, the demand on it (GPUs of the jobs for which it is fastest,
-  over its GPUs) and the total demand over all GPUs;
-- Gavel's max-sum-throughput time share of the job on the type this round (its LP over the same speeds,
-  GPU requests and capacities: what a heterogeneity-aware scheduler computes, no duration in it).
+  over its GPUs) and the total demand over all GPUs.
 
 Trained by imitation of a privileged teacher on the states the scorer itself visits (DAgger,
 :mod:`marl.rounds_imitation`).
@@ -24,7 +22,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from cluster_sim.policies.gavel import Gavel
 from cluster_sim.protocol import SchedulerView
 
 FEATURES = (
@@ -38,7 +35,6 @@ FEATURES = (
     "type_share",
     "type_demand",
     "total_demand",
-    "lp_share",
 )
 
 
@@ -72,7 +68,6 @@ def pair_features(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, curr
     out[..., 7] = (cap / max(cap.sum(), 1.0))[None, :]
     out[..., 8] = np.log1p(demand)[None, :]
     out[..., 9] = np.log1p(asked.sum() / max(cap.sum(), 1.0))
-    out[..., 10] = Gavel.allocation(rates, asked.astype(np.int64), cap)
     return out
 
 

@@ -62,8 +62,7 @@ class Gavel(RigidRounds):
         self._seen = np.zeros(len(view.jobs), dtype=bool)
         self.solve_seconds = []
 
-    @staticmethod
-    def allocation(rates: np.ndarray, asked: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    def allocation(self, rates: np.ndarray, asked: np.ndarray, capacity: np.ndarray) -> np.ndarray:
         """Gavel's LP: the time share of each job on each type maximising the summed throughput."""
         rows, cols = np.nonzero(rates > 0)
         x = np.zeros(rates.shape)
