@@ -97,3 +97,15 @@ def test_same_seed_same_policy(tmp_path: Path, traces_dir: Path) -> None:
     m = torch.ones(10, 3, dtype=torch.bool)
     assert torch.equal(a.scorer.net(x, m), b.scorer.net(x, m))
     assert not torch.equal(a.scorer.net(x, m), untrained.scorer.net(x, m)), "training changed nothing"
+
+
+def test_shipped_small_hetero_policy_loads_and_schedules() -> None:
+    """The shipped folder loads as ``marl:DIR`` with this version's features and finishes every job of a
+    small workload on small-hetero and on Sia's cluster (another GPU mix)."""
+    from experiments.simulate import make_scheduler_by_name
+
+    folder = Path(__file__).resolve().parents[1] / "experiments" / "policies" / "small-hetero"
+    for cluster in ("small-hetero", "sia-hetero"):
+        sim = build_simulator(cluster, "synthetic:80,load=1.0,model_rule=gavel", seed=5)
+        res = sim.run(make_scheduler_by_name(f"marl:{folder}", 0))
+        assert res.metrics()["jobs_completed"] == 80, cluster
