@@ -7,7 +7,7 @@ wrote (``results/...``) finds it. Commands that need a multi-machine Ray cluster
 placeholder) are listed as skipped with the reason. The first failure stops the run and shows the tail of
 that command's log.
 
-    python experiments/readme_examples.py              # all, about 70 min on 2 cores (two trainings)
+    python experiments/readme_examples.py              # all, about two hours on 2 cores (three trainings)
     python experiments/readme_examples.py --list       # what would run
     python experiments/readme_examples.py --from 9     # resume at the 9th command
 """
