@@ -5,6 +5,12 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Tests run in parallel workers (``-n``), one per core: a worker's BLAS, OpenMP and torch threads would
+    # compete for the other workers' cores (several times slower), so each worker computes on one thread.
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
 
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
@@ -57,3 +63,17 @@ def _hypothesis_profiles() -> None:
 
 
 _hypothesis_profiles()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order and group the tests for parallel workers (``-n``, ``--dist loadgroup``).
+
+    - Every test on the in-process Ray (the ``ray_local`` fixture) runs on one worker: Ray is started once,
+      and two in-process Ray instances do not compete for the same cores. (Commands that start their own
+      Ray in a subprocess run wherever a worker is free.)
+    - The long end-to-end tests (``slow``) start first, so that no worker is left with one at the end.
+    """
+    for item in items:
+        if "ray_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -138,6 +138,7 @@ def priority_dir(tmp_path_factory) -> Path:
     return save_priority_policy(net, tmp_path_factory.mktemp("prio") / "policy", {})
 
 
+@pytest.mark.slow
 def test_priority_agents_on_actors_match_in_process_and_survive_a_crash(
     ray_local, priority_dir: Path, traces_dir: Path
 ) -> None:

@@ -172,6 +172,7 @@ def test_pollux_allocations_respect_its_constraints(pollux_dir: Path):
     assert r.metrics()["jobs_completed"] == 40
 
 
+@pytest.mark.slow
 def test_pollux_replays_its_published_average_on_workload_1(pollux_dir: Path):
     """Pollux's own simulator: 2,089 s average JCT for workload-1 at load 1.0 under its policy (2,474 s
     under its Tiresias baseline). The whole 8-workload comparison is experiments/configs/pollux_osdi21.yaml."""
@@ -248,10 +249,11 @@ def test_fitted_optimus_learns_each_applications_length_from_finished_jobs(pollu
     assert learned >= 2
 
 
+@pytest.mark.slow
 def test_duration_trace_with_applications_keeps_its_lengths(pollux_dir: Path):
     """``apps=``: each Philly job trains a Pollux application for exactly its trace length on its requested
     GPUs placed tightly (8-GPU servers here), drawn without looking at the length; elastic runs resize."""
-    spec = f"philly:{pollux_dir}/traces/philly.csv,max_jobs=60"
+    spec = f"philly:{pollux_dir}/traces/philly.csv,max_jobs=30"
     plain = build_simulator("small", spec)
     sim = build_simulator("small", f"{spec},apps={pollux_dir}/traces")
     assert np.array_equal(sim.jobs.duration, plain.jobs.duration)

@@ -98,6 +98,7 @@ def test_a_job_runs_at_its_types_measured_speed_and_on_one_type(sia_dir: Path) -
     assert sim._stall_until[job] == pytest.approx(sim.now + RESTART_COST[base.name])
 
 
+@pytest.mark.slow
 def test_sia_allocations_are_feasible_and_one_type_per_job(sia_dir: Path) -> None:
     """Every round of ``sia``: each job on one GPU type, within its GPU range, the per-GPU batch within
     that type's memory limit, no GPU given twice; the run finishes every job, and the same run twice gives
@@ -127,6 +128,7 @@ def test_sia_allocations_are_feasible_and_one_type_per_job(sia_dir: Path) -> Non
     assert result.metrics()["round_ms_p50"] > 0
 
 
+@pytest.mark.slow
 def test_sia_uses_the_fast_type_where_it_pays(sia_dir: Path) -> None:
     """Type-aware beats type-unaware on the mixed cluster: the same 40 jobs, sia against pollux."""
     sia = sia_sim(sia_dir, 40).run(get_policy("sia")).metrics()["avg_jct"]
@@ -176,6 +178,7 @@ def test_rigid_rounds_run_jobs_rigidly_on_one_type_and_finish_them(sia_dir: Path
     assert len(getattr(gavel, "solve_seconds", [0])) > 0
 
 
+@pytest.mark.slow
 def test_only_the_oracle_rounds_see_true_durations() -> None:
     """On small-hetero, the same jobs with the true durations of two early, long ones swapped: until
     the first job finishes, every score ``rounds-las`` computes is the same (it never reads a duration)

@@ -163,6 +163,7 @@ def _rows(run: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_warm_start_weights_reach_learner_and_env_runners(ray_local) -> None:
     from marl.train import build_ppo_config, load_module_weights, module_spec_for, training_env_config
 
@@ -189,6 +190,7 @@ def test_warm_start_weights_reach_learner_and_env_runners(ray_local) -> None:
         algo.stop()
 
 
+@pytest.mark.slow
 def test_train_checkpoint_resume_export_and_evaluate(ray_local, tmp_path: Path, monkeypatch) -> None:
     from ray.rllib.core.columns import Columns
     from ray.rllib.core.rl_module.rl_module import RLModule
@@ -214,9 +216,9 @@ def test_train_checkpoint_resume_export_and_evaluate(ray_local, tmp_path: Path, 
     assert all(np.isfinite(float(r["policy_loss"])) and float(r["entropy"]) >= 0 for r in rows)
     assert any(r["avg_jct"] for r in rows)  # some episode finished and reported its JCT
     # The same seed trains the same: warm start, sampled episodes and learner updates repeat exactly.
-    train(cfg, Path("again"), evaluate=False, log=lambda s: None)
+    train(cfg, Path("again"), iterations=1, evaluate=False, log=lambda s: None)
     keys = ("env_steps", "avg_jct", "episode_return_mean", "policy_loss", "vf_loss", "entropy")
-    assert [[r.get(k) for k in keys] for r in _rows(tmp_path / "again")] == [[r.get(k) for k in keys] for r in rows]
+    assert [[r.get(k) for k in keys] for r in _rows(tmp_path / "again")] == [[r.get(k) for k in keys] for r in rows[:1]]
 
     # Resume the "killed" run: the algorithm (and its sample counter) continue at iteration 3.
     logs.clear()

@@ -100,6 +100,7 @@ def test_random_scores_preempt_and_lose_no_job(window: str) -> None:
     assert np.all(res.executed >= res.workload.duration - 1e-6)
 
 
+@pytest.mark.slow
 def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
     from marl.priority_env import PriorityEnv
 
@@ -148,6 +149,7 @@ def test_critic_inputs_move_the_value_and_never_the_scores() -> None:
     assert not torch.allclose(values[0], values[1])
 
 
+@pytest.mark.slow
 def test_export_equals_the_network_and_runs_on_another_cluster(tmp_path: Path, window: str) -> None:
     from marl.priority_export import load_priority_policy, save_priority_policy
 
@@ -199,7 +201,10 @@ def test_shipped_policy_loads_and_schedules(window: str) -> None:
     assert sched.hysteresis == pytest.approx(np.log(tuned["factor"]))
 
 
+@pytest.mark.slow
 def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces_dir: Path) -> None:
+    import json
+
     import yaml
 
     from marl.priority_export import load_priority_policy
@@ -218,7 +223,7 @@ def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces
         "model": {"hidden": 16},
         "ppo": {"iterations": 2, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
                 "num_env_runners": 1},
-        "tune": {"factors": [1.5, 31], "days": 0.5, "stride": 3.0, "load": 0.5, "workers": 1},
+        "tune": {"factors": [1.5, 31], "days": 0.5, "stride": 3.0, "load": 0.5, "workers": 2},
     }  # fmt: skip
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -229,8 +234,16 @@ def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces
     tuned = out["tuned"]
     assert len(tuned["windows"]) == 2 and tuned["factor"] in (1.5, 31.0)
     assert tuned["command"] == f"marlsched train-priority --config {path} --out {tmp_path / 'run'}"
-    sched = load_priority_policy(tmp_path / "run" / "policy")
+    table = np.array(tuned["avg_jct"])
+    assert table.shape == (2, 2)
+    assert tuned["factor"] == tuned["factors"][int(np.argmin((table / table.mean(1, keepdims=True)).mean(0)))]
+    sched = load_priority_policy(tmp_path / "run" / "policy", num_agents=4)
     assert sched.hysteresis == pytest.approx(np.log(tuned["factor"]))
+    meta = json.loads((tmp_path / "run" / "policy" / "metadata.json").read_text())
+    assert meta["tuned"]["factor"] == tuned["factor"]
+    # the recorded figure is what the loaded policy does on that window
+    spec = tuned["windows"][1]
+    assert _run(spec, sched).jct.mean() == pytest.approx(table[1, tuned["factors"].index(tuned["factor"])], abs=0.1)
 
 
 def test_bad_config_names_the_key(tmp_path: Path) -> None:
@@ -255,27 +268,10 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     assert load_config(path)["tune"] is None  # no tune section: no margin selection after training
 
 
-def test_tune_priority_writes_the_best_margin_of_the_training_windows(tmp_path: Path, traces_dir: Path) -> None:
-    import json
+def test_training_windows_refuse_a_period_too_short_for_one() -> None:
+    from marl.priority_tune import training_windows
 
-    from marl.priority_export import load_priority_policy, save_priority_policy
-    from marl.priority_tune import training_windows, tune_hysteresis
-
-    save_priority_policy(PriorityNet(16), tmp_path / "pol", {"agents": {"hysteresis": float(np.log(31.0))}})
-    env = {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "train_start": 2_592_000,
-           "train_end": 2_592_000 + 86400, "window_days": 0.5, "interference": "none",
-           "interference_data": None}  # fmt: skip
-    rec = tune_hysteresis(
-        tmp_path / "pol", env, factors=(1.5, 31.0), days=0.5, stride=0.5, workers=2, log=lambda s: None
-    )
-    table = np.array(rec["avg_jct"])
-    assert table.shape == (2, 2) and len(rec["windows"]) == 2
-    assert rec["factor"] == rec["factors"][int(np.argmin((table / table.mean(1, keepdims=True)).mean(0)))]
-    sched = load_priority_policy(tmp_path / "pol", num_agents=4)
-    assert sched.hysteresis == pytest.approx(np.log(rec["factor"]))
-    assert json.loads((tmp_path / "pol" / "metadata.json").read_text())["tuned"]["factor"] == rec["factor"]
-    # the recorded figure is what the loaded policy does on that window
-    spec = rec["windows"][1]
-    assert _run(spec, sched).jct.mean() == pytest.approx(table[1, rec["factors"].index(rec["factor"])], abs=0.1)
+    env = {"trace": "philly:x.csv", "train_start": 2_592_000, "train_end": 2_592_000 + 86400, "window_days": 0.5}
+    assert len(training_windows(PriorityEnvConfig.from_dict(env), 0.5, 0.25, 0.9)) == 3
     with pytest.raises(ValueError, match="--days"):
         training_windows(PriorityEnvConfig.from_dict(env), 5.0, 1.0, 0.9)

@@ -141,6 +141,7 @@ def test_train_section_extends_a_training_file(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- resume
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Path) -> None:
     from experiments.run import run_experiment
 
@@ -244,6 +245,7 @@ def two_node_cluster():
         yield address, env
 
 
+@pytest.mark.slow
 def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> None:
     address, env = two_node_cluster
     config = _write(tmp_path, yaml.safe_dump({**TINY, "seeds": [1, 2, 3, 4]}), "tiny.yaml")
@@ -290,6 +292,7 @@ def _start_run(tmp_path: Path):
     return proc, out
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_nothing_behind_and_ctrl_c_stops_the_next_one_cleanly(tmp_path: Path) -> None:
     """SIGKILL to `marlsched run`: every process it had started (Ray's raylet, GCS, agents, workers) is
     gone within seconds, the agents that outlive their raylet included. The same command resumes (what
