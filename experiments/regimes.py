@@ -71,6 +71,7 @@ REGIMES: dict[str, Regime] = {
             "gavel",
             "srtf@fastest",
             "rounds-oracle",
+            "rounds-oracle-area",
             "gavel-oracle",
         ),
         reference="gavel",

@@ -1,7 +1,8 @@
 """Training the round scorer by imitating a privileged teacher on its own states (DAgger), and its files.
 
-The teacher is ``rounds-oracle``: it ranks (job, type) pairs by the time to finish there from the true
-remaining work, which no deployed scheduler has. The student sees only :data:`~marl.rounds_agent.FEATURES`.
+The teacher (``--teacher``) is a privileged scorer: ``oracle`` (``rounds-oracle``) ranks (job, type) pairs by
+the time to finish there from the true remaining work, ``oracle-area`` by the remaining GPU-time; no
+deployed scheduler has either. The student sees only :data:`~marl.rounds_agent.FEATURES`.
 Iteration 0 rolls the teacher out on the training windows; every later iteration rolls the student out
 (so it is labelled on the states its own mistakes lead to), the teacher labels every round it decides, all
 rounds so far are kept, and the network is refit on them. Loss per round, pairwise logistic:
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from cluster_sim.build import build_simulator
-from cluster_sim.policies.rigid_rounds import ScoredRounds, oracle_score
+from cluster_sim.policies.rigid_rounds import SCORERS, ScoredRounds
 from cluster_sim.results import save_figure
 from marl.policy_files import atomic_folder, load_torchscript, read_json
 from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer, pair_features
@@ -61,6 +62,7 @@ class ImitationConfig:
     seed: int = 0
     interference: str = "none"
     drop: str = ""  # comma-separated features zeroed (an ablation), e.g. rel_speed,advantage
+    teacher: str = "oracle"  # a privileged scorer of cluster_sim.policies.rigid_rounds: oracle | oracle-area
 
     def specs(self) -> list[str]:
         length = self.days * DAY
@@ -75,13 +77,14 @@ class _Labelled:
     """A ``ScoredRounds`` scorer that records each round's features and the teacher's assignment, and acts
     as the teacher (``act='teacher'``) or as the student."""
 
-    def __init__(self, student: PairScorer, act: str, stay: float, every: int) -> None:
+    def __init__(self, student: PairScorer, act: str, stay: float, every: int, teacher: str = "oracle") -> None:
         self.student, self.act, self.stay, self.every = student, act, stay, every
+        self.teacher = SCORERS[teacher]
         self.samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.rounds = 0
 
     def __call__(self, view, jobs, rates, current):
-        teacher = oracle_score(view, jobs, rates, current)
+        teacher = self.teacher(view, jobs, rates, current)
         self.rounds += 1
         if self.rounds % self.every == 0:
             x = pair_features(view, jobs, rates, current)
@@ -161,7 +164,7 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
         jcts = []
         for spec in cfg.specs():
             sim = build_simulator(cfg.cluster, spec, seed=cfg.seed, interference=cfg.interference)
-            scorer = _Labelled(net, act, cfg.stay, cfg.every)
+            scorer = _Labelled(net, act, cfg.stay, cfg.every, cfg.teacher)
             jcts.append(float(sim.run(ScoredRounds(scorer, stay=cfg.stay, name="rounds")).metrics()["avg_jct"]))
             data.extend(scorer.samples)
         loss = fit(net, data, cfg, rng)
@@ -178,7 +181,7 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
         "dropped_features": list(drop),
         "stay": cfg.stay,
         "interval": 360.0,
-        "teacher": "rounds-oracle",
+        "teacher": f"rounds-{cfg.teacher}",
         "config": asdict(cfg),
         "command": command,
         "train_seconds": round(time.perf_counter() - started, 1),
@@ -206,11 +209,11 @@ def save_rounds_policy(net: PairScorer, folder: str | Path, meta: dict) -> Path:
                 w.writeheader()
                 w.writerows(rows)
         if rows:
-            plot_progress(rows, tmp / "learning_curve.png")
+            plot_progress(rows, tmp / "learning_curve.png", meta.get("teacher", "rounds-oracle"))
     return Path(folder)
 
 
-def plot_progress(rows: list[dict], path: Path) -> None:
+def plot_progress(rows: list[dict], path: Path, teacher: str = "rounds-oracle") -> None:
     """Mean average JCT of each iteration's rollouts on the training windows (PNG): the teacher's at
     iteration 0, the student's after; a student that imitates well ends near the teacher's line."""
     import matplotlib
@@ -225,7 +228,7 @@ def plot_progress(rows: list[dict], path: Path) -> None:
     if student:
         ax.plot([r["iteration"] for r in student], [r["avg_jct"] for r in student], marker="o", label="student acting")
     for r in teacher:
-        ax.axhline(r["avg_jct"], color="grey", ls="--", lw=1, label="teacher (rounds-oracle)")
+        ax.axhline(r["avg_jct"], color="grey", ls="--", lw=1, label=f"teacher ({teacher})")
     ax.set_xlabel("DAgger iteration (the student of the previous iteration acts)")
     ax.set_ylabel("mean average JCT on the training windows (s)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

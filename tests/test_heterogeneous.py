@@ -156,7 +156,7 @@ def test_gavel_lp_maximises_summed_throughput() -> None:
     assert (x * np.array([[2.0, 0.0], [2.0, 1.0], [2.0, 1.0]])).sum() == pytest.approx(3.0)
 
 
-@pytest.mark.parametrize("name", ["gavel", "gavel-oracle", "rounds-las", "rounds-oracle"])
+@pytest.mark.parametrize("name", ["gavel", "gavel-oracle", "rounds-las", "rounds-oracle", "rounds-oracle-area"])
 def test_rigid_rounds_run_jobs_rigidly_on_one_type_and_finish_them(sia_dir: Path, name: str) -> None:
     """Every placement the round-based rigid schedulers make: the GPUs the job asked for, its own batch,
     one type; GPUs per type never exceeded; every job completes; the same run twice gives the same

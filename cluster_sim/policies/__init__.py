@@ -34,7 +34,9 @@ Named defaults:
   rate of completions): an oracle reference of what durations add to Gavel's type matching.
 - ``rounds-las``: rigid jobs re-assigned every 360 s, least attained service first, each on its fastest
   GPU type with room; ``rounds-oracle``: the same frame ranking (job, type) by the time to finish there
-  from the true remaining work (an oracle reference and teacher); :mod:`cluster_sim.policies.rigid_rounds`.
+  from the true remaining work (an oracle reference and teacher); ``rounds-oracle-area`` ranks by the true
+  remaining GPU-time instead (work x GPUs), leaning to the type where a job is comparatively fastest;
+  :mod:`cluster_sim.policies.rigid_rounds`.
 - ``random``: random order, random GPUs.
 - ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
   packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
@@ -116,6 +118,7 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     ),
     "rounds-las": lambda seed=0, **options: ScoredRounds("las", seed=seed, **options),
     "rounds-oracle": lambda seed=0, **options: ScoredRounds("oracle", seed=seed, **options),
+    "rounds-oracle-area": lambda seed=0, **options: ScoredRounds("oracle-area", seed=seed, **options),
     "pack-none": lambda seed=0, **options: GpuPacking(mode="none", seed=seed, **options),
     "pack-blind": lambda seed=0, **options: GpuPacking(mode="blind", seed=seed, **options),
 }
