@@ -213,7 +213,7 @@ def save_rounds_policy(net: PairScorer, folder: str | Path, meta: dict) -> Path:
     return Path(folder)
 
 
-def plot_progress(rows: list[dict], path: Path, teacher: str = "rounds-oracle") -> None:
+def plot_progress(rows: list[dict], path: Path, teacher_name: str = "rounds-oracle") -> None:
     """Mean average JCT of each iteration's rollouts on the training windows (PNG): the teacher's at
     iteration 0, the student's after; a student that imitates well ends near the teacher's line."""
     import matplotlib
@@ -224,11 +224,11 @@ def plot_progress(rows: list[dict], path: Path, teacher: str = "rounds-oracle") 
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     student = [r for r in rows if r["acted"] == "student"]
-    teacher = [r for r in rows if r["acted"] == "teacher"]
+    teachers = [r for r in rows if r["acted"] == "teacher"]
     if student:
         ax.plot([r["iteration"] for r in student], [r["avg_jct"] for r in student], marker="o", label="student acting")
-    for r in teacher:
-        ax.axhline(r["avg_jct"], color="grey", ls="--", lw=1, label=f"teacher ({teacher})")
+    for r in teachers:
+        ax.axhline(r["avg_jct"], color="grey", ls="--", lw=1, label=f"teacher ({teacher_name})")
     ax.set_xlabel("DAgger iteration (the student of the previous iteration acts)")
     ax.set_ylabel("mean average JCT on the training windows (s)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
