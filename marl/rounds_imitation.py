@@ -42,6 +42,9 @@ METADATA = "metadata.json"
 DAY = 86_400.0
 
 
+TEACHERS = ("oracle", "oracle-area")  # the scorers of cluster_sim.policies.rigid_rounds that see true work
+
+
 @dataclass
 class ImitationConfig:
     """What :func:`train` runs: the cluster, the training windows (held out by time: they end before the
@@ -63,6 +66,15 @@ class ImitationConfig:
     interference: str = "none"
     drop: str = ""  # comma-separated features zeroed (an ablation), e.g. rel_speed,advantage
     teacher: str = "oracle"  # a privileged scorer of cluster_sim.policies.rigid_rounds: oracle | oracle-area
+
+    def __post_init__(self) -> None:
+        if self.teacher not in TEACHERS:
+            raise ValueError(
+                f"teacher: {self.teacher!r} is not a privileged round scorer; use one of {', '.join(TEACHERS)}"
+            )
+        unknown = [f for f in self.drop.split(",") if f and f not in FEATURES]
+        if unknown:
+            raise ValueError(f"drop: unknown feature(s) {', '.join(unknown)}; the features are {', '.join(FEATURES)}")
 
     def specs(self) -> list[str]:
         length = self.days * DAY

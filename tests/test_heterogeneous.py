@@ -182,11 +182,12 @@ def test_rigid_rounds_run_jobs_rigidly_on_one_type_and_finish_them(sia_dir: Path
 def test_only_the_oracle_rounds_see_true_durations() -> None:
     """On small-hetero, the same jobs with the true durations of two early, long ones swapped: until
     the first job finishes, every score ``rounds-las`` computes is the same (it never reads a duration)
-    and ``rounds-oracle``'s are not; and knowing durations lowers average JCT against the duration-blind
-    counterparts (``rounds-oracle`` vs ``rounds-las``, ``gavel-oracle`` vs ``gavel``)."""
+    and ``rounds-oracle``'s and ``rounds-oracle-area``'s are not; and knowing durations lowers average JCT
+    against the duration-blind counterparts (both oracle rounds vs ``rounds-las``, ``gavel-oracle`` vs
+    ``gavel``)."""
     from dataclasses import replace
 
-    from cluster_sim.policies.rigid_rounds import ScoredRounds, las_score, oracle_score
+    from cluster_sim.policies.rigid_rounds import ScoredRounds, las_score, oracle_area_score, oracle_score
 
     base = build_simulator("small-hetero", "synthetic:200,load=1.2,model_rule=gavel", seed=3).jobs
     a, b = np.argsort(base.duration[:10])[-2:]  # two early, long jobs: both wait or run for a while
@@ -206,7 +207,7 @@ def test_only_the_oracle_rounds_see_true_durations() -> None:
         return result, seen
 
     jct = {}
-    for scorer, same in ((las_score, True), (oracle_score, False)):
+    for scorer, same in ((las_score, True), (oracle_score, False), (oracle_area_score, False)):
         (ra, sa), (rb, sb) = recorded(scorer, base), recorded(scorer, swapped)
         jct[scorer.__name__] = ra.metrics()["avg_jct"]
         first_end = min(ra.end.min(), rb.end.min())
@@ -217,6 +218,7 @@ def test_only_the_oracle_rounds_see_true_durations() -> None:
     jct.update({n: build_simulator("small-hetero", base).run(get_policy(n)).metrics()["avg_jct"]
                 for n in ("gavel", "gavel-oracle")})  # fmt: skip
     assert jct["oracle_score"] < jct["las_score"] and jct["gavel-oracle"] < jct["gavel"], jct
+    assert jct["oracle_area_score"] < jct["las_score"], jct
 
 
 def test_heuristics_keep_a_job_on_one_type_in_their_stated_order() -> None:

@@ -24,7 +24,7 @@ TINY = dict(
 def tiny_policy(tmp_path_factory, traces_dir: Path) -> Path:
     out = tmp_path_factory.mktemp("rounds") / "policy"
     trace = f"philly:{traces_dir / 'pollux-osdi21' / 'traces' / 'philly.csv'},model_rule=gavel"
-    train(ImitationConfig(trace=trace, **TINY), out)
+    train(ImitationConfig(trace=trace, teacher="oracle-area", **TINY), out)
     return out
 
 
@@ -71,6 +71,7 @@ def test_imitation_writes_a_policy_that_schedules_validly(tiny_policy: Path) -> 
 
     meta = json.loads((tiny_policy / "metadata.json").read_text())
     assert meta["agent"] == "rounds" and meta["export_max_abs_diff"] < 1e-5
+    assert meta["teacher"] == "rounds-oracle-area"
     assert (tiny_policy / "progress.csv").read_text().count("\n") == TINY["iterations"] + 2
     assert (tiny_policy / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     policy = make_scheduler_by_name(f"marl:{tiny_policy}", 0)
@@ -79,6 +80,15 @@ def test_imitation_writes_a_policy_that_schedules_validly(tiny_policy: Path) -> 
     assert res.metrics()["jobs_completed"] == 120
     used = res.attained_by_type > 0
     assert (used.sum(axis=1) >= 1).all()
+
+
+def test_bad_imitation_config_names_the_field() -> None:
+    with pytest.raises(
+        ValueError, match="teacher: 'las' is not a privileged round scorer; use one of oracle, oracle-area"
+    ):
+        ImitationConfig(teacher="las")
+    with pytest.raises(ValueError, match=r"drop: unknown feature\(s\) speed;"):
+        ImitationConfig(drop="rel_speed,speed")
 
 
 def test_same_seed_same_policy(tmp_path: Path, traces_dir: Path) -> None:
