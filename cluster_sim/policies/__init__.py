@@ -16,7 +16,8 @@ Named defaults:
 - ``drf``: dominant resource fairness across tenants, consolidated.
 - ``optimus-oracle``: marginal gain per GPU-second with the oracle remaining time and the performance
   model, consolidated, rigid (jobs keep their GPU count).
-- ``closest-gpus``: strict arrival order with TopDRL's closest-GPUs placement.
+- ``closest-gpus``: strict arrival order with TopDRL's closest-GPUs placement; ``closest-gpus-backfill``: the same,
+  any waiting job that fits may start.
 - ``qssf``, ``qssf-np``: expected remaining time from the history of finished jobs of the same tenant
   and GPU count (no oracle), preemptive like SRTF or not.
 - ``pollux``: Pollux's goodput-based joint allocation of GPUs and batch sizes every 60 s (elastic: jobs of
@@ -104,6 +105,8 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "drf": _named("drf", "consolidate", "drf"),
     "optimus-oracle": _named("optimus-oracle", "consolidate", "optimus-oracle"),
     "closest-gpus": _named("fifo", "closest-gpus", "closest-gpus"),
+    # the same with backfilling: any waiting job that fits may start (work-conserving, as TopDRL's picker is)
+    "closest-gpus-backfill": _named("fifo", "closest-gpus", "closest-gpus-backfill", backfill=True),
     "qssf": _named("qssf", "consolidate", "qssf"),
     "qssf-np": _named("qssf", "consolidate", "qssf-np", preempt=False),
     "random": _named("random", "random", "random"),
