@@ -18,8 +18,8 @@ from cluster_sim.plugins import PluginError, absolute_target, import_target
 from cluster_sim.protocol import Scheduler
 
 PROTOCOL_HINT = "a scheduler has `name`, `reset(view)` and `schedule(view) -> list[Decision]` (cluster_sim/protocol.py)"
-# spec prefixes that name other kinds of scheduler, not a module
-RESERVED_PREFIXES = ("marl",)
+# spec prefixes that name other kinds of scheduler (exported policy folders), not a module
+RESERVED_PREFIXES = ("marl", "topdrl")
 
 
 def is_custom_spec(spec: str) -> bool:

@@ -47,7 +47,9 @@ def jct_cdf(jcts: Mapping[str, Sequence[np.ndarray]], path: Path) -> None:
         y = np.arange(1, len(x) + 1) / len(x)
         # a curve equal to one drawn before would hide it: say so in the legend, and vary the dash pattern
         same = next((other for other, xs in drawn if len(xs) == len(x) and np.array_equal(xs, x)), None)
-        label = f"{name} (mean {x.mean() / 3600:.2f} h)" + (f", identical to {same}" if same else "")
+        label = f"{short_label(name)} (mean {x.mean() / 3600:.2f} h)" + (
+            f", identical to {short_label(same)}" if same else ""
+        )
         ax.step(x / 3600.0, y, where="post", label=label, color=colors[name],
                 linestyle=LINESTYLES[k % len(LINESTYLES)], **_style(name))  # fmt: skip
         drawn.append((name, x))
@@ -71,8 +73,8 @@ def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, seed: 
     t_end = max((float(np.asarray(s["t"]).max(initial=0.0)) for s in series.values()), default=0.0)
     for name, s in series.items():
         t = np.asarray(s["t"]) / 3600.0
-        ax_q.plot(t, s["queue"], label=name, color=colors[name], **_style(name))
-        ax_u.plot(t, 100.0 * np.asarray(s["utilization"]), label=name, color=colors[name], **_style(name))
+        ax_q.plot(t, s["queue"], label=short_label(name), color=colors[name], **_style(name))
+        ax_u.plot(t, 100.0 * np.asarray(s["utilization"]), label=short_label(name), color=colors[name], **_style(name))
     ax_q.set_ylabel("queued jobs")
     ax_q.set_title(f"Queue length over time (seed {seed})")
     ax_u.set_ylabel("GPUs busy (%)")
@@ -89,18 +91,28 @@ def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, seed: 
     save_figure(fig, path)
 
 
+def short_label(name: str) -> str:
+    """A scheduler's name for an axis: a policy folder (``marl:experiments/policies/philly-small``) by its
+    kind and folder name (``marl:philly-small``)."""
+    prefix, colon, rest = name.partition(":")
+    if colon and "/" in rest and prefix.isidentifier():
+        return f"{prefix}:{Path(rest.rstrip('/')).name}"
+    return name
+
+
 def bars(values: Mapping[str, Sequence[float]], path: Path, ylabel: str) -> None:
-    """Mean ± std over seeds per scheduler, best first."""
+    """Mean ± std over runs (seeds and workloads) per scheduler, best first."""
     plt = _plt()
     names = sorted(values, key=lambda n: float(np.mean(values[n])))
     colors = _colors(list(values))
     fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(names) + 2), 4.2))
     means = [float(np.mean(values[n])) for n in names]
     stds = [float(np.std(values[n])) for n in names]
-    ax.bar(names, means, yerr=stds, capsize=4, color=[colors[n] for n in names])
+    ax.bar([short_label(n) for n in names], means, yerr=stds, capsize=4, color=[colors[n] for n in names])
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{ylabel} per scheduler (mean ± std over seeds)")
+    ax.set_title(f"{ylabel} per scheduler (mean ± std over runs)")
     ax.tick_params(axis="x", rotation=30)
+    plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
     ax.grid(alpha=0.3, axis="y")
     save_figure(fig, path)
 

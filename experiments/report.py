@@ -276,18 +276,23 @@ def _improvement_tables(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "same workload and seed and given as mean ± std over runs.",
         "",
     ]
-    for key, label in IMPROVEMENT_METRICS:
+    claims = cfg.claims or {}
+    for k, (key, label) in enumerate(IMPROVEMENT_METRICS):
+        claim_col = bool(claims) and k == 0  # the papers' claims are about average JCT
+        heads = [f"vs {b}" for b in cfg.baselines] + (["the paper's claim"] if claim_col else [])
         lines += [
             f"### {label}",
             "",
-            "| scheduler | " + " | ".join(f"vs {b}" for b in cfg.baselines) + " |",
-            "|---|" + "---:|" * len(cfg.baselines),
+            "| scheduler | " + " | ".join(heads) + " |",
+            "|---|" + "---:|" * len(cfg.baselines) + ("---|" if claim_col else ""),
         ]
         for name in cfg.schedulers:
             cells = [
                 "-" if name == b else _mean_std(improvement(rows, name, b, key), "{:+.1f}%", "{:.1f}%")
                 for b in cfg.baselines
             ]
+            if claim_col:
+                cells.append(claims.get(name, ""))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines

@@ -112,6 +112,7 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
     """One self-contained spec (absolute paths) per scheduler x workload x seed."""
     from cluster_sim.plugins import absolute_target
     from cluster_sim.scheduler_spec import absolute_custom_spec, is_custom_spec
+    from experiments.simulate import folder_policy
 
     cluster = cfg.cluster
     if isinstance(cluster, str) and Path(cluster).is_file():
@@ -120,8 +121,9 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
     for name in cfg.schedulers:
         if name == MARL:
             policy = f"marl:{(out / TRAIN_DIR / 'policy').resolve()}"
-        elif name.startswith("marl:"):
-            policy = f"marl:{os.path.abspath(name[5:])}"
+        elif folder_policy(name):
+            prefix, folder = folder_policy(name)
+            policy = f"{prefix}:{os.path.abspath(folder)}"
         elif is_custom_spec(name):
             policy = absolute_custom_spec(name)
         else:

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from experiments.simulate import folder_policy, load_folder_policy
 from interference.loader import interference_modes
 from marl.config import (
     ConfigChecker,
@@ -83,6 +84,8 @@ class ExperimentConfig:
     # published average JCTs to put beside ours: label -> {workload label: seconds}, and where they come from
     published: dict[str, Any] | None = None
     published_source: str = ""
+    # a paper's headline claim per scheduler label, shown in a column beside our paired improvements
+    claims: dict[str, str] | None = None
     timeline_points: int = 400  # queue/utilisation samples kept per run for the plots
     train: dict[str, Any] | None = None  # validated into train_config
     scaling: dict[str, Any] | None = None  # validated into scaling_config
@@ -224,7 +227,9 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         raise chk.fail(("seeds",), f"seeds repeat: {cfg.seeds}")
     if not cfg.schedulers:
         raise chk.fail(("schedulers",), "list at least one scheduler")
-    allowed = f"{', '.join(policy_names())}, {MARL} (trained by this run), marl:POLICY_DIR, FILE.py:Class"
+    allowed = (
+        f"{', '.join(policy_names())}, {MARL} (trained by this run), marl:POLICY_DIR, topdrl:POLICY_DIR, FILE.py:Class"
+    )
     for label, opts in (cfg.scheduler_options or {}).items():
         if label not in cfg.schedulers:
             raise chk.fail(("scheduler_options", str(label)), f"not among schedulers: {', '.join(cfg.schedulers)}")
@@ -237,6 +242,9 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
             raise chk.fail(
                 ("scheduler_options", str(label)), f"{err} (policy {policy!r}; allowed: {allowed})"
             ) from None
+    for label, claim in (cfg.claims or {}).items():
+        if label not in cfg.schedulers or not isinstance(claim, str):
+            raise chk.fail(("claims", str(label)), 'expected `SCHEDULER: "the paper\'s claim"` for a listed scheduler')
     for label, values in (cfg.published or {}).items():
         if label not in cfg.schedulers or not isinstance(values, Mapping):
             raise chk.fail(
@@ -257,13 +265,9 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
             if cfg.train_config is None:
                 raise chk.fail(("schedulers", str(i)), f"{MARL!r} is the policy this run trains: add a train section")
             continue
-        if name.startswith("marl:"):
-            if not Path(name[5:]).is_dir():
-                raise chk.fail(("schedulers", str(i)), f"no policy folder {name[5:]!r}; make one with marlsched export")
-            from marl.export import load_marl_policy
-
+        if folder_policy(name):
             try:  # its files are read now, not inside a Ray task
-                load_marl_policy(name[5:], name=name)
+                load_folder_policy(name)
             except (ValueError, FileNotFoundError) as err:
                 raise chk.fail(("schedulers", str(i)), str(err)) from None
             continue

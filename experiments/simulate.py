@@ -38,7 +38,7 @@ def add_simulate_command(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             f"cluster presets: {', '.join(PRESETS)} (or a YAML file)\n"
-            f"policies: {', '.join(policy_names())}, marl:POLICY_DIR,\n"
+            f"policies: {', '.join(policy_names())}, marl:POLICY_DIR, topdrl:POLICY_DIR,\n"
             "          MODULE_OR_FILE.py:ClassName[,key=value...] (your own scheduler class)\n"
             "workloads: synthetic:N[,load=F] | philly:PATH | openb:PATH | gavel:PATH | pollux:PATH,\n"
             "           each with optional ,max_jobs=N ,start=S ,end=S ,arrival_scale=F"
@@ -95,21 +95,40 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
     )
 
 
+# exported policy folders, named PREFIX:POLICY_DIR: the loader (module, function) and the command that makes one
+FOLDER_POLICIES: dict[str, tuple[str, str, str]] = {
+    "marl": ("marl.export", "load_marl_policy", "marlsched export"),
+    "topdrl": ("marl.baselines.topdrl", "load_topdrl_policy", "marlsched train with agent: topdrl"),
+}
+
+
+def folder_policy(name: str) -> tuple[str, str] | None:
+    """(prefix, folder) of a ``PREFIX:POLICY_DIR`` scheduler name, None for any other name."""
+    prefix, colon, folder = name.partition(":")
+    return (prefix, folder) if colon and prefix in FOLDER_POLICIES else None
+
+
+def load_folder_policy(name: str):
+    """The scheduler exported in the folder a ``PREFIX:POLICY_DIR`` name gives (TorchScript, no RLlib)."""
+    import importlib
+
+    prefix, folder = folder_policy(name) or ("", "")
+    module, func, maker = FOLDER_POLICIES[prefix]
+    if not Path(folder).is_dir():
+        raise FileNotFoundError(f"--policy {name}: no policy folder {folder!r}; make one with {maker}")
+    return getattr(importlib.import_module(module), func)(folder, name=name)
+
+
 def make_scheduler_by_name(name: str, seed: int, **options):
-    """A heuristic by name (``options`` to its constructor), ``marl:POLICY_DIR`` for an exported MARL
-    policy (runs without RLlib), or ``MODULE_OR_FILE:ClassName[,key=value...]`` for a scheduler class of
-    the user's own."""
+    """A heuristic by name (``options`` to its constructor); ``marl:POLICY_DIR`` for an exported MARL
+    policy or ``topdrl:POLICY_DIR`` for a trained TopDRL (both run without RLlib); or
+    ``MODULE_OR_FILE:ClassName[,key=value...]`` for a scheduler class of the user's own."""
     from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
 
+    if folder_policy(name):
+        return load_folder_policy(name)
     if is_custom_spec(name):
         return load_custom_scheduler(name, seed=seed)
-    if name.startswith("marl:"):
-        from marl.export import load_marl_policy
-
-        policy_dir = name[len("marl:") :]
-        if not Path(policy_dir).is_dir():
-            raise FileNotFoundError(f"--policy {name}: no policy folder {policy_dir!r}; make one with marlsched export")
-        return load_marl_policy(policy_dir, name=name)
     from cluster_sim.policies import get_policy
 
     return get_policy(name, seed=seed, **options)

@@ -21,7 +21,9 @@ def add_train_commands(subparsers) -> None:
         description=(
             "Train the shared HGNN scheduler policy from a YAML config (see experiments/configs/marl_small.yaml). "
             "Writes checkpoints, progress.csv, TensorBoard logs, learning_curve.png, the exported policy and "
-            "eval.json/comparison.md into --out."
+            "eval.json/comparison.md into --out. A config with `agent: topdrl` trains the published TopDRL scheduler "
+            "instead (marl/baselines; e.g. experiments/configs/topdrl_small.yaml): progress.csv, learning_curve.png, "
+            "policy/ (usable as --policy topdrl:OUT/policy) and evaluation/."
         ),
     )
     p.add_argument("--config", help="training config YAML (not needed with --resume)")
@@ -81,9 +83,11 @@ def add_train_commands(subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from marl.config import load_train_config
+    from marl.config import config_agent, load_train_config
     from marl.train import resume_config, train
 
+    if args.config and config_agent(args.config) is not None:
+        return _run_train_baseline(args)
     if args.resume:
         if args.config or (args.out and Path(args.out).resolve() != Path(args.resume).resolve()):
             raise ValueError("--resume DIR continues the run in DIR with its own config; drop --config/--out")
@@ -109,6 +113,34 @@ def run_train(args: argparse.Namespace) -> int:
         log=log,
     )
     print(f"run folder: {summary['out']} ({summary.get('iterations', 0)} PPO iterations)")
+    return 0
+
+
+def _run_train_baseline(args: argparse.Namespace) -> int:
+    """``marlsched train --config`` of a published learned scheduler (``agent: topdrl``)."""
+    from marl.baselines.topdrl_train import load_topdrl_config, train_topdrl
+    from marl.config import config_agent
+
+    agent = config_agent(args.config)
+    if agent != "topdrl":
+        raise ValueError(f"{args.config}: agent {agent!r} is not one marlsched trains; choose agent: topdrl, "
+                         "or drop the key to train marlsched's own agents")  # fmt: skip
+    if args.resume or not args.out:
+        raise ValueError(f"{args.config}: a {agent} run needs --config and --out (it does not resume)")
+    if args.address:
+        raise ValueError(f"{args.config}: a {agent} run trains in local processes; drop --address")
+    if (Path(args.out) / "policy").exists():
+        raise ValueError(f"{args.out} already holds a trained policy; choose another --out")
+    cfg = load_topdrl_config(args.config)
+    command = f"marlsched train --config {args.config} --out {args.out}"
+    if args.iterations is not None:
+        if args.iterations < 1:
+            raise ValueError(f"--iterations must be >= 1, got {args.iterations}")
+        command += f" --iterations {args.iterations}"
+    log = (lambda msg: None) if args.quiet else print
+    summary = train_topdrl(cfg, args.out, iterations=args.iterations, evaluate=False if args.no_eval else None,
+                           command=command, log=log)  # fmt: skip
+    print(f"run folder: {summary['out']} ({summary['iterations']} iterations, selected {summary['selected']})")
     return 0
 
 

@@ -115,6 +115,7 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ),
         ({"scheduler_options": {"sjf": {"policy": "fifo", "speed": 2}}}, ["scheduler_options.sjf:", "speed"]),
         ({"published": {"fifo": {"w9": 100}}}, ["published.fifo.w9:", "or `mean`"]),
+        ({"claims": {"srtf": "better"}}, ["claims.srtf:", "for a listed scheduler"]),
     ],
 )
 def test_bad_values_name_the_path_and_allowed_values(patch: dict, fragments: list[str]) -> None:
@@ -206,6 +207,7 @@ def test_several_workloads_with_scheduler_options_and_published_figures(tmp_path
         "scheduler_options": {"tiresias": {"policy": "tiresias-pollux", "thresholds": [3600.0]}},
         "published": {"tiresias": {"w1": 1000, "w2": 2000}, "pollux": {"mean": 1500}},
         "published_source": "made-up figures",
+        "claims": {"pollux": "a made-up claim: -50% vs Tiresias"},
     })  # fmt: skip
     out = tmp_path / "out"
     assert run_experiment(cfg, out, log=lambda s: None)["tasks_run"] == 4
@@ -219,6 +221,9 @@ def test_several_workloads_with_scheduler_options_and_published_figures(tmp_path
     assert f"{jct['tiresias', 'w2']:.0f} / 2000 ({jct['tiresias', 'w2'] / 2000:.2f})" in report
     pollux_mean = (jct["pollux", "w1"] + jct["pollux", "w2"]) / 2
     assert f"{pollux_mean:.0f} / 1500 ({pollux_mean / 1500:.2f})" in report
+    # the paper's claim beside our paired improvement, in the average-JCT table only
+    assert report.count("the paper's claim") == 1
+    assert next(line for line in report.splitlines() if line.startswith("| pollux |") and "made-up claim" in line)
     # the label's options reached the scheduler: one queue threshold at 1 GPU-hour, not Pollux's 16
     from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
