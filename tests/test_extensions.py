@@ -307,7 +307,8 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     from experiments.readme_examples import readme_commands
     from experiments.run_config import load_experiment_config
     from experiments.simulate import make_scheduler_by_name, split_policies
-    from marl.config import load_train_config
+    from marl.baselines.topdrl_train import load_topdrl_config
+    from marl.config import config_agent, load_train_config
     from marl.priority_train import load_config as load_priority_config
     from topology.datacenter import CLUSTER_PRESETS
 
@@ -339,6 +340,8 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
                     make_scheduler_by_name(name, 0)
         elif args.command == "run":
             load_experiment_config(args.config)
+        elif args.command == "train" and args.config and config_agent(args.config) == "topdrl":
+            load_topdrl_config(args.config)
         elif args.command == "train" and args.config:
             load_train_config(args.config)
         elif args.command == "train-priority":
