@@ -117,6 +117,26 @@ def bars(values: Mapping[str, Sequence[float]], path: Path, ylabel: str) -> None
     save_figure(fig, path)
 
 
+def paired_bars(values: Mapping[str, Sequence[float]], path: Path, baseline: str) -> None:
+    """Per scheduler, its reduction of average JCT against ``baseline`` on the same workload and seed (percent,
+    positive: better), mean ± std over those pairs, best first: the verdict that the workloads' own spread
+    hides in a plot of raw means."""
+    plt = _plt()
+    names = sorted((n for n in values if n != baseline and len(values[n])), key=lambda n: -float(np.mean(values[n])))
+    colors = _colors(list(values))
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(names) + 2), 4.2))
+    means = [float(np.mean(values[n])) for n in names]
+    stds = [float(np.std(values[n])) for n in names]
+    ax.bar([short_label(n) for n in names], means, yerr=stds, capsize=4, color=[colors[n] for n in names])
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_ylabel(f"avg JCT reduction vs {short_label(baseline)} (%)")
+    ax.set_title(f"paired against {short_label(baseline)} on each workload and seed (mean ± std)")
+    ax.tick_params(axis="x", rotation=30)
+    plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
+    ax.grid(alpha=0.3, axis="y")
+    save_figure(fig, path)
+
+
 def scaling_curves(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
     """Per agent count: rollout throughput, per-decision latency, evaluation episode wall time, average JCT."""
     plt = _plt()

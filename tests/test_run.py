@@ -224,6 +224,8 @@ def test_several_workloads_with_scheduler_options_and_published_figures(tmp_path
     # the paper's claim beside our paired improvement, in the average-JCT table only
     assert report.count("the paper's claim") == 1
     assert next(line for line in report.splitlines() if line.startswith("| pollux |") and "made-up claim" in line)
+    # the paired verdict as a plot: pollux's reduction against the first baseline, tiresias
+    assert (out / "plots" / "paired_avg_jct.png").stat().st_size > 1000 and "plots/paired_avg_jct.png" in report
     # the label's options reached the scheduler: one queue threshold at 1 GPU-hour, not Pollux's 16
     from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
