@@ -441,8 +441,10 @@ class Simulator:
         return self._next_arrival
 
     # ------------------------------------------------------------- running
-    def run(self, scheduler: Scheduler, progress: bool = False) -> SimResult:
-        """Simulate the whole workload; returns per-job results and metrics."""
+    def run(self, scheduler: Scheduler, progress: bool = False, until: float | None = None) -> SimResult:
+        """Simulate the whole workload; returns per-job results and metrics. ``until``: stop at the first
+        scheduling point at or after that time instead (jobs not finished then keep no end time), for
+        training episodes whose returns beyond it no longer count."""
         if self._elastic_setting is None:
             self.elastic = bool(getattr(scheduler, "elastic", False))
         if self._mix_setting is None:
@@ -462,6 +464,8 @@ class Simulator:
                 self._round_seconds.append(took)
                 if decisions:
                     self.apply(decisions)
+            if until is not None and self.now >= until:
+                break
             if bar is not None and self._done - last_done >= 500:
                 bar.update(self._done - last_done)
                 last_done = self._done

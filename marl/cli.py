@@ -23,7 +23,8 @@ def add_train_commands(subparsers) -> None:
             "Writes checkpoints, progress.csv, TensorBoard logs, learning_curve.png, the exported policy and "
             "eval.json/comparison.md into --out. A config with `agent: topdrl` trains the published TopDRL scheduler "
             "instead (marl/baselines; e.g. experiments/configs/topdrl_small.yaml): progress.csv, learning_curve.png, "
-            "policy/ (usable as --policy topdrl:OUT/policy) and evaluation/."
+            "policy/ (usable as --policy topdrl:OUT/policy) and evaluation/; `agent: dl2` trains DL2 (e.g. "
+            "experiments/configs/dl2_pollux.yaml; --policy dl2:OUT/policy)."
         ),
     )
     p.add_argument("--config", help="training config YAML (not needed with --resume)")
@@ -117,28 +118,31 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _run_train_baseline(args: argparse.Namespace) -> int:
-    """``marlsched train --config`` of a published learned scheduler (``agent: topdrl``)."""
+    """``marlsched train --config`` of a published learned scheduler (``agent: topdrl`` or ``dl2``)."""
+    from marl.baselines.dl2_train import load_dl2_config, train_dl2
     from marl.baselines.topdrl_train import load_topdrl_config, train_topdrl
     from marl.config import config_agent
 
+    trainers = {"topdrl": (load_topdrl_config, train_topdrl), "dl2": (load_dl2_config, train_dl2)}
     agent = config_agent(args.config)
-    if agent != "topdrl":
-        raise ValueError(f"{args.config}: agent {agent!r} is not one marlsched trains; choose agent: topdrl, "
-                         "or drop the key to train marlsched's own agents")  # fmt: skip
+    if agent not in trainers:
+        raise ValueError(f"{args.config}: agent {agent!r} is not one marlsched trains; choose agent: "
+                         f"{' or '.join(trainers)}, or drop the key to train marlsched's own agents")  # fmt: skip
     if args.resume or not args.out:
         raise ValueError(f"{args.config}: a {agent} run needs --config and --out (it does not resume)")
     if args.address:
         raise ValueError(f"{args.config}: a {agent} run trains in local processes; drop --address")
     if (Path(args.out) / "policy").exists():
         raise ValueError(f"{args.out} already holds a trained policy; choose another --out")
-    cfg = load_topdrl_config(args.config)
+    load, train = trainers[agent]
+    cfg = load(args.config)
     command = f"marlsched train --config {args.config} --out {args.out}"
     if args.iterations is not None:
         if args.iterations < 1:
             raise ValueError(f"--iterations must be >= 1, got {args.iterations}")
         command += f" --iterations {args.iterations}"
     log = (lambda msg: None) if args.quiet else print
-    summary = train_topdrl(cfg, args.out, iterations=args.iterations, evaluate=False if args.no_eval else None,
+    summary = train(cfg, args.out, iterations=args.iterations, evaluate=False if args.no_eval else None,
                            command=command, log=log)  # fmt: skip
     print(f"run folder: {summary['out']} ({summary['iterations']} iterations, selected {summary['selected']})")
     return 0

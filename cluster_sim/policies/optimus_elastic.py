@@ -103,9 +103,10 @@ class ElasticOptimus(ElasticPolicy):
         step = 1 if self.oracle else None
         return greedy_counts(seconds, valid, counts, free, self.cap, max_step=step), [None] * len(jobs)
 
-    def _tables(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """Estimated remaining seconds per job and GPU count, which counts are allowed, the admitted counts
-        and the GPUs left."""
+    def estimates(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Estimated remaining seconds of each job on each GPU count (inf where unknown), the counts it may
+        be given, its smallest count and whether it has step times to estimate with; learns from the jobs
+        that finished since the last call."""
         self._learn(view, jobs)
         reports = [view.job_report(int(j)) if view.is_elastic(int(j)) else None for j in jobs]
         work = self.remaining_work(view, jobs, reports)
@@ -125,8 +126,15 @@ class ElasticOptimus(ElasticPolicy):
             )  # fmt: skip
             rate = good / r.app.init_batch_size
             seconds[i, lo : top + 1] = work[i] / np.maximum(rate, 1e-12)
-        lo = np.array([lim[0] for lim in limits])
-        profiled = np.array([r is not None for r in reports])
+        lo = np.array([lim[0] for lim in limits], dtype=np.int64)
+        profiled = np.array([r is not None for r in reports], dtype=bool)
+        return seconds, valid, lo, profiled
+
+    def _tables(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Estimated remaining seconds per job and GPU count, which counts are allowed, the admitted counts
+        and the GPUs left."""
+        seconds, valid, lo, profiled = self.estimates(view, jobs)
+        width = seconds.shape[1]
         key = np.where(profiled, seconds[np.arange(len(jobs)), lo], -1.0)
         counts = np.zeros(len(jobs), dtype=np.int64)
         free = int(view.topo.num_gpus)
