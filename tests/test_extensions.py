@@ -307,12 +307,14 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     from experiments.readme_examples import readme_commands
     from experiments.run_config import load_experiment_config
     from experiments.simulate import make_scheduler_by_name, split_policies
+    from marl.baselines.dl2_train import load_dl2_config
     from marl.baselines.topdrl_train import load_topdrl_config
     from marl.config import config_agent, load_train_config
     from marl.priority_train import load_config as load_priority_config
     from topology.datacenter import CLUSTER_PRESETS
 
     monkeypatch.chdir(REPO)
+    baseline_loaders = {"topdrl": load_topdrl_config, "dl2": load_dl2_config}
     commands = readme_commands()
     assert len(commands) >= 15
     checked = 0
@@ -340,8 +342,8 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
                     make_scheduler_by_name(name, 0)
         elif args.command == "run":
             load_experiment_config(args.config)
-        elif args.command == "train" and args.config and config_agent(args.config) == "topdrl":
-            load_topdrl_config(args.config)
+        elif args.command == "train" and args.config and config_agent(args.config) in baseline_loaders:
+            baseline_loaders[config_agent(args.config)](args.config)
         elif args.command == "train" and args.config:
             load_train_config(args.config)
         elif args.command == "train-priority":
