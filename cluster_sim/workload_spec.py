@@ -23,7 +23,7 @@ from cluster_sim.traces.elastic_apps import with_applications
 from cluster_sim.workload import Workload
 
 DEFAULT_SYNTHETIC_LOAD = 0.8
-COMMON_OPTIONS: tuple[str, ...] = ("max_jobs", "start", "end", "arrival_scale", "load", "apps")
+COMMON_OPTIONS: tuple[str, ...] = ("max_jobs", "start", "end", "arrival_scale", "load", "apps", "max_gpus")
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,7 @@ _WINDOW_TYPES: dict[str, Callable[[str], object]] = {
     "arrival_scale": float,
     "load": float,
     "apps": str,
+    "max_gpus": int,
 }
 
 
@@ -152,7 +153,7 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     _, source, arg, opts = _split(spec)
     start, end = opts.pop("start", None), opts.pop("end", None)
     time_range = None if start is None and end is None else (start or 0.0, math.inf if end is None else end)
-    win = {"time_range": time_range, "max_jobs": opts.pop("max_jobs", None)}
+    win = {"time_range": time_range, "max_jobs": opts.pop("max_jobs", None), "max_gpus": opts.pop("max_gpus", None)}
     win["arrival_scale"] = opts.pop("arrival_scale", 1.0)
     apps = opts.pop("apps", None)
     if "load" in opts and "load" not in source.options:  # the window offers that load to the cluster

@@ -247,6 +247,15 @@ def test_yaml_spec_bad(tmp_path: Path, text: str, path: str, hint: str) -> None:
     assert hint in msg, msg
 
 
+def test_spec_errors_cross_process_pools_intact() -> None:
+    import pickle
+
+    with pytest.raises(ClusterSpecError) as err:
+        build_cluster("dc-5k")
+    back = pickle.loads(pickle.dumps(err.value))
+    assert type(back) is ClusterSpecError and str(back) == str(err.value) and back.path == err.value.path
+
+
 def test_unknown_preset_lists_presets() -> None:
     with pytest.raises(ClusterSpecError, match="small, small-mixed, dc-1k, dc-10k"):
         build_cluster("dc-5k")

@@ -468,8 +468,19 @@ def test_spec_strings(philly_path: Path, traces_dir: Path) -> None:
     assert len(parse_workload_spec(f"gavel:{gavel}", cluster_gpus=64, seed=0)) == len(load_gavel(gavel))
     pollux = traces_dir / "pollux-osdi21" / "workloads" / "workload-2.csv"
     assert same(parse_workload_spec(f"pollux:{pollux}", cluster_gpus=64, seed=1), load_pollux(pollux, seed=1))
+
     openb = traces_dir / "alibaba-gpu-v2023-openb" / "openb_pod_list_default.csv"
     assert len(parse_workload_spec(f"openb:{openb},max_jobs=10", cluster_gpus=64, seed=0)) == 10
+
+
+def test_max_gpus_drops_the_larger_jobs_before_the_window(philly_path: Path) -> None:
+    spec = f"philly:{philly_path},start=2592000,end=2764800"
+    full = parse_workload_spec(spec, cluster_gpus=64, seed=4)
+    capped = parse_workload_spec(spec + ",max_gpus=8,load=0.9", cluster_gpus=64, seed=4)
+    assert full.num_gpus.max() > 8 and capped.num_gpus.max() <= 8
+    assert len(capped) == int((full.num_gpus <= 8).sum())
+    with pytest.raises(WorkloadSpecError, match="max_gpus=0 must be a positive integer"):
+        parse_workload_spec(spec + ",max_gpus=0", cluster_gpus=64, seed=4)
 
 
 @pytest.mark.parametrize(
@@ -480,7 +491,7 @@ def test_spec_strings(philly_path: Path, traces_dir: Path) -> None:
         ("synthetic:100,speed=2", "unknown option 'speed=2' for synthetic; allowed: max_jobs=..., start=..."),
         (
             "philly:x.csv,tenants=3",
-            "allowed: max_jobs=..., start=..., end=..., arrival_scale=..., load=..., apps=..., pollux",
+            "allowed: max_jobs=..., start=..., end=..., arrival_scale=..., load=..., apps=..., max_gpus=..., pollux",
         ),
         ("synthetic:many", "option N_JOBS='many' is not an integer"),
         ("synthetic:10,load=high", "option load='high' is not a number"),

@@ -40,6 +40,10 @@ class ClusterSpecError(ValueError):
         self.source, self.path, self.problem = source, path, problem
         msg = f"{source}: {path}: {problem}"
         super().__init__(f"{msg}; allowed: {allowed}" if allowed else msg)
+        self.allowed = allowed
+
+    def __reduce__(self):  # picklable, so that it crosses process pools intact
+        return (type(self), (self.source, self.path, self.problem, self.allowed))
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,11 @@ Named defaults:
   ``gavel-oracle`` weighs each job's throughput by its true remaining work (the LP then maximises the
   rate of completions): an oracle reference of what durations add to Gavel's type matching.
 - ``rounds-las``: rigid jobs re-assigned every 360 s, least attained service first, each on its fastest
-  GPU type with room; ``rounds-oracle``: the same frame ranking (job, type) by the time to finish there
-  from the true remaining work (an oracle reference and teacher); ``rounds-oracle-area`` ranks by the true
-  remaining GPU-time instead (work x GPUs), leaning to the type where a job is comparatively fastest;
+  GPU type with room; ``rounds-blind``: the same order, type-blind (the first type with room, whatever
+  the job's speed there: the measure of what GPU-type matching is worth); ``rounds-oracle``: the same
+  frame ranking (job, type) by the time to finish there from the true remaining work (an oracle
+  reference and teacher); ``rounds-oracle-area`` ranks by the true remaining GPU-time instead (work x
+  GPUs), leaning to the type where a job is comparatively fastest;
   :mod:`cluster_sim.policies.rigid_rounds`.
 - ``random``: random order, random GPUs.
 - ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
@@ -120,6 +122,7 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
         objective="oracle-completions", seed=seed, **{"name": "gavel-oracle", **options}
     ),
     "rounds-las": lambda seed=0, **options: ScoredRounds("las", seed=seed, **options),
+    "rounds-blind": lambda seed=0, **options: ScoredRounds("blind", seed=seed, **options),
     "rounds-oracle": lambda seed=0, **options: ScoredRounds("oracle", seed=seed, **options),
     "rounds-oracle-area": lambda seed=0, **options: ScoredRounds("oracle-area", seed=seed, **options),
     "pack-none": lambda seed=0, **options: GpuPacking(mode="none", seed=seed, **options),

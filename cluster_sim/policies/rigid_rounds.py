@@ -96,6 +96,13 @@ def las_score(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current:
     return -np.log1p(att)[:, None] + 1e-3 * rates / best
 
 
+def blind_score(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """Least attained service (GPU-hours) first, type-blind: a job takes the first type with room, in the
+    cluster's order of types, whatever its speed there (what a scheduler without speeds per type does)."""
+    att = np.array([view.attained_service(int(j)) for j in jobs.tolist()]) / 3600.0
+    return np.repeat(-np.log1p(att)[:, None], rates.shape[1], axis=1)
+
+
 def remaining_steps(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
     """Privileged: each job's true remaining work in the units of ``rates`` (seconds at speed 1 for a job
     with a duration; steps for an application, whose remaining time is at its speed now)."""
@@ -126,7 +133,12 @@ def oracle_area_score(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, 
     return -area + 0.5 * np.log(np.maximum(rates, 1e-300) / best)
 
 
-SCORERS: dict[str, Scorer] = {"las": las_score, "oracle": oracle_score, "oracle-area": oracle_area_score}
+SCORERS: dict[str, Scorer] = {
+    "blind": blind_score,
+    "las": las_score,
+    "oracle": oracle_score,
+    "oracle-area": oracle_area_score,
+}
 
 
 class ScoredRounds(RigidRounds):
@@ -171,4 +183,4 @@ class ScoredRounds(RigidRounds):
         return placement, [None] * len(jobs)
 
 
-__all__ = ["SCORERS", "RigidRounds", "ScoredRounds", "las_score", "oracle_score", "remaining_steps"]
+__all__ = ["SCORERS", "RigidRounds", "ScoredRounds", "blind_score", "las_score", "oracle_score", "remaining_steps"]

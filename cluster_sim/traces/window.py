@@ -9,7 +9,8 @@ arrival time (hence every gap between arrivals) by F, so F < 1 offers the same j
 run inside the rescaled window, ``GPUs x min(duration, window end - arrival)``, so a week-long job in a
 two-day window offers two days at most, not its whole week, and the cluster really is that busy while
 the window lasts. It reads only requests and durations of the jobs as a whole, as an operator sizing a
-replay would.
+replay would. ``max_gpus=G`` first drops every job asking for more than G GPUs (a trace replayed on a
+cluster, or on GPU types, smaller than its largest jobs).
 
 A window that starts after the trace does keeps the history a scheduler would have at its start:
 ``meta["history"]`` holds the tenant, GPU count and run time of the jobs that had finished by then
@@ -45,10 +46,15 @@ def window(
     arrival_scale: float = 1.0,
     load: float | None = None,
     cluster_gpus: int | None = None,
+    max_gpus: int | None = None,
 ) -> Workload:
-    """``w`` restricted to ``time_range`` and ``max_jobs`` with arrivals scaled by ``arrival_scale``, or
-    rescaled to offer ``load`` x ``cluster_gpus``."""
+    """``w`` without jobs over ``max_gpus`` GPUs, restricted to ``time_range`` and ``max_jobs`` with arrivals
+    scaled by ``arrival_scale``, or rescaled to offer ``load`` x ``cluster_gpus``."""
     check_window_options(time_range, max_jobs, arrival_scale)
+    if max_gpus is not None:
+        if int(max_gpus) != max_gpus or max_gpus < 1:
+            raise ValueError(f"max_gpus={max_gpus} must be a positive integer (the largest GPU count kept)")
+        w = w.subset(np.flatnonzero(w.num_gpus <= max_gpus))
     if load is not None:
         if not (math.isfinite(load) and load > 0):
             raise ValueError(f"load={load} must be a positive number (the fraction of the cluster's GPUs offered)")
