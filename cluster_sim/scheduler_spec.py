@@ -19,7 +19,7 @@ from cluster_sim.protocol import Scheduler
 
 PROTOCOL_HINT = "a scheduler has `name`, `reset(view)` and `schedule(view) -> list[Decision]` (cluster_sim/protocol.py)"
 # spec prefixes that name other kinds of scheduler (exported policy folders), not a module
-RESERVED_PREFIXES = ("marl", "topdrl", "dl2")
+RESERVED_PREFIXES = ("marl", "topdrl", "dl2", "metaplace")
 
 
 def is_custom_spec(spec: str) -> bool:

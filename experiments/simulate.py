@@ -39,6 +39,7 @@ def add_simulate_command(subparsers) -> None:
         epilog=(
             f"cluster presets: {', '.join(PRESETS)} (or a YAML file)\n"
             f"policies: {', '.join(policy_names())}, marl:POLICY_DIR, topdrl:POLICY_DIR, dl2:POLICY_DIR,\n"
+            "          metaplace:POLICY_DIR,\n"
             "          MODULE_OR_FILE.py:ClassName[,key=value...] (your own scheduler class)\n"
             "workloads: synthetic:N[,load=F] | philly:PATH | openb:PATH | gavel:PATH | pollux:PATH,\n"
             "           each with optional ,max_jobs=N ,start=S ,end=S ,arrival_scale=F"
@@ -100,6 +101,7 @@ FOLDER_POLICIES: dict[str, tuple[str, str, str]] = {
     "marl": ("marl.export", "load_marl_policy", "marlsched export"),
     "topdrl": ("marl.baselines.topdrl", "load_topdrl_policy", "marlsched train with agent: topdrl"),
     "dl2": ("marl.baselines.dl2", "load_dl2_policy", "marlsched train with agent: dl2"),
+    "metaplace": ("marl.baselines.metaplace", "load_metaplace_policy", "marlsched train with agent: metaplace"),
 }
 
 
@@ -122,7 +124,8 @@ def load_folder_policy(name: str):
 
 def make_scheduler_by_name(name: str, seed: int, **options):
     """A heuristic by name (``options`` to its constructor); ``marl:POLICY_DIR`` for an exported MARL
-    policy, ``topdrl:POLICY_DIR`` / ``dl2:POLICY_DIR`` for a trained TopDRL / DL2 (all run without RLlib); or
+    policy, ``topdrl:POLICY_DIR`` / ``dl2:POLICY_DIR`` / ``metaplace:POLICY_DIR`` for a trained TopDRL / DL2 /
+    meta-RL placement (all run without RLlib); or
     ``MODULE_OR_FILE:ClassName[,key=value...]`` for a scheduler class of the user's own."""
     from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
 

@@ -24,7 +24,8 @@ def add_train_commands(subparsers) -> None:
             "eval.json/comparison.md into --out. A config with `agent: topdrl` trains the published TopDRL scheduler "
             "instead (marl/baselines; e.g. experiments/configs/topdrl_small.yaml): progress.csv, learning_curve.png, "
             "policy/ (usable as --policy topdrl:OUT/policy) and evaluation/; `agent: dl2` trains DL2 (e.g. "
-            "experiments/configs/dl2_pollux.yaml; --policy dl2:OUT/policy)."
+            "experiments/configs/dl2_pollux.yaml; --policy dl2:OUT/policy), `agent: metaplace` the meta-RL placement "
+            "(experiments/configs/metaplace_philly.yaml; --policy metaplace:OUT/policy)."
         ),
     )
     p.add_argument("--config", help="training config YAML (not needed with --resume)")
@@ -120,10 +121,15 @@ def run_train(args: argparse.Namespace) -> int:
 def _run_train_baseline(args: argparse.Namespace) -> int:
     """``marlsched train --config`` of a published learned scheduler (``agent: topdrl`` or ``dl2``)."""
     from marl.baselines.dl2_train import load_dl2_config, train_dl2
+    from marl.baselines.metaplace_train import load_metaplace_config, train_metaplace
     from marl.baselines.topdrl_train import load_topdrl_config, train_topdrl
     from marl.config import config_agent
 
-    trainers = {"topdrl": (load_topdrl_config, train_topdrl), "dl2": (load_dl2_config, train_dl2)}
+    trainers = {
+        "topdrl": (load_topdrl_config, train_topdrl),
+        "dl2": (load_dl2_config, train_dl2),
+        "metaplace": (load_metaplace_config, train_metaplace),
+    }
     agent = config_agent(args.config)
     if agent not in trainers:
         raise ValueError(f"{args.config}: agent {agent!r} is not one marlsched trains; choose agent: "

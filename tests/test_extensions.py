@@ -308,13 +308,14 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     from experiments.run_config import load_experiment_config
     from experiments.simulate import make_scheduler_by_name, split_policies
     from marl.baselines.dl2_train import load_dl2_config
+    from marl.baselines.metaplace_train import load_metaplace_config
     from marl.baselines.topdrl_train import load_topdrl_config
     from marl.config import config_agent, load_train_config
     from marl.priority_train import load_config as load_priority_config
     from topology.datacenter import CLUSTER_PRESETS
 
     monkeypatch.chdir(REPO)
-    baseline_loaders = {"topdrl": load_topdrl_config, "dl2": load_dl2_config}
+    baseline_loaders = {"topdrl": load_topdrl_config, "dl2": load_dl2_config, "metaplace": load_metaplace_config}
     commands = readme_commands()
     assert len(commands) >= 15
     checked = 0
