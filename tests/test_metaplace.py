@@ -26,6 +26,7 @@ from marl.baselines.metaplace import (
 )
 from marl.baselines.metaplace_train import mix_cluster, parse_metaplace_config, train_metaplace
 from marl.config import TrainConfigError
+from tests.test_dl2 import NoLengthView
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "experiments" / "policies" / "metaplace-philly"
@@ -72,30 +73,12 @@ class _Perturbed(MetaPlace):
         return super()._score(view, jobs, _perturb(rates, current), current)
 
 
-class _NoLength:
-    """The simulator as a scheduler sees it, minus a job's length."""
-
-    FORBIDDEN = frozenset({"remaining_time", "remaining_times", "_remaining", "duration", "estimated_duration"})
-
-    def __init__(self, inner) -> None:
-        object.__setattr__(self, "_inner", inner)
-
-    def __getattr__(self, name: str):
-        if name in self.FORBIDDEN:
-            raise AssertionError(f"the scheduler read {name!r}")
-        value = getattr(self._inner, name)
-        return _NoLength(value) if name == "jobs" else value
-
-    def __len__(self) -> int:
-        return len(self._inner)
-
-
 class _Guarded(_Perturbed):
     def reset(self, view) -> None:
-        super().reset(_NoLength(view))
+        super().reset(NoLengthView(view))
 
     def schedule(self, view):
-        return super().schedule(_NoLength(view))
+        return super().schedule(NoLengthView(view))
 
 
 def test_observations_are_measured_speeds_only(sia: dict[str, str]) -> None:

@@ -36,8 +36,18 @@ import numpy as np
 import torch
 
 from marl.baselines.dl2 import DL2, DL2Net, pad_steps, save_dl2_policy
-from marl.baselines.training import DAY, REWARDS, WindowsConfig, paired_table, returns_at, write_progress
-from marl.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.baselines.training import (
+    REWARDS,
+    WindowsConfig,
+    check_policies,
+    check_positive,
+    check_windows,
+    paired_table,
+    returns_at,
+    start_config,
+    write_progress,
+)
+from marl.config import TrainConfigError, read_yaml_config
 
 Log = Callable[[str], None]
 TEACHER = "optimus"
@@ -120,64 +130,42 @@ class DL2Config:
 
 def parse_dl2_config(data: Any, source: str = "<dict>", lines: dict | None = None) -> DL2Config:
     """Validate plain data (as loaded from YAML); errors name the file, line and key path, and the fix."""
-    chk = ConfigChecker(source, lines or {})
-    if not isinstance(data, dict):
-        raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(DL2Config)}")
-    cfg: DL2Config = chk.section(DL2Config, data, ())
-    cfg = dataclasses.replace(cfg, source=source)
-    if cfg.agent != "dl2":
-        raise chk.fail(("agent",), f"this trainer trains 'dl2', got {cfg.agent!r}")
+    cfg, chk = start_config(DL2Config, data, source, lines, "dl2")
     if cfg.train.reward not in REWARDS:
         raise chk.fail(("train", "reward"), f"unknown reward {cfg.train.reward!r}; choose one of {', '.join(REWARDS)}")
-    from cluster_sim.policies import get_policy
-
-    for i, h in enumerate(cfg.evaluation.heuristics):
-        try:
-            get_policy(h)
-        except ValueError as err:
-            raise chk.fail(("evaluation", "heuristics", str(i)), str(err)) from None
+    check_policies(chk, ((("evaluation", "heuristics", str(i)), h) for i, h in enumerate(cfg.evaluation.heuristics)))
     if cfg.train.rollouts < 2:
         raise chk.fail(("train", "rollouts"), "the per-window baseline needs at least 2 rollouts per window")
-    for path, value in (
-        (("train", "workers"), cfg.train.workers),
-        (("train", "epochs"), cfg.train.epochs),
-        (("train", "minibatch"), cfg.train.minibatch),
-        (("train", "eval_every"), cfg.train.eval_every),
-        (("train", "lr"), cfg.train.lr),
-        (("train", "horizon_h"), cfg.train.horizon_h),
-        (("train", "segment_h"), cfg.train.segment_h),
-        (("train", "keep"), cfg.train.keep),
-        (("warm_start", "windows"), cfg.warm_start.windows),
-        (("warm_start", "keep"), cfg.warm_start.keep),
-        (("warm_start", "epochs"), cfg.warm_start.epochs),
-        (("warm_start", "lr"), cfg.warm_start.lr),
-        (("warm_start", "minibatch"), cfg.warm_start.minibatch),
-        (("model", "hidden"), cfg.model.hidden),
-        (("env", "train", "count"), cfg.env.train.count),
-        (("env", "load"), cfg.env.load),
-    ):
-        if value <= 0:
-            raise chk.fail(path, f"must be > 0, got {value}")
-    for path, value in (
-        (("train", "iterations"), cfg.train.iterations),
-        (("warm_start", "rounds"), cfg.warm_start.rounds),
-    ):
-        if value < 0:
-            raise chk.fail(path, f"must be >= 0, got {value}")
+    check_positive(
+        chk,
+        [
+            (("train", "workers"), cfg.train.workers),
+            (("train", "epochs"), cfg.train.epochs),
+            (("train", "minibatch"), cfg.train.minibatch),
+            (("train", "eval_every"), cfg.train.eval_every),
+            (("train", "lr"), cfg.train.lr),
+            (("train", "horizon_h"), cfg.train.horizon_h),
+            (("train", "segment_h"), cfg.train.segment_h),
+            (("train", "keep"), cfg.train.keep),
+            (("warm_start", "windows"), cfg.warm_start.windows),
+            (("warm_start", "keep"), cfg.warm_start.keep),
+            (("warm_start", "epochs"), cfg.warm_start.epochs),
+            (("warm_start", "lr"), cfg.warm_start.lr),
+            (("warm_start", "minibatch"), cfg.warm_start.minibatch),
+            (("model", "hidden"), cfg.model.hidden),
+            (("env", "train", "count"), cfg.env.train.count),
+            (("env", "load"), cfg.env.load),
+        ],
+    )
+    check_positive(
+        chk,
+        [(("train", "iterations"), cfg.train.iterations), (("warm_start", "rounds"), cfg.warm_start.rounds)],
+        zero=True,
+    )
     for path, value in ((("train", "keep"), cfg.train.keep), (("warm_start", "keep"), cfg.warm_start.keep)):
         if value > 1:
             raise chk.fail(path, f"is a share of the steps: give a value in (0, 1], got {value}")
-    for name in ("train", "validation", "report"):
-        w: WindowsConfig = getattr(cfg.env, name)
-        if w.count < 0 or w.days <= 0 or w.stride_days <= 0:
-            raise chk.fail(("env", name), "needs count >= 0, days > 0 and stride_days > 0")
-    tw = cfg.env.train
-    train_end = tw.start + (tw.count - 1) * tw.stride_days * DAY + tw.days * DAY
-    if cfg.env.validation.count and train_end > cfg.env.validation.start + 1:
-        raise chk.fail(
-            ("env", "validation", "start"),
-            f"validation windows must start after the last training window ends at {train_end:.0f} (held out by time)",
-        )
+    check_windows(chk, cfg.env, ("train", "validation", "report"))
     return cfg
 
 

@@ -37,8 +37,15 @@ from typing import Any
 import numpy as np
 
 from marl.baselines.metaplace import MetaPlace, MetaPlaceWeights, SpeedContext, save_metaplace_policy
-from marl.baselines.training import DAY, WindowsConfig, write_progress
-from marl.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.baselines.training import (
+    WindowsConfig,
+    check_policies,
+    check_positive,
+    check_windows,
+    start_config,
+    write_progress,
+)
+from marl.config import TrainConfigError, read_yaml_config
 
 Log = Callable[[str], None]
 SERVERS = {"V100": "nvswitch-8", "A100": "nvswitch-8"}  # other types: 8 GPUs on PCIe
@@ -119,30 +126,24 @@ class MetaPlaceConfig:
 
 def parse_metaplace_config(data: Any, source: str = "<dict>", lines: dict | None = None) -> MetaPlaceConfig:
     """Validate plain data (as loaded from YAML); errors name the file, line and key path, and the fix."""
-    chk = ConfigChecker(source, lines or {})
-    if not isinstance(data, dict):
-        raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(MetaPlaceConfig)}")
-    cfg: MetaPlaceConfig = chk.section(MetaPlaceConfig, data, ())
-    cfg = dataclasses.replace(cfg, source=source)
-    if cfg.agent != "metaplace":
-        raise chk.fail(("agent",), f"this trainer trains 'metaplace', got {cfg.agent!r}")
-    for path, value in (
-        (("train", "pairs"), cfg.train.pairs),
-        (("train", "sigma"), cfg.train.sigma),
-        (("train", "lr"), cfg.train.lr),
-        (("train", "workers"), cfg.train.workers),
-        (("train", "eval_every"), cfg.train.eval_every),
-        (("model", "hidden"), cfg.model.hidden),
-        (("env", "servers"), cfg.env.servers),
-        (("env", "load"), cfg.env.load),
-        (("env", "interval"), cfg.env.interval),
-        (("env", "mix_concentration"), cfg.env.mix_concentration),
-        (("env", "tenant_mixes"), cfg.env.tenant_mixes),
-    ):
-        if value <= 0:
-            raise chk.fail(path, f"must be > 0, got {value}")
-    if cfg.train.iterations < 0:
-        raise chk.fail(("train", "iterations"), f"must be >= 0, got {cfg.train.iterations}")
+    cfg, chk = start_config(MetaPlaceConfig, data, source, lines, "metaplace")
+    check_positive(
+        chk,
+        [
+            (("train", "pairs"), cfg.train.pairs),
+            (("train", "sigma"), cfg.train.sigma),
+            (("train", "lr"), cfg.train.lr),
+            (("train", "workers"), cfg.train.workers),
+            (("train", "eval_every"), cfg.train.eval_every),
+            (("model", "hidden"), cfg.model.hidden),
+            (("env", "servers"), cfg.env.servers),
+            (("env", "load"), cfg.env.load),
+            (("env", "interval"), cfg.env.interval),
+            (("env", "mix_concentration"), cfg.env.mix_concentration),
+            (("env", "tenant_mixes"), cfg.env.tenant_mixes),
+        ],
+    )
+    check_positive(chk, [(("train", "iterations"), cfg.train.iterations)], zero=True)
     if cfg.env.train.count < 2:
         raise chk.fail(("env", "train", "count"), "a trial plays two training windows: give count >= 2")
     if len(cfg.env.gpu_types) < 2:
@@ -152,17 +153,7 @@ def parse_metaplace_config(data: Any, source: str = "<dict>", lines: dict | None
     for i, t in enumerate(cfg.env.gpu_types):
         if t not in GPU_LINKS:
             raise chk.fail(("env", "gpu_types", str(i)), f"unknown GPU type {t!r}; choose from {', '.join(GPU_LINKS)}")
-    for name in ("train", "validation"):
-        w: WindowsConfig = getattr(cfg.env, name)
-        if w.count < 0 or w.days <= 0 or w.stride_days <= 0:
-            raise chk.fail(("env", name), "needs count >= 0, days > 0 and stride_days > 0")
-    tw = cfg.env.train
-    train_end = tw.start + (tw.count - 1) * tw.stride_days * DAY + tw.days * DAY
-    if cfg.env.validation.count and train_end > cfg.env.validation.start + 1:
-        raise chk.fail(
-            ("env", "validation", "start"),
-            f"validation windows must start after the last training window ends at {train_end:.0f} (held out by time)",
-        )
+    check_windows(chk, cfg.env, ("train", "validation"))
     ad = cfg.adaptation
     if any(k < 0 for k in ad.episodes) or not ad.episodes:
         raise chk.fail(("adaptation", "episodes"), f"give episode counts >= 0, got {ad.episodes}")
@@ -170,13 +161,7 @@ def parse_metaplace_config(data: Any, source: str = "<dict>", lines: dict | None
         raise chk.fail(("adaptation", "clusters"), "name at least one cluster (a preset or a cluster YAML file)")
     if ad.enabled and len(ad.workloads) < 2:
         raise chk.fail(("adaptation", "workloads"), "adapting on other workloads needs at least two")
-    from cluster_sim.policies import get_policy
-
-    for i, h in enumerate(ad.heuristics):
-        try:
-            get_policy(h)
-        except ValueError as err:
-            raise chk.fail(("adaptation", "heuristics", str(i)), str(err)) from None
+    check_policies(chk, ((("adaptation", "heuristics", str(i)), h) for i, h in enumerate(ad.heuristics)))
     return cfg
 
 
@@ -464,8 +449,10 @@ def plot_adaptation(docs: list[dict[str, Any]], path: Path) -> None:
         refs = {"no adaptation": doc["no_adaptation"], "type-blind LAS": doc["type_blind"], **doc["heuristics"]}
         for i, (name, vals) in enumerate(refs.items()):
             ax.axhline(np.mean(vals), ls="--", lw=1, color=f"C{i + 2}", label=name)
+        ticks = sorted(set(ks) | {int(k) for k in doc["scratch"]})
         ax.set_xscale("symlog", linthresh=1)
-        ax.set_xticks(sorted(set(ks) | {int(k) for k in doc["scratch"]}))
+        ax.set_xlim(-0.2, max(ticks) * 1.1)
+        ax.set_xticks(ticks)
         ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.set_title(Path(str(doc["cluster"])).stem, fontsize=9)
         ax.set_xlabel("adaptation episodes on the shifted workloads")

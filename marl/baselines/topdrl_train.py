@@ -34,8 +34,18 @@ import numpy as np
 import torch
 
 from marl.baselines.topdrl import TopDRL, TopDRLNet, save_topdrl_policy
-from marl.baselines.training import DAY, REWARDS, WindowsConfig, paired_table, returns_at, write_progress
-from marl.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.baselines.training import (
+    REWARDS,
+    WindowsConfig,
+    check_policies,
+    check_positive,
+    check_windows,
+    paired_table,
+    returns_at,
+    start_config,
+    write_progress,
+)
+from marl.config import TrainConfigError, read_yaml_config
 
 Log = Callable[[str], None]
 
@@ -112,58 +122,40 @@ def parse_topdrl_config(data: Any, source: str = "<dict>", lines: dict | None = 
     """Validate plain data (as loaded from YAML); errors name the file, line and key path, and the fix."""
     from cluster_sim.typed_placement import GPU_TYPE_ORDERS
 
-    chk = ConfigChecker(source, lines or {})
-    if not isinstance(data, dict):
-        raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(TopDRLConfig)}")
-    cfg: TopDRLConfig = chk.section(TopDRLConfig, data, ())
-    cfg = dataclasses.replace(cfg, source=source)
-    if cfg.agent != "topdrl":
-        raise chk.fail(("agent",), f"this trainer trains 'topdrl', got {cfg.agent!r}")
+    cfg, chk = start_config(TopDRLConfig, data, source, lines, "topdrl")
     if cfg.train.reward not in REWARDS:
         raise chk.fail(("train", "reward"), f"unknown reward {cfg.train.reward!r}; choose one of {', '.join(REWARDS)}")
     if cfg.env.gpu_type not in GPU_TYPE_ORDERS:
         raise chk.fail(("env", "gpu_type"), f"choose one of {', '.join(GPU_TYPE_ORDERS)}, got {cfg.env.gpu_type!r}")
-    from cluster_sim.policies import get_policy
-
-    for path, name in (
-        (("train", "around"), cfg.train.around),
-        *((("evaluation", "heuristics", str(i)), h) for i, h in enumerate(cfg.evaluation.heuristics)),
-    ):
-        try:
-            get_policy(name)
-        except ValueError as err:
-            raise chk.fail(path, str(err)) from None
+    check_policies(
+        chk,
+        [
+            (("train", "around"), cfg.train.around),
+            *((("evaluation", "heuristics", str(i)), h) for i, h in enumerate(cfg.evaluation.heuristics)),
+        ],
+    )
     if cfg.train.segment_h is not None and cfg.train.segment_h <= 0:
         raise chk.fail(("train", "segment_h"), f"must be > 0 hours (or null: whole windows), got {cfg.train.segment_h}")
     if cfg.train.rollouts < 2:
         raise chk.fail(("train", "rollouts"), "the per-window baseline needs at least 2 rollouts per window")
-    for path, value in (
-        (("train", "iterations"), cfg.train.iterations),
-        (("train", "workers"), cfg.train.workers),
-        (("train", "epochs"), cfg.train.epochs),
-        (("train", "minibatch"), cfg.train.minibatch),
-        (("train", "eval_every"), cfg.train.eval_every),
-        (("model", "hidden"), cfg.model.hidden),
-        (("model", "pooled"), cfg.model.pooled),
-        (("model", "slots"), cfg.model.slots),
-        (("env", "train", "count"), cfg.env.train.count),
-        (("train", "lr"), cfg.train.lr),
-        (("train", "horizon_h"), cfg.train.horizon_h),
-        (("env", "load"), cfg.env.load),
-    ):
-        if value <= 0:
-            raise chk.fail(path, f"must be > 0, got {value}")
-    for name in ("train", "validation", "report"):
-        w: WindowsConfig = getattr(cfg.env, name)
-        if w.count < 0 or w.days <= 0 or w.stride_days <= 0:
-            raise chk.fail(("env", name), "needs count >= 0, days > 0 and stride_days > 0")
-    tw = cfg.env.train
-    train_end = tw.start + (tw.count - 1) * tw.stride_days * DAY + tw.days * DAY
-    if cfg.env.validation.count and train_end > cfg.env.validation.start + 1:
-        raise chk.fail(
-            ("env", "validation", "start"),
-            f"validation windows must start after the last training window ends at {train_end:.0f} (held out by time)",
-        )
+    check_positive(
+        chk,
+        [
+            (("train", "iterations"), cfg.train.iterations),
+            (("train", "workers"), cfg.train.workers),
+            (("train", "epochs"), cfg.train.epochs),
+            (("train", "minibatch"), cfg.train.minibatch),
+            (("train", "eval_every"), cfg.train.eval_every),
+            (("model", "hidden"), cfg.model.hidden),
+            (("model", "pooled"), cfg.model.pooled),
+            (("model", "slots"), cfg.model.slots),
+            (("env", "train", "count"), cfg.env.train.count),
+            (("train", "lr"), cfg.train.lr),
+            (("train", "horizon_h"), cfg.train.horizon_h),
+            (("env", "load"), cfg.env.load),
+        ],
+    )
+    check_windows(chk, cfg.env, ("train", "validation", "report"))
     return cfg
 
 

@@ -1,14 +1,18 @@
-"""What the trainers of the published learned schedulers share: trace windows held out by time, the
-discounted returns of a simulated episode, progress files and the paired comparison table."""
+"""What the trainers of the published learned schedulers share: their configs' checks, trace windows held out
+by time, the discounted returns of a simulated episode, progress files and the paired comparison table."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from marl.config import ConfigChecker
 
 DAY = 86_400.0
 REWARDS = ("throughput", "jct")
@@ -30,6 +34,51 @@ class WindowsConfig:
             t0 = self.start + k * self.stride_days * DAY
             out.append(f"{trace},start={t0:.0f},end={t0 + self.days * DAY:.0f},load={load}")
         return out
+
+
+def start_config(cls: type, data: Any, source: str, lines: dict | None, agent: str) -> tuple[Any, ConfigChecker]:
+    """The config dataclass ``cls`` read from plain data, and the checker that names file, line and key in
+    the errors of the checks that follow; the ``agent`` key must name this trainer."""
+    chk = ConfigChecker(source, lines or {})
+    if not isinstance(data, dict):
+        raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(cls)}")
+    cfg = dataclasses.replace(chk.section(cls, data, ()), source=source)
+    if cfg.agent != agent:
+        raise chk.fail(("agent",), f"this trainer trains {agent!r}, got {cfg.agent!r}")
+    return cfg, chk
+
+
+def check_positive(chk: ConfigChecker, values: Iterable[tuple[tuple[str, ...], float]], *, zero: bool = False) -> None:
+    """Each (key path, value) must be > 0 (>= 0 with ``zero``)."""
+    for path, value in values:
+        if value < 0 or (value == 0 and not zero):
+            raise chk.fail(path, f"must be {'>=' if zero else '>'} 0, got {value}")
+
+
+def check_policies(chk: ConfigChecker, names: Iterable[tuple[tuple[str, ...], str]]) -> None:
+    """Each (key path, name) must name a registered heuristic."""
+    from cluster_sim.policies import get_policy
+
+    for path, name in names:
+        try:
+            get_policy(name)
+        except ValueError as err:
+            raise chk.fail(path, str(err)) from None
+
+
+def check_windows(chk: ConfigChecker, env: Any, names: Iterable[str]) -> None:
+    """The ``env`` window sets ``names`` are well formed, and validation starts after training ends."""
+    for name in names:
+        w: WindowsConfig = getattr(env, name)
+        if w.count < 0 or w.days <= 0 or w.stride_days <= 0:
+            raise chk.fail(("env", name), "needs count >= 0, days > 0 and stride_days > 0")
+    tw = env.train
+    train_end = tw.start + (tw.count - 1) * tw.stride_days * DAY + tw.days * DAY
+    if env.validation.count and train_end > env.validation.start + 1:
+        raise chk.fail(
+            ("env", "validation", "start"),
+            f"validation windows must start after the last training window ends at {train_end:.0f} (held out by time)",
+        )
 
 
 def returns_at(times: np.ndarray, arrival: np.ndarray, end: np.ndarray, reward: str, tau: float) -> np.ndarray:
@@ -78,4 +127,15 @@ def paired_table(results: dict[str, list[float]], reference: str) -> list[dict[s
     return rows
 
 
-__all__ = ["DAY", "REWARDS", "WindowsConfig", "paired_table", "returns_at", "write_progress"]
+__all__ = [
+    "DAY",
+    "REWARDS",
+    "WindowsConfig",
+    "check_policies",
+    "check_positive",
+    "check_windows",
+    "paired_table",
+    "returns_at",
+    "start_config",
+    "write_progress",
+]
