@@ -152,6 +152,8 @@ def test_a_bad_config_names_the_key_and_the_fix() -> None:
         parse_metaplace_config({"agent": "metaplace", "env": {"gpu_types": ["V100", "P200"]}}, "c.yaml")
     with pytest.raises(TrainConfigError, match=r"train\.sigma: must be > 0"):
         parse_metaplace_config({"agent": "metaplace", "train": {"sigma": 0}}, "c.yaml")
+    with pytest.raises(TrainConfigError, match=r"env\.loads\.1: must be > 0"):
+        parse_metaplace_config({"agent": "metaplace", "env": {"loads": [0.5, 0]}}, "c.yaml")
     with pytest.raises(TrainConfigError, match=r"env\.train\.count: a trial plays two training windows"):
         parse_metaplace_config({"agent": "metaplace", "env": {"train": {"count": 1}}}, "c.yaml")
     with pytest.raises(TrainConfigError, match=r"adaptation\.heuristics\.0: .*gavell"):

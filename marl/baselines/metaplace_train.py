@@ -1,16 +1,17 @@
 """Meta-training the meta-RL placement policy, and measuring how it adapts to a shifted workload.
 
 **Meta-training** (evolution strategies, antithetic, rank-based; Salimans et al. 2017): every iteration
-draws one *task* from the training distribution: a cluster of ``env.servers`` servers whose GPU-type mix is
-drawn (Dirichlet over ``env.gpu_types``, listed in a random order: a scheduler that knows nothing takes the
-first type with room, and that must not be the fastest by construction), a tenant mix (the workload seed,
-which draws every tenant's mix of models) and two training windows of the trace (held out by time from
-everything reported). Every candidate (the weights ± ``sigma`` times a direction) plays one *trial* on it:
-the first window with an empty :class:`~marl.baselines.metaplace.SpeedContext`, the second with the context
-the first left. Its fitness is minus the sum of the two episodes' log average JCT; the candidates' centred
-ranks weight the directions (Adam step). Every ``eval_every`` iterations the mean weights play fixed trials
-on the validation windows, scored against type-blind LAS (the initial policy) on the same trials; the best,
-the initial one included, is exported.
+draws one *task* from the training distribution: a load (one of ``env.loads``, else ``env.load``), a
+cluster of ``env.servers`` servers whose GPU-type mix is drawn (Dirichlet over ``env.gpu_types``, listed in
+a random order: a scheduler that knows nothing takes the first type with room, and that must not be the
+fastest by construction), a tenant mix (the workload seed, which draws every tenant's mix of models) and
+two training windows of the trace (held out by time from everything reported). Every candidate (the
+weights ± ``sigma`` times a direction) plays one *trial* on it: the first window with an empty
+:class:`~marl.baselines.metaplace.SpeedContext`, the second with the context the first left. Its fitness
+is minus the sum of the two episodes' log average JCT; the candidates' centred ranks weight the directions
+(Adam step). Every ``eval_every`` iterations the mean weights play fixed trials on the validation windows,
+scored against type-blind LAS (the initial policy) on the same trials; the best, the initial one included,
+is exported.
 
 **Adaptation** (``adaptation``): on the shifted workloads (by default Sia's Philly sample on each cluster of
 ``adaptation.clusters``: other models, other GPU types, other mixes), for each workload ``w`` the policy
@@ -65,6 +66,7 @@ class MetaEnvConfig:
 
     trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv,model_rule=gavel,max_gpus=8"
     load: float = 0.9
+    loads: list[float] = field(default_factory=list)  # each task draws one of these (empty: ``load`` always)
     servers: int = 12
     gpu_types: list[str] = field(default_factory=lambda: ["V100", "P100", "K80"])
     mix_concentration: float = 2.0
@@ -144,6 +146,7 @@ def parse_metaplace_config(data: Any, source: str = "<dict>", lines: dict | None
         ],
     )
     check_positive(chk, [(("train", "iterations"), cfg.train.iterations)], zero=True)
+    check_positive(chk, ((("env", "loads", str(i)), x) for i, x in enumerate(cfg.env.loads)))
     if cfg.env.train.count < 2:
         raise chk.fail(("env", "train", "count"), "a trial plays two training windows: give count >= 2")
     if len(cfg.env.gpu_types) < 2:
@@ -266,27 +269,30 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)
         env = cfg.env
         self.sched = {"interval": env.interval, "stay": env.stay}
-        self.train_specs = env.train.specs(env.trace, env.load)
-        self.val_specs = env.validation.specs(env.trace, env.load)
+        self.loads = list(env.loads) or [env.load]
+        self.train_specs = {x: env.train.specs(env.trace, x) for x in self.loads}
+        self.val_specs = {x: env.validation.specs(env.trace, x) for x in self.loads}
         self.weights = MetaPlaceWeights.initial(cfg.model.hidden, np.random.default_rng(cfg.seed))
         self.pool = ProcessPoolExecutor(cfg.train.workers, mp_context=multiprocessing.get_context("spawn"))
         vrng = np.random.default_rng(cfg.seed + 1)
         self.val_trials = [
-            [self._episode(self.val_specs[i], cluster, seed), self._episode(self.val_specs[i + 1], cluster, seed)]
-            for i in range(0, len(self.val_specs) - 1, 2)
-            for cluster, seed in [self._draw(vrng)]
+            [self._episode(self.val_specs[x][i], cluster, seed), self._episode(self.val_specs[x][i + 1], cluster, seed)]
+            for i in range(0, env.validation.count - 1, 2)
+            for cluster, seed, x in [self._draw(vrng)]
         ]
 
     def close(self) -> None:
         self.pool.shutdown(cancel_futures=True)
 
-    def _draw(self, rng: np.random.Generator) -> tuple[dict[str, Any], int]:
-        """A cluster (drawn mix, types in a random order) and a tenant mix."""
+    def _draw(self, rng: np.random.Generator) -> tuple[dict[str, Any], int, float]:
+        """A cluster (drawn mix, types in a random order), a tenant mix and a load."""
         env = self.cfg.env
         mix = rng.dirichlet(np.full(len(env.gpu_types), env.mix_concentration))
         order = rng.permutation(len(env.gpu_types))
         cluster = mix_cluster([env.gpu_types[i] for i in order], mix[order], env.servers)
-        return cluster, int(rng.integers(env.tenant_mixes))
+        seed = int(rng.integers(env.tenant_mixes))
+        load = self.loads[int(rng.integers(len(self.loads)))] if len(self.loads) > 1 else self.loads[0]
+        return cluster, seed, load
 
     def _episode(self, spec: str, cluster: dict[str, Any], seed: int) -> Episode:
         return (cluster, spec, seed, {"restart_cost": self.cfg.env.restart_cost})
@@ -311,9 +317,9 @@ class Trainer:
         self.log(f"validation trials: {len(self.val_trials)} x 2 episodes; the initial policy is type-blind LAS")
         m, v = np.zeros_like(theta), np.zeros_like(theta)
         for it in range(1, es.iterations + 1):
-            cluster, seed = self._draw(self.rng)
-            a, b = self.rng.choice(len(self.train_specs), size=2, replace=False)
-            trial = [self._episode(self.train_specs[int(k)], cluster, seed) for k in (a, b)]
+            cluster, seed, load = self._draw(self.rng)
+            a, b = self.rng.choice(self.cfg.env.train.count, size=2, replace=False)
+            trial = [self._episode(self.train_specs[load][int(k)], cluster, seed) for k in (a, b)]
             eps = self.rng.standard_normal((es.pairs, len(theta)))
             cands = [theta + es.sigma * e for e in eps] + [theta - es.sigma * e for e in eps]
             jct = np.array(self.trials(cands, [trial]), dtype=np.float64)
@@ -329,6 +335,7 @@ class Trainer:
                 "iteration": it,
                 "cluster": cluster["name"],
                 "tenant_mix": seed,
+                "load": load,
                 "windows": f"{a},{b}",
                 "best_jct": round(float(jct.sum(axis=1).min() / 2), 1),
                 "worst_jct": round(float(jct.sum(axis=1).max() / 2), 1),
@@ -344,8 +351,8 @@ class Trainer:
             rows.append(row)
             val_text = "" if row["validation_vs_blind"] == "" else f", validation {row['validation_vs_blind']:+.1%}"
             self.log(
-                f"ES iteration {it}: {row['cluster']}, candidates {row['best_jct']:.0f}..{row['worst_jct']:.0f} s"
-                f"{val_text}, {row['seconds']:.0f} s"
+                f"ES iteration {it}: {row['cluster']} at load {load}, "
+                f"candidates {row['best_jct']:.0f}..{row['worst_jct']:.0f} s{val_text}, {row['seconds']:.0f} s"
             )
             write_progress(rows, out / "progress.csv")
             if es.time_budget_min is not None and time.perf_counter() - started > 60 * es.time_budget_min:
