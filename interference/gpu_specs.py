@@ -3,7 +3,8 @@
 A predictor that sees only "V100" cannot say anything about an A100; one that sees peak compute, memory
 bandwidth and memory size can. Figures are NVIDIA's datasheet numbers for the variants the clusters in
 question use: K80 is one GK210 die (Gavel schedules each die as a GPU), P100 and V100 are the 16 GB
-parts Gavel measured on, A100 and H100 are the SXM parts.
+parts Gavel measured on, A100 and H100 are the SXM parts. Names are upper case (lookups are
+case-insensitive), so ``RTX2080Ti`` of a cluster spec finds ``RTX2080TI``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ GPU_SPECS: dict[str, GpuSpec] = {
         GpuSpec("P100", 9.3, 732.0, 16.0, 15.8),
         GpuSpec("T4", 8.1, 320.0, 16.0, 15.8),
         GpuSpec("V100", 15.7, 900.0, 16.0, 15.8),
+        GpuSpec("RTX2080TI", 13.45, 616.0, 11.0, 15.8),  # GeForce RTX 2080 Ti (Sia's cluster)
+        GpuSpec("RTX6000", 16.3, 672.0, 24.0, 15.8),  # Quadro RTX 6000 (Sia's profiles)
         GpuSpec("A10", 31.2, 600.0, 24.0, 31.5),
         GpuSpec("A100", 19.5, 2039.0, 80.0, 31.5),
         GpuSpec("H100", 67.0, 3350.0, 80.0, 63.0),

@@ -10,10 +10,16 @@ on a type with its GPUs left). Features per pair, none derived from a job's own 
 - the job: attained service (GPU-hours), wait since arrival, GPUs asked, whether it runs on this type or
   elsewhere now;
 - the cluster: the type's share of the GPUs, the demand on it (GPUs of the jobs for which it is fastest,
-  over its GPUs) and the total demand over all GPUs.
+  over its GPUs) and the total demand over all GPUs;
+- Gavel's view of the pair: the log of its round priority and its LP share
+  (:meth:`~cluster_sim.policies.gavel.GavelPriorityScore.gavel_las`, from speeds and the rounds each job
+  has had).
 
-Trained by imitation of a privileged teacher on the states the scorer itself visits (DAgger,
-:mod:`marl.rounds_imitation`).
+The network's score is a fixed linear prior over the features plus what it learns (a linear term and an MLP
+with a context of the pairs competing for the same type, both starting at zero). With the ``gavel-las``
+prior the untrained network is that heuristic, the best non-oracle one on these windows; training moves
+it from there (by imitation, :mod:`marl.rounds_imitation`, or by evolution strategies on the average JCT
+itself, :mod:`marl.rounds_es`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from cluster_sim.policies.gavel import LAS_WEIGHT, GavelPriorityScore
+from cluster_sim.policies.rigid_rounds import attained_hours, type_capacity
 from cluster_sim.protocol import SchedulerView
 
 FEATURES = (
@@ -35,11 +43,21 @@ FEATURES = (
     "type_share",
     "type_demand",
     "total_demand",
+    "gavel_priority",
+    "gavel_share",
 )
+PRIORS = {"none": {}, "gavel-las": {"gavel_priority": 1.0, "attained_h": -LAS_WEIGHT}}
 
 
-def pair_features(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
-    """(jobs, types, len(FEATURES)) float32 features of every (job, type) pair (see the module doc)."""
+def pair_features(
+    view: SchedulerView,
+    jobs: np.ndarray,
+    rates: np.ndarray,
+    current: np.ndarray,
+    gavel: GavelPriorityScore | None = None,
+) -> np.ndarray:
+    """(jobs, types, len(FEATURES)) float32 features of every (job, type) pair (see the module doc).
+    ``gavel`` holds the rounds each job has had (a fresh one: every job as if new)."""
     n, types = rates.shape
     ok = rates > 0
     logr = np.where(ok, np.log(np.maximum(rates, 1e-300)), 0.0)
@@ -48,12 +66,10 @@ def pair_features(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, curr
     mean_t = (logr * ok).sum(axis=1, keepdims=True) / np.maximum(ok.sum(axis=1, keepdims=True), 1)
     adv = np.where(ok, logr - mean_t, 0.0)
     adv = adv - (adv * ok).sum(axis=0, keepdims=True) / np.maximum(ok.sum(axis=0, keepdims=True), 1)
-    att = np.array([view.attained_service(int(j)) for j in jobs.tolist()]) / 3600.0
+    att = attained_hours(view, jobs)
     wait = np.maximum(view.now - view.jobs.arrival[jobs], 0.0) / 3600.0
     asked = np.asarray(view.jobs.num_gpus[jobs], dtype=np.float64)
-    topo = view.topo
-    stype = np.asarray(topo.server_gpu_type)
-    cap = np.array([topo.server_num_gpus[stype == t].sum() for t in range(types)], dtype=np.float64)
+    cap = type_capacity(view.topo).astype(np.float64)
     fastest = np.where(ok.any(axis=1), np.argmax(np.where(ok, logr, -np.inf), axis=1), -1)
     demand = np.array([asked[fastest == t].sum() for t in range(types)]) / np.maximum(cap, 1.0)
     here = (current[:, None] == np.arange(types)[None, :]).astype(np.float64)
@@ -68,40 +84,63 @@ def pair_features(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, curr
     out[..., 7] = (cap / max(cap.sum(), 1.0))[None, :]
     out[..., 8] = np.log1p(demand)[None, :]
     out[..., 9] = np.log1p(asked.sum() / max(cap.sum(), 1.0))
+    share, log_priority = (gavel or GavelPriorityScore.gavel_las()).log_priority(view, jobs, rates)
+    out[..., 10] = log_priority
+    out[..., 11] = share
     return out
 
 
 class PairScorer(nn.Module):
-    """Score of each (job, type) pair: an MLP on the pair's features plus a mean-pooled context of the
-    other pairs on the same type (so a pair is judged against its competitors)."""
+    """Score of each (job, type) pair: a fixed linear ``prior`` (a heuristic of :data:`PRIORS`), plus a learned
+    linear term and an MLP on the pair's features and a mean-pooled context of the other pairs on the same
+    type (so a pair is judged against its competitors). With a prior, the learned parts start at zero: the
+    untrained network is the heuristic."""
 
-    def __init__(self, features: int = len(FEATURES), hidden: int = 64, drop: tuple = ()) -> None:
+    def __init__(self, features: int = len(FEATURES), hidden: int = 64, drop: tuple = (), prior: str = "none") -> None:
         super().__init__()
         unknown = sorted(set(drop) - set(FEATURES))
         if unknown:
             raise ValueError(f"drop: unknown features {unknown}; choose from {list(FEATURES)}")
+        if prior not in PRIORS:
+            raise ValueError(f"prior: unknown {prior!r}; choose one of {sorted(PRIORS)}")
         # the ablations' inputs are zeroed inside the module, so the exported file carries them
         self.register_buffer("keep", torch.tensor([f not in drop for f in FEATURES], dtype=torch.float32))
+        self.register_buffer("prior", torch.tensor([PRIORS[prior].get(f, 0.0) for f in FEATURES], dtype=torch.float32))
+        self.linear = nn.Linear(features, 1, bias=False)
         self.embed = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
         self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        nn.init.zeros_(self.linear.weight)
+        if prior != "none":
+            nn.init.zeros_(self.head[-1].weight)
+            nn.init.zeros_(self.head[-1].bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``x``: (jobs, types, F); ``mask``: (jobs, types) bool, the pairs that exist. Returns (jobs, types)."""
-        h = self.embed(x * self.keep)
+        x = x * self.keep
+        h = self.embed(x)
         m = mask.unsqueeze(-1).to(h.dtype)
         ctx = (h * m).sum(dim=0, keepdim=True) / m.sum(dim=0, keepdim=True).clamp_min(1.0)
-        return self.head(torch.cat([h, ctx.expand_as(h)], dim=-1)).squeeze(-1)
+        learned = self.linear(x) + self.head(torch.cat([h, ctx.expand_as(h)], dim=-1))
+        return (x * self.prior).sum(dim=-1) + learned.squeeze(-1)
 
 
 class NetRoundsScorer:
     """A :class:`PairScorer` as the ``scorer`` of :class:`~cluster_sim.policies.rigid_rounds.ScoredRounds`;
-    ``record`` (a list) collects each round's (time, features, mask)."""
+    ``record`` (a list) collects each round's (time, features, mask). It keeps Gavel's count of the rounds
+    each job has had (``reset``/``ran``, called by ``ScoredRounds``)."""
 
     def __init__(self, net: PairScorer, record: list | None = None) -> None:
         self.net, self.record = net, record
+        self.gavel = GavelPriorityScore.gavel_las()
+
+    def reset(self, view: SchedulerView) -> None:
+        self.gavel.reset(view)
+
+    def ran(self, jobs: np.ndarray, types: np.ndarray) -> None:
+        self.gavel.ran(jobs, types)
 
     def __call__(self, view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
-        x = pair_features(view, jobs, rates, current)
+        x = pair_features(view, jobs, rates, current, self.gavel)
         mask = rates > 0
         if self.record is not None:
             self.record.append((view.now, x, mask))
@@ -109,4 +148,4 @@ class NetRoundsScorer:
             return self.net(torch.from_numpy(x), torch.from_numpy(mask)).double().numpy()
 
 
-__all__ = ["FEATURES", "NetRoundsScorer", "PairScorer", "pair_features"]
+__all__ = ["FEATURES", "PRIORS", "NetRoundsScorer", "PairScorer", "pair_features"]

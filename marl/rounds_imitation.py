@@ -31,10 +31,11 @@ import torch
 import torch.nn.functional as F
 
 from cluster_sim.build import build_simulator
+from cluster_sim.policies.gavel import GavelPriorityScore
 from cluster_sim.policies.rigid_rounds import SCORERS, ScoredRounds
 from cluster_sim.results import save_figure
 from marl.policy_files import atomic_folder, load_torchscript, read_json
-from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer, pair_features
+from marl.rounds_agent import FEATURES, PRIORS, NetRoundsScorer, PairScorer, pair_features
 
 KIND = "rounds"
 TORCHSCRIPT = "policy.pt"
@@ -66,12 +67,15 @@ class ImitationConfig:
     interference: str = "none"
     drop: str = ""  # comma-separated features zeroed (an ablation), e.g. rel_speed,advantage
     teacher: str = "oracle"  # a privileged scorer of cluster_sim.policies.rigid_rounds: oracle | oracle-area
+    prior: str = "none"  # the network's fixed heuristic part (marl.rounds_agent.PRIORS): none | gavel-las
 
     def __post_init__(self) -> None:
         if self.teacher not in TEACHERS:
             raise ValueError(
                 f"teacher: {self.teacher!r} is not a privileged round scorer; use one of {', '.join(TEACHERS)}"
             )
+        if self.prior not in PRIORS:
+            raise ValueError(f"prior: {self.prior!r}; use one of {', '.join(PRIORS)}")
         unknown = [f for f in self.drop.split(",") if f and f not in FEATURES]
         if unknown:
             raise ValueError(f"drop: unknown feature(s) {', '.join(unknown)}; the features are {', '.join(FEATURES)}")
@@ -94,12 +98,19 @@ class _Labelled:
         self.teacher = SCORERS[teacher]
         self.samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.rounds = 0
+        self.gavel = GavelPriorityScore.gavel_las()
+
+    def reset(self, view) -> None:
+        self.gavel.reset(view)
+
+    def ran(self, jobs, types) -> None:
+        self.gavel.ran(jobs, types)
 
     def __call__(self, view, jobs, rates, current):
         teacher = self.teacher(view, jobs, rates, current)
         self.rounds += 1
+        x = pair_features(view, jobs, rates, current, self.gavel)  # every round: Gavel's LP state moves on
         if self.rounds % self.every == 0:
-            x = pair_features(view, jobs, rates, current)
             mask = rates > 0
             s = teacher.copy()
             on = current >= 0
@@ -116,8 +127,7 @@ class _Labelled:
         if self.act == "teacher":
             return teacher
         with torch.no_grad():
-            x = torch.from_numpy(pair_features(view, jobs, rates, current))
-            return self.student(x, torch.from_numpy(rates > 0)).double().numpy()
+            return self.student(torch.from_numpy(x), torch.from_numpy(rates > 0)).double().numpy()
 
 
 def round_loss(scores: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
@@ -167,7 +177,7 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
     torch.set_num_threads(1)
     rng = np.random.default_rng(cfg.seed)
     drop = tuple(f for f in cfg.drop.split(",") if f)
-    net = PairScorer(hidden=cfg.hidden, drop=drop)
+    net = PairScorer(hidden=cfg.hidden, drop=drop, prior=cfg.prior)
     data: list = []
     rows = []
     started = time.perf_counter()
@@ -204,8 +214,9 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
     return meta
 
 
-def save_rounds_policy(net: PairScorer, folder: str | Path, meta: dict) -> Path:
-    """``policy.pt`` (TorchScript, any job and type count), ``metadata.json`` and ``progress.csv``."""
+def save_rounds_policy(net: PairScorer, folder: str | Path, meta: dict, plot=None) -> Path:
+    """``policy.pt`` (TorchScript, any job and type count), ``metadata.json``, ``progress.csv`` and the
+    learning curve drawn by ``plot(rows, path, teacher)`` (default: the DAgger curve)."""
     net = net.eval()
     x, m = torch.rand(5, 3, len(FEATURES)), torch.rand(5, 3) > 0.3
     with torch.no_grad():
@@ -221,7 +232,7 @@ def save_rounds_policy(net: PairScorer, folder: str | Path, meta: dict) -> Path:
                 w.writeheader()
                 w.writerows(rows)
         if rows:
-            plot_progress(rows, tmp / "learning_curve.png", meta.get("teacher", "rounds-oracle"))
+            (plot or plot_progress)(rows, tmp / "learning_curve.png", meta.get("teacher", "rounds-oracle"))
     return Path(folder)
 
 

@@ -144,19 +144,21 @@ def test_configurations_are_sias_tables() -> None:
 def test_gavel_lp_maximises_summed_throughput() -> None:
     """Two jobs, two types of one GPU each: the LP puts each job where the sum is largest (A on type 0,
     B on type 1: 4 + 2 > 1 + 3), within one unit of time per job and each type's GPUs."""
-    from cluster_sim.policies.gavel import Gavel
+    from cluster_sim.policies.gavel import max_sum_throughput
 
     rates = np.array([[4.0, 1.0], [3.0, 2.0]])
-    x = Gavel().allocation(rates, np.array([1, 1]), np.array([1, 1]))
+    x = max_sum_throughput(rates, np.array([1, 1]), np.array([1, 1]))
     assert np.allclose(x, [[1, 0], [0, 1]], atol=1e-6)
     # a type too small for a job (rate 0) gets none of its time; shares are fractional when GPUs are scarce
-    x = Gavel().allocation(np.array([[2.0, 0.0], [2.0, 1.0], [2.0, 1.0]]), np.array([2, 2, 2]), np.array([2, 2]))
+    x = max_sum_throughput(np.array([[2.0, 0.0], [2.0, 1.0], [2.0, 1.0]]), np.array([2, 2, 2]), np.array([2, 2]))
     assert x[0, 1] == 0 and np.all(x.sum(axis=1) <= 1 + 1e-9)
     assert np.all((x * 2).sum(axis=0) <= np.array([2, 2]) + 1e-9)
     assert (x * np.array([[2.0, 0.0], [2.0, 1.0], [2.0, 1.0]])).sum() == pytest.approx(3.0)
 
 
-@pytest.mark.parametrize("name", ["gavel", "gavel-oracle", "rounds-las", "rounds-oracle", "rounds-oracle-area"])
+@pytest.mark.parametrize(
+    "name", ["gavel", "gavel-oracle", "rounds-gavel", "gavel-las", "rounds-las", "rounds-oracle", "rounds-oracle-area"]
+)
 def test_rigid_rounds_run_jobs_rigidly_on_one_type_and_finish_them(sia_dir: Path, name: str) -> None:
     """Every placement the round-based rigid schedulers make: the GPUs the job asked for, its own batch,
     one type; GPUs per type never exceeded; every job completes; the same run twice gives the same
@@ -219,6 +221,63 @@ def test_only_the_oracle_rounds_see_true_durations() -> None:
                 for n in ("gavel", "gavel-oracle")})  # fmt: skip
     assert jct["oracle_score"] < jct["las_score"] and jct["gavel-oracle"] < jct["gavel"], jct
     assert jct["oracle_area_score"] < jct["las_score"], jct
+
+
+def test_gavel_las_reads_no_duration_and_leans_to_the_jobs_that_ran_least() -> None:
+    """``gavel-las`` (Gavel's priorities less las x log(1 + attained GPU-hours), over speeds relative to each
+    job's fastest type): with two long jobs' true durations swapped, every score is the same until the first
+    job finishes; its LAS term and its normalised LP each change the schedule; it keeps Gavel's count of
+    rounds per job and type (each round credits the type a job ran on)."""
+    from dataclasses import replace
+
+    from cluster_sim.policies.gavel import GavelPriorityScore
+    from cluster_sim.policies.rigid_rounds import ScoredRounds
+
+    class Recorded(GavelPriorityScore):
+        def __init__(self, **kw) -> None:
+            super().__init__(**kw)
+            self.seen: list = []
+
+        def __call__(self, view, jobs, rates, current):
+            out = super().__call__(view, jobs, rates, current)
+            self.seen.append((view.now, jobs.copy(), out.copy()))
+            return out
+
+    base = build_simulator("small-hetero", "synthetic:200,load=1.2,model_rule=gavel", seed=3).jobs
+    a, b = np.argsort(base.duration[:10])[-2:]
+    duration = base.duration.copy()
+    duration[[a, b]] = duration[[b, a]]
+    runs = []
+    for w in (base, replace(base, duration=duration)):
+        score = Recorded(las=2.0, normalise=True)
+        runs.append((build_simulator("small-hetero", w).run(ScoredRounds(score, stay=0.0)), score))
+    first_end = min(runs[0][0].end.min(), runs[1][0].end.min())
+    pairs = [(x, y) for x, y in zip(runs[0][1].seen, runs[1][1].seen, strict=False) if max(x[0], y[0]) < first_end]
+    assert len(pairs) >= 2
+    assert all(np.array_equal(x[1], y[1]) and np.array_equal(x[2], y[2]) for x, y in pairs)
+    shares = runs[0][1].shares
+    assert shares.job_time.sum() == pytest.approx(shares.type_time.sum())
+    assert shares.job_time.sum() > 200 * 180.0  # every job's half round on each type, plus the rounds run
+    ends = [build_simulator("small-hetero", base).run(ScoredRounds(GavelPriorityScore(las), stay=0.0)).end
+            for las in (0.0, 2.0)]  # fmt: skip
+    assert not np.array_equal(*ends)
+    # two types of one GPU, two 1-GPU jobs: steps/s [10, 8] and [1, 0.5]. Gavel's LP maximises summed
+    # steps/s (the fast-stepping job gets type 0); over speeds relative to each job's fastest type the
+    # second job gets type 0 (it loses half its speed elsewhere, the first a fifth)
+    from types import SimpleNamespace
+
+    class Jobs(SimpleNamespace):
+        def __len__(self) -> int:
+            return len(self.num_gpus)
+
+    topo = SimpleNamespace(gpu_types=("A", "B"), server_gpu_type=np.array([0, 1]), server_num_gpus=np.array([1, 1]))
+    view = SimpleNamespace(jobs=Jobs(num_gpus=np.array([1, 1])), topo=topo)
+    rates = np.array([[10.0, 8.0], [1.0, 0.5]])
+    x_raw, _ = GavelPriorityScore().log_priority(view, np.arange(2), rates)
+    x_rel, _ = GavelPriorityScore(normalise=True).log_priority(view, np.arange(2), rates)
+    assert np.allclose(x_raw, [[1, 0], [0, 1]]) and np.allclose(x_rel, [[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match="las, weight and oracle must be >= 0"):
+        GavelPriorityScore(-1.0)
 
 
 def test_heuristics_keep_a_job_on_one_type_in_their_stated_order() -> None:

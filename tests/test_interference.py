@@ -737,3 +737,19 @@ def test_train_calibrates_the_doubt_of_new_job_types(gavel_dir: Path, tmp_path: 
     wide, narrow = model.predict_pairs(new, new, level), bare.predict_pairs(new, new, level)
     assert np.allclose(wide.factor, narrow.factor) and (wide.std >= sigma[2] - 1e-12).all()
     assert (wide.std > narrow.std).all()
+
+
+def test_every_gpu_type_a_cluster_can_name_has_datasheet_figures() -> None:
+    """Each GPU generation the topology knows resolves in the interference datasheet (whatever its case),
+    so the measured-slowdown ground truth runs on Sia's cluster (RTX 2080 Ti) as on Gavel's."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+    from interference.gpu_specs import gpu_spec
+    from topology.servers import GPU_LINKS
+
+    for name in GPU_LINKS:
+        assert gpu_spec(name).name == name.upper()
+    data = Path(__file__).resolve().parents[2] / "shared" / "traces" / "gavel" / "simulation_throughputs.json"
+    sim = build_simulator("sia-hetero", "synthetic:30,load=0.8,model_rule=gavel", seed=0, interference="oracle",
+                          interference_data=f"gavel:{data}")  # fmt: skip
+    assert sim.run(get_policy("gavel")).metrics()["jobs_completed"] == 30

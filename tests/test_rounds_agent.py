@@ -12,7 +12,8 @@ import torch
 
 from cluster_sim.build import build_simulator
 from cluster_sim.policies.rigid_rounds import ScoredRounds
-from marl.rounds_agent import NetRoundsScorer, PairScorer, pair_features
+from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer, pair_features
+from marl.rounds_es import RoundsESConfig
 from marl.rounds_imitation import ImitationConfig, load_rounds_policy, round_loss, train
 
 TINY = dict(
@@ -119,3 +120,94 @@ def test_shipped_small_hetero_policy_loads_and_schedules() -> None:
         sim = build_simulator(cluster, "synthetic:80,load=1.0,model_rule=gavel", seed=5)
         res = sim.run(make_scheduler_by_name(f"marl:{folder}", 0))
         assert res.metrics()["jobs_completed"] == 80, cluster
+
+
+def queued_window(traces_dir: Path) -> str:
+    """68 Philly jobs of 2017-10-31 (6 hours, load 0.9 of Sia's 64 GPUs): they queue, so the order counts."""
+    start = 4_973_359 - 86_400
+    return f"philly:{traces_dir / 'pollux-osdi21' / 'traces' / 'philly.csv'},model_rule=gavel,start={start},end={start + 21_600},load=0.9"  # noqa: E501
+
+
+def test_untrained_network_on_the_gavel_las_prior_is_that_heuristic(traces_dir: Path) -> None:
+    """With the ``gavel-las`` prior the untrained network's schedule is ``gavel-las``'s, bit for bit, on jobs
+    that queue, where ``gavel-las`` differs from Gavel's own order; moving one learned weight changes it."""
+    from cluster_sim.policies import get_policy
+
+    w = queued_window(traces_dir)
+    runs = {n: build_simulator("sia-hetero", w, seed=1).run(get_policy(n)) for n in ("gavel-las", "rounds-gavel")}
+    torch.manual_seed(0)
+    net = PairScorer(hidden=8, prior="gavel-las")
+    mine = build_simulator("sia-hetero", w, seed=1).run(ScoredRounds(NetRoundsScorer(net), stay=0.0))
+    assert np.array_equal(mine.end, runs["gavel-las"].end)
+    assert not np.array_equal(runs["rounds-gavel"].end, runs["gavel-las"].end)
+    with torch.no_grad():
+        net.linear.weight[0, list(FEATURES).index("attained_h")] = 3.0  # favour the jobs that ran most
+    moved = build_simulator("sia-hetero", w, seed=1).run(ScoredRounds(NetRoundsScorer(net), stay=0.0))
+    assert not np.array_equal(moved.end, mine.end)
+    with pytest.raises(ValueError, match="prior: unknown 'las'"):
+        PairScorer(prior="las")
+
+
+def es_config(traces_dir: Path, **kw) -> RoundsESConfig:
+    trace = f"philly:{traces_dir / 'pollux-osdi21' / 'traces' / 'philly.csv'},model_rule=gavel"
+    gavel = f"gavel:{traces_dir / 'gavel' / 'simulation_throughputs.json'}"
+    nov1 = 4_973_359.0
+    base = dict(cluster="sia-hetero", trace=trace, interference_data=gavel, days=0.25, train_first=nov1 - 1.5 * 86_400,
+                train_last=nov1 - 1.25 * 86_400, validation_first=nov1 - 86_400, validation_windows=1,
+                validation_days=0.25, hidden=8, pairs=2, iterations=2, eval_every=1, workers=1)  # fmt: skip
+    return RoundsESConfig(**{**base, **kw})
+
+
+def test_es_writes_a_policy_no_worse_than_its_warm_start_and_is_seeded(tmp_path: Path, traces_dir: Path) -> None:
+    """Two ES iterations on 6-hour windows from the ``gavel-las`` warm start: the folder loads as ``marl:DIR``
+    and schedules validly, the selected network is no worse than the warm start on validation (the warm
+    start itself can be selected), the progress has a row per iteration, and the same seed gives the same
+    weights."""
+    import json
+
+    from experiments.simulate import make_scheduler_by_name
+    from marl.rounds_es import train as es_train
+
+    metas = [es_train(es_config(traces_dir), tmp_path / k, log=lambda *_: None) for k in ("a", "b")]
+    meta = json.loads((tmp_path / "a" / "metadata.json").read_text())
+    assert meta["agent"] == "rounds" and meta["export_max_abs_diff"] < 1e-5
+    assert meta["validation_vs_warm_start"] <= 0.0 and meta["selected_iteration"] in (0, 1, 2)
+    assert [r["iteration"] for r in metas[0]["progress"]] == [0, 1, 2]
+    assert (tmp_path / "a" / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    a, b = (load_rounds_policy(tmp_path / k) for k in ("a", "b"))
+    assert all(
+        torch.equal(p, q)
+        for p, q in zip(a.scorer.net.state_dict().values(), b.scorer.net.state_dict().values(), strict=True)
+    )
+    res = build_simulator("sia-hetero", queued_window(traces_dir), seed=1).run(
+        make_scheduler_by_name(f"marl:{tmp_path / 'a'}", 0)
+    )
+    assert res.metrics()["jobs_completed"] == len(res.end)
+    assert ((res.attained_by_type > 0).sum(axis=1) >= 1).all()
+
+
+def test_bad_es_config_names_the_field(traces_dir: Path) -> None:
+    with pytest.raises(ValueError, match="params: 'all'; choose one of linear, linear\\+last"):
+        es_config(traces_dir, params="all")
+    with pytest.raises(ValueError, match="train_last: training windows must end before validation_first"):
+        es_config(traces_dir, train_last=4_973_359.0 - 86_400)
+    with pytest.raises(ValueError, match="validation windows must end by 2017-11-01"):
+        es_config(traces_dir, validation_windows=9)
+    with pytest.raises(ValueError, match="sigma: must be > 0"):
+        es_config(traces_dir, sigma=0.0)
+
+
+def test_antithetic_es_climbs_a_quadratic_and_checks_its_fitnesses() -> None:
+    """Maximising -|θ - 1|² from 0: 60 steps of 4 antithetic pairs bring θ close to 1 in every coordinate;
+    telling the wrong number of fitnesses is an error."""
+    from marl.es import AntitheticES, centred_ranks
+
+    es = AntitheticES(np.zeros(3), sigma=0.1, lr=0.05, pairs=4, rng=np.random.default_rng(0))
+    for _ in range(60):
+        cands = es.ask()
+        es.tell(np.array([-np.sum((c - 1.0) ** 2) for c in cands]))
+    assert np.all(np.abs(es.theta - 1.0) < 0.3), es.theta
+    assert centred_ranks(np.array([3.0, 1.0, 2.0])).tolist() == [0.5, -0.5, 0.0]
+    es.ask()
+    with pytest.raises(ValueError, match="tell needs the 8 fitnesses"):
+        es.tell(np.zeros(3))

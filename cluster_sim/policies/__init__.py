@@ -33,6 +33,12 @@ Named defaults:
   360 s rounds; jobs keep the GPU count and batch they asked for (:mod:`cluster_sim.policies.gavel`).
   ``gavel-oracle`` weighs each job's throughput by its true remaining work (the LP then maximises the
   rate of completions): an oracle reference of what durations add to Gavel's type matching.
+  ``rounds-gavel``: Gavel's priorities in the scored rounds, which also fill the GPUs the LP leaves idle;
+  ``gavel-las``: the same less ``las`` x log(1 + attained GPU-hours) (default 2), leaning towards the jobs
+  that have run least, which Gavel's LP cannot see (``normalise=true``: the LP over each job's speeds
+  relative to its fastest type; :class:`cluster_sim.policies.gavel.GavelPriorityScore`);
+  ``gavel-las-oracle`` weighs each job in its LP by 1 / its true remaining time (a reference of what
+  durations add to it).
 - ``rounds-las``: rigid jobs re-assigned every 360 s, least attained service first, each on its fastest
   GPU type with room; ``rounds-blind``: the same order, type-blind (the first type with room, whatever
   the job's speed there: the measure of what GPU-type matching is worth); ``rounds-oracle``: the same
@@ -55,7 +61,7 @@ from cluster_sim.policies.afs import AFS
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.drf import DRF
 from cluster_sim.policies.fifo import FIFO
-from cluster_sim.policies.gavel import Gavel
+from cluster_sim.policies.gavel import LAS_WEIGHT, Gavel, GavelPriorityScore
 from cluster_sim.policies.gpu_packing import GpuPacking
 from cluster_sim.policies.ones import ONES
 from cluster_sim.policies.optimus import Optimus
@@ -93,6 +99,19 @@ def _named(ordering: str, placement: str, name: str, **opts) -> Callable[[int], 
     return build
 
 
+def _gavel_rounds(name: str, las: float, normalise: bool, seed: int, options: dict) -> ScoredRounds:
+    """Gavel's priorities (optionally LAS-leaning) in the scored rounds; options ``las``, ``normalise``,
+    ``weight`` go to the score, the rest to :class:`ScoredRounds`."""
+    score = GavelPriorityScore(
+        float(options.pop("las", las)),
+        interval=float(options.get("interval", 360.0)),
+        normalise=bool(options.pop("normalise", normalise)),
+        weight=float(options.pop("weight", 0.0)),
+        oracle=float(options.pop("oracle", 0.0)),
+    )
+    return ScoredRounds(score, seed=seed, **{"name": name, "stay": 0.0, **options})
+
+
 POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "fifo": _named("fifo", "consolidate", "fifo"),
     "sjf": _named("sjf", "consolidate", "sjf"),
@@ -120,6 +139,11 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "gavel": lambda seed=0, **options: Gavel(seed=seed, **options),
     "gavel-oracle": lambda seed=0, **options: Gavel(
         objective="oracle-completions", seed=seed, **{"name": "gavel-oracle", **options}
+    ),
+    "rounds-gavel": lambda seed=0, **options: _gavel_rounds("rounds-gavel", 0.0, False, seed, options),
+    "gavel-las": lambda seed=0, **options: _gavel_rounds("gavel-las", LAS_WEIGHT, False, seed, options),
+    "gavel-las-oracle": lambda seed=0, **options: _gavel_rounds(
+        "gavel-las-oracle", LAS_WEIGHT, False, seed, {"oracle": 1.0, **options}
     ),
     "rounds-las": lambda seed=0, **options: ScoredRounds("las", seed=seed, **options),
     "rounds-blind": lambda seed=0, **options: ScoredRounds("blind", seed=seed, **options),

@@ -28,10 +28,133 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from cluster_sim.policies.rigid_rounds import RigidRounds, remaining_steps
+from cluster_sim.policies.rigid_rounds import (
+    RigidRounds,
+    attained_hours,
+    ran_types,
+    remaining_steps,
+    type_capacity,
+)
 from cluster_sim.protocol import SchedulerView
 
 OBJECTIVES = ("throughput", "oracle-completions")
+
+
+def max_sum_throughput(rates: np.ndarray, asked: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Gavel's LP: the time share of each job on each type maximising the summed throughput."""
+    rows, cols = np.nonzero(rates > 0)
+    x = np.zeros(rates.shape)
+    if not len(rows):
+        return x
+    n_var, n_jobs, n_types = len(rows), rates.shape[0], rates.shape[1]
+    one = scipy.sparse.csr_array((np.ones(n_var), (rows, np.arange(n_var))), shape=(n_jobs, n_var))
+    cap = scipy.sparse.csr_array((asked[rows].astype(float), (cols, np.arange(n_var))), shape=(n_types, n_var))
+    res = scipy.optimize.linprog(
+        -rates[rows, cols],
+        A_ub=scipy.sparse.vstack([one, cap]).tocsr(),
+        b_ub=np.concatenate([np.ones(n_jobs), capacity.astype(float)]),
+        bounds=(0, 1),
+        method="highs",
+    )
+    if res.x is None:
+        raise RuntimeError(f"gavel: the allocation LP failed ({res.message})")
+    x[rows, cols] = np.clip(np.round(res.x, 5), 0.0, 1.0)
+    return x
+
+
+class GavelShares:
+    """Gavel's round priorities: each (job, type)'s LP share over the share of the type's time the job has
+    received so far. Every job starts with half a round on every type, so a new job is not infinitely
+    urgent; :meth:`ran` credits a round to the jobs that ran."""
+
+    def __init__(self, num_jobs: int, num_types: int, interval: float) -> None:
+        self.interval = float(interval)
+        self.job_time = np.zeros((num_jobs, num_types))  # seconds each job has run on each type (+ ½ round)
+        self.type_time = np.zeros(num_types)  # Σ over jobs of the above, per type
+        self.seen = np.zeros(num_jobs, dtype=bool)
+
+    def priority(self, jobs: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """``x`` (jobs, types) over each job's received share of each type (``x`` · 1e9 where none yet)."""
+        new = jobs[~self.seen[jobs]]
+        self.job_time[new] = self.interval / 2
+        self.type_time += self.interval / 2 * len(new)
+        self.seen[new] = True
+        share = self.job_time[jobs] / np.maximum(self.type_time, 1e-12)
+        return np.where(share > 0, x / np.maximum(share, 1e-300), x * 1e9)
+
+    def ran(self, jobs: np.ndarray, types: np.ndarray) -> None:
+        """Credit one round on ``types[i]`` to each ``jobs[i]`` that ran (``types[i] >= 0``)."""
+        on = types >= 0
+        np.add.at(self.job_time, (jobs[on], types[on]), self.interval)
+        np.add.at(self.type_time, types[on], self.interval)
+
+
+# gavel-las: the weight of log(1 + attained GPU-hours), chosen among 0..3 on eight 2-day Philly windows of
+# 2017-10-16..31 (before the report weeks). Relative speeds in the LP (normalise) did better there (-4.0%
+# against -2.1% vs Gavel) but 48% worse than Gavel on Sia's workloads, so Gavel's own LP stays the default.
+LAS_WEIGHT = 2.0
+
+
+class GavelPriorityScore:
+    """Gavel's round priority as a :class:`~cluster_sim.policies.rigid_rounds.ScoredRounds` score:
+    ``log(priority) - las · log(1 + attained GPU-hours)``. With ``las=0`` it is Gavel's order (``rounds-gavel``,
+    which also fills GPUs the LP leaves idle with the pairs it gave no share, in priority order); ``las > 0``
+    (``gavel-las``) leans each round towards the jobs that have run least, as Tiresias does, where Gavel's
+    LP is blind to how long a job has run. A pair the LP gives no share has ``log(1e-9 / share)``: last.
+
+    ``normalise`` gives the LP each job's speed relative to its fastest type instead of its steps per
+    second (steps of different models are not worth the same), and ``weight`` w scales a job's speeds in
+    the LP by (1 + attained GPU-hours)^-w, so the LP itself favours the jobs that have run least.
+    ``oracle`` (privileged, a reference only) scales them by the job's true remaining hours at its best
+    speed to the power -``oracle`` instead: ``gavel-las-oracle``, what knowing durations adds to gavel-las."""
+
+    def __init__(
+        self,
+        las: float = 0.0,
+        interval: float = 360.0,
+        *,
+        normalise: bool = False,
+        weight: float = 0.0,
+        oracle: float = 0.0,
+    ) -> None:
+        if las < 0 or weight < 0 or oracle < 0:
+            raise ValueError(f"gavel rounds: las, weight and oracle must be >= 0, got {las}, {weight}, {oracle}")
+        self.las, self.interval, self.normalise = float(las), float(interval), bool(normalise)
+        self.weight, self.oracle = float(weight), float(oracle)
+        self.shares: GavelShares | None = None
+
+    def reset(self, view: SchedulerView) -> None:
+        self.shares = GavelShares(len(view.jobs), len(view.topo.gpu_types), self.interval)
+
+    def ran(self, jobs: np.ndarray, types: np.ndarray) -> None:
+        self.shares.ran(jobs, types)
+
+    def log_priority(self, view: SchedulerView, jobs: np.ndarray, rates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the LP's share ``x``, log of Gavel's priority with ``x`` floored at 1e-9) per (job, type)."""
+        if self.shares is None:
+            self.reset(view)
+        r = rates
+        if self.normalise:
+            r = r / np.maximum(r.max(axis=1, keepdims=True), 1e-300)
+        if self.weight:
+            r = r * (1.0 + attained_hours(view, jobs))[:, None] ** -self.weight
+        if self.oracle:
+            current = np.full(len(jobs), -1, dtype=np.int64)  # a job with a duration: its work at speed 1
+            hours = remaining_steps(view, jobs, rates, current) / np.maximum(rates.max(axis=1), 1e-300) / 3600.0
+            r = r * np.maximum(hours, 1e-3)[:, None] ** -self.oracle
+        x = max_sum_throughput(r, np.asarray(view.jobs.num_gpus[jobs], dtype=np.int64), type_capacity(view.topo))
+        return x, np.log(np.maximum(self.shares.priority(jobs, np.maximum(x, 1e-9)), 1e-300))
+
+    @classmethod
+    def gavel_las(cls, interval: float = 360.0) -> GavelPriorityScore:
+        """The ``gavel-las`` score."""
+        return cls(LAS_WEIGHT, interval)
+
+    def __call__(self, view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
+        _, score = self.log_priority(view, jobs, rates)
+        if self.las:
+            score = score - self.las * np.log1p(attained_hours(view, jobs))[:, None]
+        return score
 
 
 class Gavel(RigidRounds):
@@ -56,32 +179,8 @@ class Gavel(RigidRounds):
 
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
-        types = len(view.topo.gpu_types)
-        self._job_time = np.zeros((len(view.jobs), types))  # seconds each job has run on each type (+ ½ round)
-        self._type_time = np.zeros(types)  # Σ over jobs of the above, per type
-        self._seen = np.zeros(len(view.jobs), dtype=bool)
+        self.shares = GavelShares(len(view.jobs), len(view.topo.gpu_types), self.interval)
         self.solve_seconds = []
-
-    def allocation(self, rates: np.ndarray, asked: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-        """Gavel's LP: the time share of each job on each type maximising the summed throughput."""
-        rows, cols = np.nonzero(rates > 0)
-        x = np.zeros(rates.shape)
-        if not len(rows):
-            return x
-        n_var, n_jobs, n_types = len(rows), rates.shape[0], rates.shape[1]
-        one = scipy.sparse.csr_array((np.ones(n_var), (rows, np.arange(n_var))), shape=(n_jobs, n_var))
-        cap = scipy.sparse.csr_array((asked[rows].astype(float), (cols, np.arange(n_var))), shape=(n_types, n_var))
-        res = scipy.optimize.linprog(
-            -rates[rows, cols],
-            A_ub=scipy.sparse.vstack([one, cap]).tocsr(),
-            b_ub=np.concatenate([np.ones(n_jobs), capacity.astype(float)]),
-            bounds=(0, 1),
-            method="highs",
-        )
-        if res.x is None:
-            raise RuntimeError(f"gavel: the allocation LP failed ({res.message})")
-        x[rows, cols] = np.clip(np.round(res.x, 5), 0.0, 1.0)
-        return x
 
     def _allocate_placed(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, least: np.ndarray):
         t0 = time.perf_counter()
@@ -90,24 +189,16 @@ class Gavel(RigidRounds):
             rates = (
                 rates / np.maximum(remaining_steps(view, jobs, rates, self.current_types(view, jobs)), 1e-9)[:, None]
             )
-        x = self.allocation(rates, asked, capacity)
+        x = max_sum_throughput(rates, asked, capacity)
         self.solve_seconds.append(time.perf_counter() - t0)
-        new = jobs[~self._seen[jobs]]
-        self._job_time[new] = self.interval / 2
-        self._type_time += self.interval / 2 * len(new)
-        self._seen[new] = True
-        share = self._job_time[jobs] / np.maximum(self._type_time, 1e-12)
-        priority = np.where(share > 0, x / np.maximum(share, 1e-300), x * 1e9)
+        priority = self.shares.priority(jobs, x)
         # (job, type) pairs by decreasing priority, then allocation; ties: the jobs' order (least service)
         i_idx, t_idx = np.nonzero(x > 0)
         order = np.lexsort((i_idx, -x[i_idx, t_idx], -priority[i_idx, t_idx]))
         types, counts = self.assign(order, i_idx, t_idx, asked, capacity)
         placement = self._place(view, jobs, cur, counts, np.where(counts > 0, counts, least), job_types=types)
-        for i, g in enumerate(placement):
-            if g is not None:
-                self._job_time[jobs[i], types[i]] += self.interval
-                self._type_time[types[i]] += self.interval
+        self.shares.ran(jobs, ran_types(types, placement))
         return placement, [None] * len(jobs)
 
 
-__all__ = ["Gavel"]
+__all__ = ["LAS_WEIGHT", "Gavel", "GavelPriorityScore", "GavelShares", "max_sum_throughput"]

@@ -26,6 +26,23 @@ from cluster_sim.protocol import SchedulerView
 from cluster_sim.simulator import RUNNING
 
 
+def type_capacity(topo) -> np.ndarray:
+    """GPUs of each GPU type of the cluster (indexed like ``topo.gpu_types``)."""
+    stype = np.asarray(topo.server_gpu_type)
+    return np.array([int(topo.server_num_gpus[stype == t].sum()) for t in range(len(topo.gpu_types))], dtype=np.int64)
+
+
+def attained_hours(view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+    """GPU-hours each job has received so far (what every LAS-like score reads)."""
+    return np.array([view.attained_service(int(j)) for j in jobs.tolist()], dtype=np.float64) / 3600.0
+
+
+def ran_types(types: np.ndarray, placement: list) -> np.ndarray:
+    """The GPU type each job runs on after a round: its assigned type where it was placed, else -1."""
+    out = [t if g is not None else -1 for t, g in zip(types.tolist(), placement, strict=True)]
+    return np.array(out, dtype=np.int64)
+
+
 class RigidRounds(ElasticPolicy):
     """Jobs keep the GPU count and batch they asked for; each round chooses which run and on which type."""
 
@@ -38,7 +55,7 @@ class RigidRounds(ElasticPolicy):
         """(steps per second on each GPU type (0: it does not fit there), GPUs each job asks for, GPUs per type)."""
         topo = view.topo
         stype = np.asarray(topo.server_gpu_type)
-        capacity = np.array([topo.server_num_gpus[stype == t].sum() for t in range(len(topo.gpu_types))])
+        capacity = type_capacity(topo)
         gpn = [int(topo.server_num_gpus[stype == t].max()) if (stype == t).any() else 0 for t in range(len(capacity))]
         first = [np.flatnonzero(stype[topo.gpu_server] == t) for t in range(len(capacity))]
         asked = np.asarray(view.jobs.num_gpus[jobs], dtype=np.int64)
@@ -99,8 +116,7 @@ def las_score(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current:
 def blind_score(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
     """Least attained service (GPU-hours) first, type-blind: a job takes the first type with room, in the
     cluster's order of types, whatever its speed there (what a scheduler without speeds per type does)."""
-    att = np.array([view.attained_service(int(j)) for j in jobs.tolist()]) / 3600.0
-    return np.repeat(-np.log1p(att)[:, None], rates.shape[1], axis=1)
+    return np.repeat(-np.log1p(attained_hours(view, jobs))[:, None], rates.shape[1], axis=1)
 
 
 def remaining_steps(view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
@@ -146,6 +162,8 @@ class ScoredRounds(RigidRounds):
 
     ``stay`` (>= 0) is added to a running job's score on the type it runs on, so a job is moved or
     preempted only for a pair that beats it by that much (the scores are log-scale: 0.1 ~ 10%).
+    A scorer that keeps state across rounds may have ``reset(view)`` (called at the start of each run) and
+    ``ran(jobs, types)`` (after each round: the type each job runs on, -1 for none).
     """
 
     ordering = "score"
@@ -170,6 +188,12 @@ class ScoredRounds(RigidRounds):
         super().__init__(interval=interval, max_nodes=max_nodes, pinned={}, seed=seed, name=name or "rounds")
         self.scorer, self.stay = scorer, float(stay)
 
+    def reset(self, view: SchedulerView) -> None:
+        super().reset(view)
+        hook = getattr(self.scorer, "reset", None)
+        if hook is not None:
+            hook(view)
+
     def _allocate_placed(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, least: np.ndarray):
         rates, asked, capacity = self.throughputs(view, jobs)
         current = self.current_types(view, jobs)
@@ -180,7 +204,21 @@ class ScoredRounds(RigidRounds):
         order = np.lexsort((i_idx, -score[i_idx, t_idx]))
         types, counts = self.assign(order, i_idx, t_idx, asked, capacity)
         placement = self._place(view, jobs, cur, counts, np.where(counts > 0, counts, least), job_types=types)
+        hook = getattr(self.scorer, "ran", None)
+        if hook is not None:
+            hook(jobs, ran_types(types, placement))
         return placement, [None] * len(jobs)
 
 
-__all__ = ["SCORERS", "RigidRounds", "ScoredRounds", "blind_score", "las_score", "oracle_score", "remaining_steps"]
+__all__ = [
+    "SCORERS",
+    "RigidRounds",
+    "ScoredRounds",
+    "attained_hours",
+    "blind_score",
+    "las_score",
+    "oracle_score",
+    "ran_types",
+    "remaining_steps",
+    "type_capacity",
+]

@@ -47,6 +47,7 @@ from marl.baselines.training import (
     write_progress,
 )
 from marl.config import TrainConfigError, read_yaml_config
+from marl.es import AntitheticES
 
 Log = Callable[[str], None]
 SERVERS = {"V100": "nvswitch-8", "A100": "nvswitch-8"}  # other types: 8 GPUs on PCIe
@@ -315,22 +316,13 @@ class Trainer:
         self.blind_val = np.log(np.array(self.trials([theta], self.val_trials), dtype=np.float64))
         best = {"flat": theta.copy(), "iteration": 0, "validation": 0.0}
         self.log(f"validation trials: {len(self.val_trials)} x 2 episodes; the initial policy is type-blind LAS")
-        m, v = np.zeros_like(theta), np.zeros_like(theta)
+        es_opt = AntitheticES(theta, sigma=es.sigma, lr=es.lr, pairs=es.pairs, rng=self.rng)
         for it in range(1, es.iterations + 1):
             cluster, seed, load = self._draw(self.rng)
             a, b = self.rng.choice(self.cfg.env.train.count, size=2, replace=False)
             trial = [self._episode(self.train_specs[load][int(k)], cluster, seed) for k in (a, b)]
-            eps = self.rng.standard_normal((es.pairs, len(theta)))
-            cands = [theta + es.sigma * e for e in eps] + [theta - es.sigma * e for e in eps]
-            jct = np.array(self.trials(cands, [trial]), dtype=np.float64)
-            fit = -np.log(jct).sum(axis=1)
-            ranks = np.empty(len(fit))
-            ranks[np.argsort(fit)] = np.arange(len(fit))
-            util = ranks / (len(fit) - 1) - 0.5
-            grad = (util[: es.pairs] - util[es.pairs :]) @ eps / (2 * es.pairs * es.sigma)
-            m = 0.9 * m + 0.1 * grad
-            v = 0.999 * v + 0.001 * grad**2
-            theta = theta + es.lr * (m / (1 - 0.9**it)) / (np.sqrt(v / (1 - 0.999**it)) + 1e-8)
+            jct = np.array(self.trials(es_opt.ask(), [trial]), dtype=np.float64)
+            theta = es_opt.tell(-np.log(jct).sum(axis=1))
             row = {
                 "iteration": it,
                 "cluster": cluster["name"],

@@ -1,0 +1,263 @@
+"""Training the round scorer on the average JCT itself: evolution strategies from a warm start, paired.
+
+The scorer (:class:`~marl.rounds_agent.PairScorer`) starts at a heuristic (its ``prior``, e.g. ``gavel-las``)
+or at a folder trained by imitation (``--init``). Imitation cannot pass its teacher, and on the ``hetero``
+regime no privileged teacher in this frame passes ``gavel-las`` (true remaining work adds nothing to
+Gavel's rounds there), so this stage learns from returns instead. What moves: the learned linear term
+over the pair features and the last layer of the MLP (``--params``), a few dozen numbers, which is what ES
+can search on 2 cores. Each iteration draws one training window; every candidate θ ± σε plays that same
+window (antithetic pairs: the workload, which dominates the JCT, cancels). Every ``eval_every``
+iterations the current θ plays the validation windows, and the folder keeps the θ that did best there,
+the warm start included (iteration 0): a run that learns nothing ships its warm start and says so.
+
+Windows are held out by time: training windows start between ``train_first`` and ``train_last``,
+validation windows after them, and both end before 2017-11-01 (the report weeks).
+
+    python -m marl.rounds_es --out results/rounds-es --minutes 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from cluster_sim.policies.rigid_rounds import ScoredRounds
+from cluster_sim.results import save_figure
+from marl.es import AntitheticES
+from marl.policy_files import load_torchscript, read_json
+from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer
+from marl.rounds_imitation import KIND, METADATA, TORCHSCRIPT, save_rounds_policy
+
+DAY = 86_400.0
+NOV1 = 4_973_359.0  # 2017-11-01, seconds from the Philly trace's first arrival
+PARAMS = ("linear", "linear+last")
+
+
+@dataclass
+class RoundsESConfig:
+    """The cluster and windows, the warm start and what ES moves."""
+
+    cluster: str = "small-hetero"
+    trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv,model_rule=gavel"
+    load: float = 0.9
+    days: float = 1.0  # training window length
+    train_first: float = NOV1 - 31 * DAY  # 2017-10-01
+    train_last: float = NOV1 - 9 * DAY  # the last training window starts 2017-10-23
+    validation_first: float = NOV1 - 7 * DAY  # 2017-10-25: three 2-day windows to 10-31
+    validation_windows: int = 3
+    validation_days: float = 2.0
+    interference: str = "oracle"  # the simulator's ground truth, here Gavel's measured co-location slowdowns
+    interference_data: str = "gavel:../shared/traces/gavel/simulation_throughputs.json"
+    init: str = ""  # a rounds policy folder to start from; "" : the untrained network with ``prior``
+    prior: str = "gavel-las"
+    hidden: int = 16
+    params: str = "linear+last"
+    stay: float = 0.0
+    pairs: int = 4
+    sigma: float = 0.05
+    lr: float = 0.02
+    iterations: int = 200
+    minutes: float = 30.0  # time budget of the ES loop
+    eval_every: int = 4
+    workers: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.params not in PARAMS:
+            raise ValueError(f"params: {self.params!r}; choose one of {', '.join(PARAMS)}")
+        for name in ("days", "validation_days", "sigma", "lr", "minutes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        for name in ("pairs", "iterations", "eval_every", "workers", "validation_windows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.train_last + self.days * DAY > self.validation_first:
+            raise ValueError("train_last: training windows must end before validation_first (hold out by time)")
+        if self.validation_first + self.validation_windows * self.validation_days * DAY > NOV1 + 1:
+            raise ValueError("validation windows must end by 2017-11-01 (the report weeks are held out)")
+
+    def window(self, start: float, days: float) -> str:
+        return f"{self.trace},start={start:.0f},end={start + days * DAY:.0f},load={self.load}"
+
+    def validation(self) -> list[str]:
+        step = self.validation_days * DAY
+        return [
+            self.window(self.validation_first + k * step, self.validation_days) for k in range(self.validation_windows)
+        ]
+
+
+def training_starts(cfg: RoundsESConfig) -> tuple[np.ndarray, int]:
+    """Window starts every 6 hours from ``train_first`` to ``train_last`` whose jobs can offer ``load`` of the
+    cluster (a quiet day cannot), and how many were left out."""
+    from cluster_sim.workload_spec import WorkloadSpecError, parse_workload_spec
+    from topology import build_cluster
+
+    gpus = build_cluster(cfg.cluster).view.num_gpus
+    starts, dropped = [], 0
+    for t0 in np.arange(cfg.train_first, cfg.train_last + 1.0, DAY / 4):
+        try:
+            parse_workload_spec(cfg.window(float(t0), cfg.days), cluster_gpus=gpus, seed=0)
+            starts.append(float(t0))
+        except WorkloadSpecError:
+            dropped += 1
+    if not starts:
+        raise ValueError(f"no training window of {cfg.days} days can offer load={cfg.load}; lower the load")
+    return np.array(starts), dropped
+
+
+def initial_network(cfg: RoundsESConfig) -> PairScorer:
+    """The warm start: a trained folder's network (``init``) or the untrained one on ``prior``."""
+    torch.manual_seed(cfg.seed)
+    if cfg.init:
+        meta = read_json(Path(cfg.init) / METADATA)
+        if meta.get("agent") != KIND or meta.get("features") != list(FEATURES):
+            raise ValueError(f"init: {cfg.init} is not a rounds policy of this version's features; retrain it")
+        net = PairScorer(hidden=int(meta["hidden"]), drop=tuple(meta.get("dropped_features", ())))
+        net.load_state_dict(load_torchscript(Path(cfg.init) / TORCHSCRIPT).state_dict())
+        return net
+    return PairScorer(hidden=cfg.hidden, prior=cfg.prior)
+
+
+def moved(net: PairScorer, params: str) -> list[torch.nn.Parameter]:
+    """The parameters ES searches over."""
+    out = [net.linear.weight]
+    if params == "linear+last":
+        out += [net.head[-1].weight, net.head[-1].bias]
+    return out
+
+
+def _play(job: tuple) -> float:
+    """Average JCT of one window under the network with ``theta`` in its moved parameters."""
+    from cluster_sim.build import build_simulator
+
+    state, params, theta, cfg, spec = job
+    torch.set_num_threads(1)
+    net = PairScorer(hidden=state["hidden"], drop=state["drop"], prior="none")
+    net.load_state_dict(state["weights"])
+    vector_to_parameters(torch.as_tensor(np.asarray(theta), dtype=torch.float32), moved(net, params))
+    net.eval()
+    data = cfg.interference_data if cfg.interference == "oracle" and cfg.interference_data else None
+    sim = build_simulator(cfg.cluster, spec, seed=0, interference=cfg.interference, interference_data=data)
+    return float(sim.run(ScoredRounds(NetRoundsScorer(net), stay=cfg.stay, name="rounds")).metrics()["avg_jct"])
+
+
+def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print) -> dict:
+    """ES from the warm start; writes the selected network as a rounds policy folder (``marl:DIR``)."""
+    started = time.perf_counter()
+    rng = np.random.default_rng(cfg.seed)
+    net = initial_network(cfg)
+    drop = tuple(f for f, k in zip(FEATURES, net.keep.tolist(), strict=True) if not k)
+    state = {"hidden": net.embed[0].out_features, "drop": drop, "weights": net.state_dict()}
+    theta0 = parameters_to_vector(moved(net, cfg.params)).detach().double().numpy()
+    es = AntitheticES(theta0, sigma=cfg.sigma, lr=cfg.lr, pairs=cfg.pairs, rng=rng)
+    val_specs = cfg.validation()
+    starts, dropped = training_starts(cfg)
+    log(f"{len(starts)} training windows ({dropped} too quiet for load {cfg.load} left out)")
+    rows: list[dict] = []
+    with ProcessPoolExecutor(cfg.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+
+        def play(thetas: list[np.ndarray], specs: list[str]) -> np.ndarray:
+            jobs = [(state, cfg.params, t.tolist(), cfg, s) for t in thetas for s in specs]
+            return np.array(list(pool.map(_play, jobs)), dtype=np.float64).reshape(len(thetas), len(specs))
+
+        warm = np.log(play([theta0], val_specs)[0])
+        best = {"theta": theta0.copy(), "iteration": 0, "validation": 0.0}
+        log(f"warm start on {len(val_specs)} validation windows: mean avg JCT {np.exp(warm).mean():.0f} s")
+        rows.append({"iteration": 0, "window_start": "", "best_jct": "", "worst_jct": "",
+                     "validation_jct": round(float(np.exp(warm).mean()), 1), "validation_vs_warm": 0.0,
+                     "seconds": round(time.perf_counter() - started, 1)})  # fmt: skip
+        for it in range(1, cfg.iterations + 1):
+            t0 = float(rng.choice(starts))
+            jct = play(es.ask(), [cfg.window(t0, cfg.days)])[:, 0]
+            theta = es.tell(-np.log(jct))
+            row = {"iteration": it, "window_start": round(t0), "best_jct": round(float(jct.min()), 1),
+                   "worst_jct": round(float(jct.max()), 1), "validation_jct": "", "validation_vs_warm": "",
+                   "seconds": 0.0}  # fmt: skip
+            out_of_time = time.perf_counter() - started > 60 * cfg.minutes
+            if it % cfg.eval_every == 0 or it == cfg.iterations or out_of_time:
+                got = np.log(play([theta], val_specs)[0])
+                gain = float(np.mean(got - warm))
+                row["validation_jct"] = round(float(np.exp(got).mean()), 1)
+                row["validation_vs_warm"] = round(float(np.expm1(gain)), 4)
+                if gain < best["validation"]:
+                    best = {"theta": theta.copy(), "iteration": it, "validation": gain}
+            row["seconds"] = round(time.perf_counter() - started, 1)
+            rows.append(row)
+            val = (
+                ""
+                if row["validation_vs_warm"] == ""
+                else f", validation {row['validation_vs_warm']:+.2%} vs warm start"
+            )
+            log(f"ES iteration {it}: candidates {row['best_jct']:.0f}..{row['worst_jct']:.0f} s{val}, "
+                f"{row['seconds']:.0f} s")  # fmt: skip
+            if out_of_time:
+                log(f"time budget of {cfg.minutes} min reached after iteration {it}")
+                break
+    vector_to_parameters(torch.as_tensor(best["theta"], dtype=torch.float32), moved(net, cfg.params))
+    log(f"selected iteration {best['iteration']}: validation {np.expm1(best['validation']):+.2%} vs the warm start")
+    meta = {
+        "format": "marlsched-policy",
+        "agent": KIND,
+        "features": list(FEATURES),
+        "hidden": state["hidden"],
+        "dropped_features": list(drop),
+        "stay": cfg.stay,
+        "interval": 360.0,
+        "teacher": "",
+        "warm_start": cfg.init or f"untrained network, prior {cfg.prior}",
+        "training": "evolution strategies on the average JCT (marl.rounds_es)",
+        "selected_iteration": best["iteration"],
+        "validation_vs_warm_start": round(float(np.expm1(best["validation"])), 4),
+        "config": asdict(cfg),
+        "command": command,
+        "train_seconds": round(time.perf_counter() - started, 1),
+        "progress": rows,
+        "torch": torch.__version__,
+    }
+    save_rounds_policy(net, out, meta, plot=plot_es)
+    return meta
+
+
+def plot_es(rows: list[dict], path: Path, _teacher: str = "") -> None:
+    """Validation JCT of each evaluated iteration against the warm start's (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [(r["iteration"], r["validation_vs_warm"]) for r in rows if r["validation_vs_warm"] != ""]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o")
+    ax.axhline(0.0, color="grey", ls="--", lw=1, label="warm start")
+    ax.set_xlabel("ES iteration")
+    ax.set_ylabel("validation avg JCT vs warm start (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    for f, v in asdict(RoundsESConfig()).items():
+        ap.add_argument(f"--{f.replace('_', '-')}", type=type(v), default=v)
+    args = vars(ap.parse_args(argv))
+    out = args.pop("out")
+    cfg = RoundsESConfig(**args)
+    train(cfg, out, command=" ".join(["python -m marl.rounds_es", *(argv if argv is not None else sys.argv[1:])]))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
