@@ -18,7 +18,6 @@ validation windows after them, and both end before 2017-11-01 (the report weeks)
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import sys
 import time
@@ -35,7 +34,7 @@ from cluster_sim.results import save_figure
 from marl.es import AntitheticES
 from marl.policy_files import load_torchscript, read_json
 from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer
-from marl.rounds_imitation import KIND, METADATA, TORCHSCRIPT, save_rounds_policy
+from marl.rounds_imitation import KIND, METADATA, TORCHSCRIPT, config_main, save_rounds_policy
 
 DAY = 86_400.0
 NOV1 = 4_973_359.0  # 2017-11-01, seconds from the Philly trace's first arrival
@@ -247,16 +246,7 @@ def plot_es(rows: list[dict], path: Path, _teacher: str = "") -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    for f, v in asdict(RoundsESConfig()).items():
-        ap.add_argument(f"--{f.replace('_', '-')}", type=type(v), default=v)
-    args = vars(ap.parse_args(argv))
-    out = args.pop("out")
-    cfg = RoundsESConfig(**args)
-    train(cfg, out, command=" ".join(["python -m marl.rounds_es", *(argv if argv is not None else sys.argv[1:])]))
-    print(f"wrote {out}")
-    return 0
+    return config_main(RoundsESConfig, "marl.rounds_es", __doc__, train, argv)
 
 
 if __name__ == "__main__":

@@ -276,17 +276,22 @@ def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredR
     return ScoredRounds(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def config_main(cls: type, module: str, doc: str, run, argv: list[str] | None) -> int:
+    """A command line with one ``--field`` per field of the dataclass ``cls`` and ``--out``; calls
+    ``run(cfg, out, command=...)`` with the command as typed (for the policy's metadata)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", required=True)
-    for f, v in asdict(ImitationConfig()).items():
+    for f, v in asdict(cls()).items():
         ap.add_argument(f"--{f.replace('_', '-')}", type=type(v), default=v)
     args = vars(ap.parse_args(argv))
     out = args.pop("out")
-    cfg = ImitationConfig(**args)
-    train(cfg, out, command=" ".join(["python -m marl.rounds_imitation", *(argv or sys.argv[1:])]))
+    run(cls(**args), out, command=" ".join([f"python -m {module}", *(argv if argv is not None else sys.argv[1:])]))
     print(f"wrote {out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return config_main(ImitationConfig, "marl.rounds_imitation", __doc__, train, argv)
 
 
 if __name__ == "__main__":
