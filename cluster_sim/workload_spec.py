@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_sim.synthetic import synthetic_workload
-from cluster_sim.traces import load_gavel, load_openb, load_philly, load_pollux, window
+from cluster_sim.traces import QuietWindowError, load_gavel, load_openb, load_philly, load_pollux, window
 from cluster_sim.traces.elastic_apps import with_applications
 from cluster_sim.workload import Workload
 
@@ -72,6 +72,13 @@ def workload_syntax() -> dict[str, str]:
 
 class WorkloadSpecError(ValueError):
     """A workload spec string that cannot be understood; the message quotes the spec and the fix."""
+
+
+class QuietWorkloadSpecError(WorkloadSpecError):
+    """A trace window with no jobs, or too few to offer its ``load=``: the spec is right, the window is quiet.
+
+    Trainers that draw random windows draw another on this error and let every other one through.
+    """
 
 
 def _convert(spec: str, key: str, value: str, kind: Callable[[str], object]) -> object:
@@ -162,7 +169,7 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     try:
         workload = window(source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts), **win)
         if not len(workload):
-            raise WorkloadSpecError(
+            raise (QuietWorkloadSpecError if time_range is not None else WorkloadSpecError)(
                 f"workload spec {spec!r}: no jobs"
                 + (f" in the window start={start}" + (f", end={end}" if end is not None else "")
                    + " (seconds from the trace's start: check them against the trace's times)"
@@ -171,6 +178,8 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
         return workload if apps is None else with_applications(workload, apps, seed=seed)
     except WorkloadSpecError:
         raise
+    except QuietWindowError as e:
+        raise QuietWorkloadSpecError(f"workload spec {spec!r}: {e}") from None
     except ValueError as e:
         if type(e) is not ValueError:
             raise

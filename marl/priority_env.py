@@ -6,7 +6,8 @@ partition (:mod:`marl.priority_features`) and acts with one score per job slot; 
 
 Episodes replay a window of a trace, drawn per episode (seeded) between ``train_start`` and
 ``train_end`` (seconds from the trace's start) at a load drawn from ``load``; a window of the held-out
-period is a fixed ``workload`` spec instead (evaluation).
+period is a fixed ``workload`` spec instead (evaluation). A drawn window too quiet to offer its load is
+drawn again (counted in ``quiet_windows``), as an operator would pick another day to replay.
 
 Reward, shared by all agents: minus the jobs in the system integrated over the time since the last step,
 *relative to a reference schedule of the same window* (QSSF's scores through the same agents, run once at
@@ -27,8 +28,11 @@ import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from cluster_sim.build import build_simulator
+from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.env_seeding import copy_offset, reset_generator
 from marl.priority_agents import PriorityAgents, qssf_scores
+
+MAX_DRAWS = 100  # quiet windows in a row before the settings themselves are blamed
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class PriorityEnv(MultiAgentEnv):
         self._rng = np.random.Generator(np.random.PCG64(cfg.seed + copy_offset(config)))
         self.sim = None
         self.spec = ""
+        self.quiet_windows = 0
         self.reference_jct = float("nan")
 
     @staticmethod
@@ -133,9 +138,7 @@ class PriorityEnv(MultiAgentEnv):
         if seed is not None:
             self._rng = reset_generator(seed, self._env_context, self.config.envs_per_runner)
         cfg = self.config
-        self.spec = cfg.window_spec(self._rng)
-        self.workload_seed = int(self._rng.integers(2**31 - 1)) if cfg.workload is None else cfg.seed
-        self.sim = self._simulator()
+        self.sim = self.draw_simulator()
         self.reference = None
         if cfg.relative:
             ref_sim = self._simulator()
@@ -168,6 +171,25 @@ class PriorityEnv(MultiAgentEnv):
         return self._observations(), rewards, {"__all__": self._done}, {"__all__": False}, infos
 
     # ------------------------------------------------------------ internals
+    def draw_simulator(self):
+        """The simulator of this episode's window: drawn again while the window cannot offer its load."""
+        cfg = self.config
+        for _ in range(MAX_DRAWS):
+            self.spec = cfg.window_spec(self._rng)
+            self.workload_seed = int(self._rng.integers(2**31 - 1)) if cfg.workload is None else cfg.seed
+            try:
+                return self._simulator()
+            except QuietWorkloadSpecError as e:
+                if cfg.workload is not None:
+                    raise
+                self.quiet_windows += 1
+                last = e
+        raise ValueError(
+            f"priority env_config: {MAX_DRAWS} windows in a row of window_days={cfg.window_days} between train_start="
+            f"{cfg.train_start:.0f} and train_end={cfg.train_end:.0f} could not offer load={list(cfg.load)}; lower "
+            f"the load or lengthen the windows (last: {last})"
+        )
+
     def _simulator(self):
         cfg = self.config
         return build_simulator(

@@ -26,6 +26,7 @@ import yaml
 
 from marl.local_ray import start_local_ray
 from marl.priority_env import PriorityEnv, PriorityEnvConfig
+from marl.run_folder import train_iteration
 
 POLICY_ID = "shared"
 Log = Callable[[str], None]
@@ -172,6 +173,9 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
 
     t0 = time.perf_counter()  # the minutes logged include Ray's start-up
     cfg = load_config(config_path)
+    # A first window drawn here: settings no window can meet fail now, with their message, not inside the
+    # env runners (whose errors go to Ray's worker logs).
+    PriorityEnv(cfg["env"]).draw_simulator()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = False
@@ -185,7 +189,7 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
     export = _exporter(algo, cfg, rows, command)
     try:
         for it in range(1, int(p["iterations"]) + 1):
-            res = algo.train()
+            res = train_iteration(algo, it)
             runners = res.get("env_runners", {})
             row = {
                 "iteration": it,

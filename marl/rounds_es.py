@@ -97,7 +97,7 @@ class RoundsESConfig:
 def training_starts(cfg: RoundsESConfig) -> tuple[np.ndarray, int]:
     """Window starts every 6 hours from ``train_first`` to ``train_last`` whose jobs can offer ``load`` of the
     cluster (a quiet day cannot), and how many were left out."""
-    from cluster_sim.workload_spec import WorkloadSpecError, parse_workload_spec
+    from cluster_sim.workload_spec import QuietWorkloadSpecError, parse_workload_spec
     from topology import build_cluster
 
     gpus = build_cluster(cfg.cluster).view.num_gpus
@@ -106,7 +106,7 @@ def training_starts(cfg: RoundsESConfig) -> tuple[np.ndarray, int]:
         try:
             parse_workload_spec(cfg.window(float(t0), cfg.days), cluster_gpus=gpus, seed=0)
             starts.append(float(t0))
-        except WorkloadSpecError:
+        except QuietWorkloadSpecError:
             dropped += 1
     if not starts:
         raise ValueError(f"no training window of {cfg.days} days can offer load={cfg.load}; lower the load")

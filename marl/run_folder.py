@@ -85,6 +85,21 @@ def _num(value: Any) -> float:
     return out
 
 
+def train_iteration(algo: Any, iteration: int) -> dict[str, Any]:
+    """``algo.train()``, refused when no env runner sampled a step.
+
+    RLlib takes a failed EnvRunner out of service and carries on; when all of them failed, PPO would go on
+    updating nothing and export the warm start as if trained. Stop instead, and say where the cause is.
+    """
+    result = algo.train()
+    if not _num(result.get("env_runners", {}).get("num_env_steps_sampled", 0)) > 0:
+        raise RuntimeError(
+            f"PPO iteration {iteration} sampled no environment step: every env runner failed (their error is in "
+            "the log above, or in Ray's worker logs under /tmp/ray/session_latest/logs); fix it and train again"
+        )
+    return result
+
+
 def iteration_row(result: Mapping[str, Any], iteration: int, iter_s: float, wall_s: float) -> dict[str, Any]:
     """One progress.csv row from an ``Algorithm.train()`` result."""
     er = result.get("env_runners", {})

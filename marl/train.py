@@ -41,6 +41,7 @@ from marl.run_folder import (
     plot_learning_curve,
     progress_line,
     summary_writer,
+    train_iteration,
 )
 from marl.warm_start import run_warm_start
 
@@ -275,7 +276,7 @@ def train(
         while algo is not None and it < total:
             it += 1
             t0 = time.perf_counter()
-            result = algo.train()
+            result = train_iteration(algo, it)
             now = time.perf_counter()
             row = iteration_row(result, it, now - t0, wall0 + now - t_start)
             rows.append(row)

@@ -246,6 +246,71 @@ def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces
     assert _run(spec, sched).jct.mean() == pytest.approx(table[1, tuned["factors"].index(tuned["factor"])], abs=0.1)
 
 
+@pytest.mark.slow
+def test_same_seed_same_policy(ray_local, tmp_path: Path, traces_dir: Path) -> None:
+    # Two env runners, episodes ending inside the batch, two PPO updates: the same seed trains the same
+    # network bit for bit.
+    import json
+
+    import yaml
+
+    from marl.priority_train import train_priority
+
+    cfg = {
+        "env": {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "window_days": 0.1,
+                "load": [0.8, 1.1], "train_start": 2_592_000, "train_end": 3_600_000},
+        "model": {"hidden": 16},
+        "ppo": {"iterations": 2, "train_batch_size": 1200, "minibatch_size": 600, "num_epochs": 2,
+                "num_env_runners": 2},
+    }  # fmt: skip
+    states = []
+    for run in ("a", "b"):
+        path = tmp_path / f"{run}.yaml"
+        path.write_text(yaml.safe_dump({**cfg, "seed": 3}))
+        out = train_priority(path, tmp_path / run, log=lambda s: None)
+        assert out["rows"][-1]["episodes"] >= 1
+        net = torch.jit.load(str(tmp_path / run / "policy" / "policy.pt")).state_dict()
+        meta = json.loads((tmp_path / run / "policy" / "metadata.json").read_text())
+        states.append((net, meta["trained"]["log_std"]))
+    (a, std_a), (b, std_b) = states
+    assert std_a == std_b and all(torch.equal(a[k], b[k]) for k in a)
+    assert std_a != -1.0  # and it did learn something: the score noise moved from its initial value
+
+
+def test_quiet_windows_are_drawn_again_and_impossible_settings_say_so(
+    window: str, traces_dir: Path, monkeypatch
+) -> None:
+    import marl.priority_env as penv
+
+    trace = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv"
+    # 6-hour windows at loads near 1: many nights of the trace cannot offer that; the env draws another
+    env = penv.PriorityEnv({"trace": trace, "window_days": 0.25, "load": [0.9, 1.1], "train_start": 2_592_000,
+                            "train_end": 3_600_000, "relative": False})  # fmt: skip
+    for seed in range(3):
+        env.reset(seed=seed)
+        assert len(env.sim.jobs) >= 2 and "load=" in env.spec
+    assert env.quiet_windows > 0
+    # a fixed workload is never replaced by another
+    with pytest.raises(penv.QuietWorkloadSpecError, match="offer at most"):
+        penv.PriorityEnv({"workload": window.replace("load=0.9", "load=50"), "relative": False}).reset(seed=0)
+    monkeypatch.setattr(penv, "MAX_DRAWS", 3)
+    env = penv.PriorityEnv({"trace": trace, "window_days": 0.25, "load": 40, "relative": False})
+    with pytest.raises(ValueError, match=r"3 windows in a row of window_days=0.25 .* load=\[40.0, 40.0\]; lower"):
+        env.reset(seed=0)
+
+
+def test_an_iteration_that_sampled_nothing_stops_training() -> None:
+    # RLlib takes failed env runners out of service and goes on; training must not export the warm start.
+    from marl.run_folder import train_iteration
+
+    class AllRunnersFailed:
+        def train(self) -> dict:
+            return {"env_runners": {}, "num_env_steps_sampled_lifetime": 0}
+
+    with pytest.raises(RuntimeError, match="PPO iteration 3 sampled no environment step"):
+        train_iteration(AllRunnersFailed(), 3)
+
+
 def test_bad_config_names_the_key(tmp_path: Path) -> None:
     from marl.priority_train import load_config
 

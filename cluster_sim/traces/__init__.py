@@ -9,6 +9,14 @@ from cluster_sim.traces.openb import load_openb
 from cluster_sim.traces.philly import load_philly
 from cluster_sim.traces.pollux import load_pollux
 from cluster_sim.traces.table import TraceFormatError
-from cluster_sim.traces.window import window
+from cluster_sim.traces.window import QuietWindowError, window
 
-__all__ = ["TraceFormatError", "load_gavel", "load_openb", "load_philly", "load_pollux", "window"]
+__all__ = [
+    "QuietWindowError",
+    "TraceFormatError",
+    "load_gavel",
+    "load_openb",
+    "load_philly",
+    "load_pollux",
+    "window",
+]

@@ -26,6 +26,10 @@ import numpy as np
 from cluster_sim.workload import Workload
 
 
+class QuietWindowError(ValueError):
+    """A window whose jobs cannot offer the load asked: a caller drawing random windows may draw another."""
+
+
 def check_window_options(time_range: tuple[float, float] | None, max_jobs: int | None, arrival_scale: float) -> None:
     """Raise ValueError naming the bad option."""
     if time_range is not None:
@@ -118,7 +122,7 @@ def _scale_for_load(
     is concave in ``s`` and zero at 0, so its positive root is unique: found by bisection.
     """
     if len(arrival) < 2:
-        raise ValueError("load=F needs a window with at least two jobs")
+        raise QuietWindowError("load=F needs a window with at least two jobs")
     end = time_range[1] if time_range is not None and math.isfinite(time_range[1]) else None
     span = (end - t0) if end is not None else float(arrival[-1] - arrival[0])
     if span <= 0:
@@ -128,7 +132,7 @@ def _scale_for_load(
     target = load * cluster_gpus * span
     most = float(np.dot(g, left)) / (cluster_gpus * span)  # the load if every job arrived at once
     if most <= load:
-        raise ValueError(
+        raise QuietWindowError(
             f"load={load}: this window's {len(arrival)} jobs offer at most {most:.3g} x the cluster's GPUs "
             "(even arriving all at once); choose a lower load, a longer window or a smaller cluster"
         )
