@@ -157,7 +157,7 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         "",
     ]
     if train_info is not None and cfg.train_config is not None:
-        from marl.env_config import EnvConfig
+        from marl.env.placement_config import EnvConfig
 
         t = cfg.train_config
         env = EnvConfig.from_dict(t.env)

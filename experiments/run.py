@@ -1,7 +1,7 @@
 """`marlsched run CONFIG`: one experiment from one YAML file, on in-process Ray or an existing Ray cluster.
 
 Steps: copy the config into the results folder; train the MARL policy where the config asks (via
-:mod:`marl.train`, resuming a killed training); evaluate every scheduler on every seed as one Ray task each;
+:mod:`marl.training.train`, resuming a killed training); evaluate every scheduler on every seed as one Ray task each;
 measure agent-count scaling where the config asks; write ``metrics.csv``, ``report.md`` and the plots.
 
 Resuming: every finished evaluation task leaves ``tasks/<scheduler>__seed<N>/`` (written to a temporary
@@ -40,7 +40,7 @@ from experiments.tasks import (
     task_id,
     write_task,
 )
-from marl.local_ray import start_local_ray
+from marl.training.local_ray import start_local_ray
 
 Log = Callable[[str], None]
 
@@ -237,7 +237,7 @@ def train_if_asked(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]
     """Train (or resume training) the policy the ``marl`` scheduler evaluates; skipped once done."""
     if cfg.train_config is None or MARL not in cfg.schedulers:
         return None
-    from marl.train import train
+    from marl.training.train import train
 
     run_dir = out / TRAIN_DIR
     done_marker = run_dir / "done.json"

@@ -1,7 +1,7 @@
 """Experiment configs for `marlsched run`: one YAML file describes a whole experiment (cluster, workload,
 schedulers to compare over seeds, optional MARL training, optional agent-count scaling, Ray settings).
 
-Validation reuses marl.config's checker, so a wrong key or value fails at once with the file, the dotted
+Validation reuses marl.training.config's checker, so a wrong key or value fails at once with the file, the dotted
 key path, its line and the allowed keys or values. The ``train`` section is a training config (the keys
 of `marlsched train --config`); ``train.extends: PATH`` starts from a training YAML file and the other
 keys of the section override it (mappings merge key by key). Its ``env.cluster`` defaults to the
@@ -21,7 +21,7 @@ import yaml
 
 from experiments.simulate import folder_policy, load_folder_policy
 from interference.loader import interference_modes
-from marl.config import (
+from marl.training.config import (
     ConfigChecker,
     TrainConfig,
     TrainConfigError,
@@ -122,7 +122,7 @@ class ExperimentConfig:
 
 
 class _PrefixedChecker(ConfigChecker):
-    """marl.config's checker with every key path under a prefix (the embedded ``train`` section)."""
+    """marl.training.config's checker with every key path under a prefix (the embedded ``train`` section)."""
 
     def __init__(self, source: str, lines: dict[tuple[str, ...], int], prefix: tuple[str, ...]) -> None:
         super().__init__(source, lines)
@@ -180,7 +180,7 @@ def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> 
         raise chk.fail(("env", "cluster"), "must equal the experiment's cluster (or leave it out to inherit it)")
     env.setdefault("cluster", cfg.cluster)
     data["env"] = env
-    # training never draws the evaluation seeds (marl.train keeps evaluation.seeds out of its workloads)
+    # training never draws the evaluation seeds (marl.training.train keeps evaluation.seeds out of its workloads)
     evaluation = dict(data.get("evaluation") or {})
     evaluation.setdefault("seeds", list(cfg.seeds))
     data["evaluation"] = evaluation

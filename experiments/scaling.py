@@ -54,7 +54,7 @@ def reference_weights(cfg: ExperimentConfig, folder: Path, log: Log) -> dict[str
     """The shared network's parameters (warm-started at ``reference_agents``, or untrained); cached on disk."""
     import torch
 
-    from marl.train import module_spec_for
+    from marl.training.train import module_spec_for
 
     sc, t = cfg.scaling_config, cfg.train_config
     assert sc is not None and t is not None
@@ -67,7 +67,7 @@ def reference_weights(cfg: ExperimentConfig, folder: Path, log: Log) -> dict[str
     torch.manual_seed(t.seed)
     module = spec.build()
     if sc.policy == "warm-start":
-        from marl.warm_start import collect_expert_data, split_holdout, train_imitation
+        from marl.training.warm_start import collect_expert_data, split_holdout, train_imitation
 
         ws = t.warm_start
         t0 = time.perf_counter()
@@ -95,7 +95,7 @@ def reference_weights(cfg: ExperimentConfig, folder: Path, log: Log) -> dict[str
 
 def module_for(cfg: ExperimentConfig, agents: int, weights: Mapping[str, Any], workload: str) -> tuple[Any, Any]:
     """(RLModule spec, module with the shared weights, env) for ``agents`` partitions."""
-    from marl.train import module_spec_for
+    from marl.training.train import module_spec_for
 
     assert cfg.train_config is not None
     spec, env = module_spec_for(cfg.train_config, _env_config(cfg, agents, workload))
@@ -109,7 +109,7 @@ def module_for(cfg: ExperimentConfig, agents: int, weights: Mapping[str, Any], w
 
 def rollout_throughput(cfg: ExperimentConfig, spec: Any, module: Any, agents: int) -> dict[str, float]:
     """Env and agent steps per second of ``env_runners`` RLlib EnvRunners sampling in parallel."""
-    from marl.train import build_ppo_config, load_module_weights
+    from marl.training.train import build_ppo_config, load_module_weights
 
     sc, t = cfg.scaling_config, cfg.train_config
     assert sc is not None and t is not None
@@ -147,8 +147,8 @@ def rollout_throughput(cfg: ExperimentConfig, spec: Any, module: Any, agents: in
 def evaluation_episode(cfg: ExperimentConfig, module: Any, env: Any, agents: int) -> dict[str, Any]:
     """One episode of the scaling workload with the policy in-process; wall time, latency and JCT."""
     from experiments.tasks import build_eval_simulator
-    from marl.export import TorchScriptPolicy
-    from marl.scheduler import MarlScheduler
+    from marl.deploy.export import TorchScriptPolicy
+    from marl.deploy.scheduler import MarlScheduler
 
     sc = cfg.scaling_config
     assert sc is not None

@@ -54,7 +54,7 @@ def add_train_commands(subparsers) -> None:
         "train-priority",
         help="train the preemptive priority agents (QSSF warm start, PPO on trace windows) and export them",
         description=(
-            "Train the priority agents of marl.priority_agents on random windows of a trace with RLlib PPO; "
+            "Train the priority agents of marl.env.priority_agents on random windows of a trace with RLlib PPO; "
             "writes progress.csv, learning_curve.png and the exported policy folder OUT/policy, usable as "
             "`simulate --policy marl:OUT/policy` on any cluster."
         ),
@@ -85,8 +85,8 @@ def add_train_commands(subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from marl.config import config_agent, load_train_config
-    from marl.train import resume_config, train
+    from marl.training.config import config_agent, load_train_config
+    from marl.training.train import resume_config, train
 
     if args.config and config_agent(args.config) is not None:
         return _run_train_baseline(args)
@@ -123,7 +123,7 @@ def _run_train_baseline(args: argparse.Namespace) -> int:
     from marl.baselines.dl2_train import load_dl2_config, train_dl2
     from marl.baselines.metaplace_train import load_metaplace_config, train_metaplace
     from marl.baselines.topdrl_train import load_topdrl_config, train_topdrl
-    from marl.config import config_agent
+    from marl.training.config import config_agent
 
     trainers = {
         "topdrl": (load_topdrl_config, train_topdrl),
@@ -155,15 +155,15 @@ def _run_train_baseline(args: argparse.Namespace) -> int:
 
 
 def run_train_priority(args: argparse.Namespace) -> int:
-    from marl.priority_train import train_priority
+    from marl.training.priority_train import train_priority
 
     train_priority(args.config, args.out)
     return 0
 
 
 def run_tune_priority(args: argparse.Namespace) -> int:
-    from marl.priority_train import load_config
-    from marl.priority_tune import TUNE_DEFAULTS, tune_hysteresis
+    from marl.training.priority_train import load_config
+    from marl.training.priority_tune import TUNE_DEFAULTS, tune_hysteresis
 
     cfg = load_config(args.config)
     base = cfg["tune"] or TUNE_DEFAULTS  # the config's tune section, where it has one, gives the defaults
@@ -178,7 +178,7 @@ def run_tune_priority(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from marl.export import export_policy_dir
+    from marl.deploy.export import export_policy_dir
 
     meta = export_policy_dir(args.checkpoint, args.out, onnx=not args.no_onnx)
     files = [meta["files"]["torchscript"], *meta["files"]["onnx"], "metadata.json"]

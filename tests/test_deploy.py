@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from marl.config import parse_train_config
-from marl.evaluation import eval_simulator
-from marl.export import export_policy_dir, load_marl_policy
-from marl.run_folder import RunFolder
-from marl.train import module_spec_for, training_env_config
-from marl.warm_start import run_warm_start
+from marl.deploy.export import export_policy_dir, load_marl_policy
+from marl.training.config import parse_train_config
+from marl.training.evaluation import eval_simulator
+from marl.training.run_folder import RunFolder
+from marl.training.train import module_spec_for, training_env_config
+from marl.training.warm_start import run_warm_start
 
 CFG = {
     "name": "deploy",
@@ -60,7 +60,7 @@ def reference(policy_dir: Path):
 def test_actor_deployment_matches_in_process_inference(
     ray_local, policy_dir: Path, reference, num_actors: int, groups: list[list[int]]
 ) -> None:
-    from marl.deploy import RayActorPolicy
+    from marl.deploy.actors import RayActorPolicy
 
     sim, ref, calls = reference
     policy = RayActorPolicy(policy_dir, num_actors=num_actors, num_cpus=0.25)
@@ -82,7 +82,7 @@ def test_actor_deployment_matches_in_process_inference(
 
 
 def test_actors_default_to_one_per_cpu(ray_local, policy_dir: Path) -> None:
-    from marl.deploy import RayActorPolicy
+    from marl.deploy.actors import RayActorPolicy
 
     policy = RayActorPolicy(policy_dir)
     try:
@@ -93,8 +93,8 @@ def test_actors_default_to_one_per_cpu(ray_local, policy_dir: Path) -> None:
 
 
 def test_killed_agent_actor_is_restarted_and_no_job_is_lost(ray_local, policy_dir: Path, reference) -> None:
-    from marl.deploy import RayActorPolicy
-    from marl.export import marl_scheduler
+    from marl.deploy.actors import RayActorPolicy
+    from marl.deploy.export import marl_scheduler
 
     sim, ref, calls = reference
     policy = RayActorPolicy(policy_dir, num_actors=2, num_cpus=0.25)
@@ -128,8 +128,8 @@ def priority_dir(tmp_path_factory) -> Path:
     """A priority-agent policy with random residual weights, so that its scores differ from QSSF's."""
     import torch
 
-    from marl.priority_export import save_priority_policy
-    from marl.priority_net import PriorityNet
+    from marl.deploy.priority_export import save_priority_policy
+    from marl.models.priority_net import PriorityNet
 
     torch.manual_seed(1)
     net = PriorityNet(16)
@@ -143,9 +143,9 @@ def test_priority_agents_on_actors_match_in_process_and_survive_a_crash(
     ray_local, priority_dir: Path, traces_dir: Path
 ) -> None:
     from cluster_sim.build import build_simulator
-    from marl.deploy import deploy_policy
-    from marl.priority_agents import PriorityAgents
-    from marl.priority_export import load_priority_policy
+    from marl.deploy.actors import deploy_policy
+    from marl.deploy.priority_export import load_priority_policy
+    from marl.env.priority_agents import PriorityAgents
 
     start = 4_973_359 + 6 * 86400  # a held-out day of Philly at load 0.9: jobs queue
     spec = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,start={start},end={start + 86400},load=0.9"

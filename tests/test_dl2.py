@@ -24,7 +24,7 @@ from marl.baselines.dl2 import (
     save_dl2_policy,
 )
 from marl.baselines.dl2_train import parse_dl2_config, train_dl2
-from marl.config import TrainConfigError
+from marl.training.config import TrainConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "experiments" / "policies" / "dl2-pollux"

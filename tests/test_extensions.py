@@ -180,7 +180,7 @@ def test_readme_python_api_runs_exactly_as_printed(tmp_path: Path, monkeypatch, 
 def test_pettingzoo_parallel_env_passes_the_api_test() -> None:
     from pettingzoo.test import parallel_api_test
 
-    from marl.standard_envs import ParallelSchedEnv
+    from marl.env.standard_envs import ParallelSchedEnv
 
     env = ParallelSchedEnv({"cluster": CLUSTER_64, "workload": "synthetic:40,load=10", "num_agents": 4})
     parallel_api_test(env, num_cycles=1000)
@@ -206,7 +206,7 @@ def test_pettingzoo_parallel_env_passes_the_api_test() -> None:
 def test_gymnasium_env_passes_check_env_and_replaces_forbidden_actions() -> None:
     from gymnasium.utils.env_checker import check_env
 
-    from marl.standard_envs import SingleAgentSchedEnv
+    from marl.env.standard_envs import SingleAgentSchedEnv
 
     env = SingleAgentSchedEnv({"cluster": CLUSTER_64, "workload": "synthetic:40,load=10"})
     check_env(env, skip_render_check=True)
@@ -310,8 +310,8 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     from marl.baselines.dl2_train import load_dl2_config
     from marl.baselines.metaplace_train import load_metaplace_config
     from marl.baselines.topdrl_train import load_topdrl_config
-    from marl.config import config_agent, load_train_config
-    from marl.priority_train import load_config as load_priority_config
+    from marl.training.config import config_agent, load_train_config
+    from marl.training.priority_train import load_config as load_priority_config
     from topology.datacenter import CLUSTER_PRESETS
 
     monkeypatch.chdir(REPO)

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import topology
-from marl.hgnn import (
+from marl.env.obs_layout import CAND_EXTRA_FEATURES, OBS_KEYS, ObsLayout
+from marl.models.hgnn import (
     FLOAT_MIN,
     FixedGCNConv,
     HGNNPolicyNet,
@@ -23,7 +24,6 @@ from marl.hgnn import (
     hierarchy_arrays,
     trace_policy,
 )
-from marl.obs_layout import CAND_EXTRA_FEATURES, OBS_KEYS, ObsLayout
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -333,7 +333,7 @@ def test_ppo_trains_shared_hgnn_module_and_checkpoint_round_trips(ray_local, tmp
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    from marl.rl_module import HGNNRLModule, hgnn_module_spec
+    from marl.models.rl_module import HGNNRLModule, hgnn_module_spec
 
     spec = hgnn_module_spec(PPO_LAYOUT, PPO_HIER, hidden=32)
     config = (

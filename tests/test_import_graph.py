@@ -78,3 +78,24 @@ def test_packages_import_only_downwards() -> None:
         "imports against the package order (experiments > marl > cluster_sim > topology, interference): "
         + "; ".join(sorted(wrong))
     )
+
+
+# inside marl, the layers of the architecture: what an agent sees, its networks, running a trained policy,
+# training one; the published baselines and the command line on top
+MARL_RANK = {"env": 0, "models": 1, "deploy": 2, "training": 3, "baselines": 4, "cli": 5}
+
+
+def test_marl_layers_import_only_downwards() -> None:
+    graph = import_graph()
+    layers = {m.split(".")[1] for m in graph if m.startswith("marl.") and m.count(".") >= 1}
+    assert layers == set(MARL_RANK), f"marl's layout changed: {sorted(layers)}; update MARL_RANK"
+    wrong = [
+        f"{mod} imports {dep}"
+        for mod, deps in graph.items()
+        if mod.startswith("marl.")
+        for dep in deps
+        if dep.startswith("marl.") and MARL_RANK[dep.split(".")[1]] > MARL_RANK[mod.split(".")[1]]
+    ]
+    assert not wrong, "imports against marl's layers (env < models < deploy < training < baselines < cli): " + (
+        "; ".join(sorted(wrong))
+    )

@@ -14,11 +14,11 @@ from cluster_sim.policies import get_policy
 from cluster_sim.protocol import ClusterStateView
 from cluster_sim.simulator import Simulator
 from cluster_sim.workload import Workload
-from marl.dispatch import SPILL, Dispatcher, owned_agents
-from marl.env import MarlSchedEnv
-from marl.expert import ExpertPolicy
-from marl.obs_layout import CAND_EXTRA_FEATURES, GPU_FEATURES, OBS_KEYS
-from marl.scheduler import MarlScheduler, greedy
+from marl.deploy.scheduler import MarlScheduler, greedy
+from marl.env.dispatch import SPILL, Dispatcher, owned_agents
+from marl.env.obs_layout import CAND_EXTRA_FEATURES, GPU_FEATURES, OBS_KEYS
+from marl.env.placement_env import MarlSchedEnv
+from marl.training.expert import ExpertPolicy
 
 
 def busy_workload(n: int, seed: int, tenants: int = 4, gap: float = 60.0, min_duration: float = 0.0) -> Workload:
@@ -166,7 +166,7 @@ def test_rllib_runner_steps_several_environments_with_one_module() -> None:
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
     from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
 
-    from marl.rl_module import hgnn_module_spec
+    from marl.models.rl_module import hgnn_module_spec
 
     env_config = {"workload": "synthetic:12,load=1.5", "seed": 0, "envs_per_runner": 3}
     probe = MarlSchedEnv(env_config)
@@ -460,7 +460,7 @@ def test_ppo_iteration_with_hgnn_module(ray_local) -> None:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
-    from marl.rl_module import hgnn_module_spec
+    from marl.models.rl_module import hgnn_module_spec
 
     env_config = {"cluster": "small", "workload": "synthetic:20,load=1.5", "num_agents": 4, "seed": 0}
     probe = MarlSchedEnv(env_config)

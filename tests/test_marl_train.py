@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from marl.config import TrainConfigError, load_train_config, parse_train_config
-from marl.env import MarlSchedEnv
-from marl.expert import ExpertPolicy
-from marl.obs_layout import OBS_KEYS
-from marl.rl_module import hgnn_module_spec
-from marl.warm_start import collect_expert_data, equivalent_actions, split_holdout, train_imitation
+from marl.env.obs_layout import OBS_KEYS
+from marl.env.placement_env import MarlSchedEnv
+from marl.models.rl_module import hgnn_module_spec
+from marl.training.config import TrainConfigError, load_train_config, parse_train_config
+from marl.training.expert import ExpertPolicy
+from marl.training.warm_start import collect_expert_data, equivalent_actions, split_holdout, train_imitation
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -165,7 +165,7 @@ def _rows(run: Path) -> list[dict[str, str]]:
 
 @pytest.mark.slow
 def test_warm_start_weights_reach_learner_and_env_runners(ray_local) -> None:
-    from marl.train import build_ppo_config, load_module_weights, module_spec_for, training_env_config
+    from marl.training.train import build_ppo_config, load_module_weights, module_spec_for, training_env_config
 
     cfg = parse_train_config(TINY)
     env_config = training_env_config(cfg)
@@ -196,8 +196,8 @@ def test_train_checkpoint_resume_export_and_evaluate(ray_local, tmp_path: Path, 
     from ray.rllib.core.rl_module.rl_module import RLModule
 
     from marl.cli import add_train_commands
-    from marl.export import MODULE_SUBDIR, TorchScriptPolicy, read_metadata
-    from marl.train import resume_config, train
+    from marl.deploy.export import MODULE_SUBDIR, TorchScriptPolicy, read_metadata
+    from marl.training.train import resume_config, train
 
     cfg = parse_train_config(TINY)
     run = tmp_path / "run"
@@ -269,10 +269,10 @@ def test_train_checkpoint_resume_export_and_evaluate(ray_local, tmp_path: Path, 
 
 
 def test_policy_with_learned_predictor_exports_and_runs_without_ray(tmp_path: Path, traces_dir: Path) -> None:
-    from marl.export import export_policy_dir, read_metadata
-    from marl.run_folder import RunFolder
-    from marl.train import module_spec_for, prepare_predictor, training_env_config
-    from marl.warm_start import run_warm_start
+    from marl.deploy.export import export_policy_dir, read_metadata
+    from marl.training.run_folder import RunFolder
+    from marl.training.train import module_spec_for, prepare_predictor, training_env_config
+    from marl.training.warm_start import run_warm_start
 
     data = json.loads(json.dumps(TINY))
     data["env"]["interference"] = "learned"  # trains a (tiny) predictor into the run folder
@@ -290,9 +290,9 @@ def test_policy_with_learned_predictor_exports_and_runs_without_ray(tmp_path: Pa
     code = textwrap.dedent(
         f"""
         import sys
-        from marl.export import load_marl_policy
-        from marl.config import parse_train_config
-        from marl.evaluation import eval_simulator
+        from marl.deploy.export import load_marl_policy
+        from marl.training.config import parse_train_config
+        from marl.training.evaluation import eval_simulator
         sched = load_marl_policy({str(tmp_path / "policy")!r})
         assert sched.predictor.name == "learned", sched.predictor
         cfg = parse_train_config({TINY!r})

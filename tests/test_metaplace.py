@@ -25,7 +25,7 @@ from marl.baselines.metaplace import (
     save_metaplace_policy,
 )
 from marl.baselines.metaplace_train import mix_cluster, parse_metaplace_config, train_metaplace
-from marl.config import TrainConfigError
+from marl.training.config import TrainConfigError
 from tests.test_dl2 import NoLengthView
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,9 +13,9 @@ import torch
 from cluster_sim.build import build_simulator
 from cluster_sim.policies import get_policy
 from cluster_sim.workload import Workload
-from marl.priority_agents import PriorityAgents, qssf_scores
-from marl.priority_env import PriorityEnvConfig
-from marl.priority_net import NetScorer, PriorityNet
+from marl.env.priority_agents import PriorityAgents, qssf_scores
+from marl.env.priority_env import PriorityEnvConfig
+from marl.models.priority_net import NetScorer, PriorityNet
 
 DEV = 4_973_359.0
 SHIPPED = Path(__file__).resolve().parents[1] / "experiments" / "policies" / "philly-small"
@@ -102,7 +102,7 @@ def test_random_scores_preempt_and_lose_no_job(window: str) -> None:
 
 @pytest.mark.slow
 def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
-    from marl.priority_env import PriorityEnv
+    from marl.env.priority_env import PriorityEnv
 
     env = PriorityEnv({"workload": window, "interference": "none", "interference_data": None})
     obs, _ = env.reset()
@@ -133,8 +133,8 @@ def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
 def test_critic_inputs_move_the_value_and_never_the_scores() -> None:
     from ray.rllib.core.columns import Columns
 
-    from marl.priority_features import JobSetLayout
-    from marl.priority_module import priority_module_spec
+    from marl.env.priority_features import JobSetLayout
+    from marl.models.priority_module import priority_module_spec
 
     torch.manual_seed(0)
     module = priority_module_spec(JobSetLayout(N=6, K=2), hidden=8).build()
@@ -151,7 +151,7 @@ def test_critic_inputs_move_the_value_and_never_the_scores() -> None:
 
 @pytest.mark.slow
 def test_export_equals_the_network_and_runs_on_another_cluster(tmp_path: Path, window: str) -> None:
-    from marl.priority_export import load_priority_policy, save_priority_policy
+    from marl.deploy.priority_export import load_priority_policy, save_priority_policy
 
     torch.manual_seed(0)
     net = PriorityNet(16)
@@ -207,8 +207,8 @@ def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces
 
     import yaml
 
-    from marl.priority_export import load_priority_policy
-    from marl.priority_train import train_priority
+    from marl.deploy.priority_export import load_priority_policy
+    from marl.training.priority_train import train_priority
 
     cfg = {
         "env": {
@@ -254,7 +254,7 @@ def test_same_seed_same_policy(ray_local, tmp_path: Path, traces_dir: Path) -> N
 
     import yaml
 
-    from marl.priority_train import train_priority
+    from marl.training.priority_train import train_priority
 
     cfg = {
         "env": {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "window_days": 0.1,
@@ -280,7 +280,7 @@ def test_same_seed_same_policy(ray_local, tmp_path: Path, traces_dir: Path) -> N
 def test_quiet_windows_are_drawn_again_and_impossible_settings_say_so(
     window: str, traces_dir: Path, monkeypatch
 ) -> None:
-    import marl.priority_env as penv
+    import marl.env.priority_env as penv
 
     trace = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv"
     # 6-hour windows at loads near 1: many nights of the trace cannot offer that; the env draws another
@@ -301,7 +301,7 @@ def test_quiet_windows_are_drawn_again_and_impossible_settings_say_so(
 
 def test_an_iteration_that_sampled_nothing_stops_training() -> None:
     # RLlib takes failed env runners out of service and goes on; training must not export the warm start.
-    from marl.run_folder import train_iteration
+    from marl.training.run_folder import train_iteration
 
     class AllRunnersFailed:
         def train(self) -> dict:
@@ -312,7 +312,7 @@ def test_an_iteration_that_sampled_nothing_stops_training() -> None:
 
 
 def test_bad_config_names_the_key(tmp_path: Path) -> None:
-    from marl.priority_train import load_config
+    from marl.training.priority_train import load_config
 
     path = tmp_path / "bad.yaml"
     path.write_text("env:\n  windw_days: 3\n")
@@ -334,7 +334,7 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
 
 
 def test_training_windows_refuse_a_period_too_short_for_one() -> None:
-    from marl.priority_tune import training_windows
+    from marl.training.priority_tune import training_windows
 
     env = {"trace": "philly:x.csv", "train_start": 2_592_000, "train_end": 2_592_000 + 86400, "window_days": 0.5}
     assert len(training_windows(PriorityEnvConfig.from_dict(env), 0.5, 0.25, 0.9)) == 3

@@ -12,9 +12,10 @@ import torch
 
 from cluster_sim.build import build_simulator
 from cluster_sim.policies.rigid_rounds import ScoredRounds
-from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer, pair_features
-from marl.rounds_es import RoundsESConfig
-from marl.rounds_imitation import ImitationConfig, load_rounds_policy, round_loss, train
+from marl.deploy.rounds_policy import load_rounds_policy
+from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer, pair_features
+from marl.training.rounds_es import RoundsESConfig
+from marl.training.rounds_imitation import ImitationConfig, round_loss, train
 
 TINY = dict(
     first_start=4_973_359.0 - 86_400.0, days=0.25, load=0.2, windows=1, iterations=1, epochs=2, every=1, hidden=16
@@ -166,7 +167,7 @@ def test_es_writes_a_policy_no_worse_than_its_warm_start_and_is_seeded(tmp_path:
     import json
 
     from experiments.simulate import make_scheduler_by_name
-    from marl.rounds_es import train as es_train
+    from marl.training.rounds_es import train as es_train
 
     metas = [es_train(es_config(traces_dir), tmp_path / k, log=lambda *_: None) for k in ("a", "b")]
     meta = json.loads((tmp_path / "a" / "metadata.json").read_text())
@@ -200,7 +201,7 @@ def test_bad_es_config_names_the_field(traces_dir: Path) -> None:
 def test_antithetic_es_climbs_a_quadratic_and_checks_its_fitnesses() -> None:
     """Maximising -|θ - 1|² from 0: 60 steps of 4 antithetic pairs bring θ close to 1 in every coordinate;
     telling the wrong number of fitnesses is an error."""
-    from marl.es import AntitheticES, centred_ranks
+    from marl.training.es import AntitheticES, centred_ranks
 
     es = AntitheticES(np.zeros(3), sigma=0.1, lr=0.05, pairs=4, rng=np.random.default_rng(0))
     for _ in range(60):

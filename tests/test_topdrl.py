@@ -15,7 +15,7 @@ import torch
 from cluster_sim.build import build_simulator
 from marl.baselines.topdrl import TopDRL, TopDRLNet, load_topdrl_policy, save_topdrl_policy
 from marl.baselines.topdrl_train import parse_topdrl_config, returns_at, train_topdrl
-from marl.config import TrainConfigError
+from marl.training.config import TrainConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "experiments" / "policies" / "topdrl-small"

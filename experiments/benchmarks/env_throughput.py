@@ -38,7 +38,7 @@ GAVEL = REPO.parent / "shared" / "traces" / "gavel" / "simulation_throughputs.js
 
 
 def env_config(config: str, interference_model: str | None) -> tuple[Any, dict[str, Any]]:
-    from marl.config import load_train_config
+    from marl.training.config import load_train_config
 
     cfg = load_train_config(config)
     env = cfg.env_config()
@@ -81,10 +81,10 @@ def one_process(config: str, steps: int, interference_model: str | None, seed: i
     import torch
 
     from cluster_sim.simulator import Simulator
-    from marl.coordinator import Coordinator
-    from marl.env import MarlSchedEnv
-    from marl.obs_layout import OBS_KEYS
-    from marl.train import module_spec_for
+    from marl.env.coordinator import Coordinator
+    from marl.env.obs_layout import OBS_KEYS
+    from marl.env.placement_env import MarlSchedEnv
+    from marl.training.train import module_spec_for
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
@@ -146,7 +146,7 @@ def rllib_sampling(
     times each (in-process Ray, or the cluster at ``address``)."""
     import ray
 
-    from marl.train import build_ppo_config, module_spec_for, training_env_config
+    from marl.training.train import build_ppo_config, module_spec_for, training_env_config
 
     cfg, env_cfg = env_config(config, interference_model)
     cfg = replace(cfg, ppo=replace(cfg.ppo, num_envs_per_env_runner=envs))

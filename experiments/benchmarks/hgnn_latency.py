@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 import topology
-from marl.hgnn import HGNNPolicyNet, example_inputs, trace_policy
-from marl.obs_layout import ObsLayout
+from marl.env.obs_layout import ObsLayout
+from marl.models.hgnn import HGNNPolicyNet, example_inputs, trace_policy
 
 
 def _time_ms(fn: Callable[[], object], repeats: int, warmup: int = 10) -> tuple[float, float]:

@@ -9,7 +9,7 @@ GPUs each), so by default the script exports an untrained policy of dc-1k's shap
 exported policy of the right shape instead.
 
 Figures: ``decisions_per_s`` (answers of agents that had a choice, per second of the episode; an agent
-with a single allowed action is not asked, see :mod:`marl.deploy`), ``ms_per_decision`` (forward time
+with a single allowed action is not asked, see :mod:`marl.deploy.actors`), ``ms_per_decision`` (forward time
 per agent decision inside the actors), ``ms_per_round`` (one round as the simulator sees it: all asked
 agents, Ray's transport included), and the share of the episode's wall time spent in the actors versus
 the coordinator (candidates and features). ``--check`` replays the episode with in-process inference and
@@ -40,10 +40,10 @@ def export_untrained(
     out: Path, cluster: str, agents: int, queue_slots: int, hidden: int, predictor: str | None
 ) -> Path:
     """Export a freshly initialised (seed 0) policy of ``cluster``'s partition shape into ``out/policy``."""
-    from marl.config import parse_train_config
-    from marl.export import export_policy_dir
-    from marl.run_folder import CKPT_META, checkpoint_meta
-    from marl.train import module_spec_for
+    from marl.deploy.export import CKPT_META, export_policy_dir
+    from marl.training.config import parse_train_config
+    from marl.training.run_folder import checkpoint_meta
+    from marl.training.train import module_spec_for
 
     env: dict[str, Any] = {
         "cluster": cluster,
@@ -94,8 +94,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cluster_sim.simulator import Simulator
     from cluster_sim.workload_spec import parse_workload_spec
     from interference import load_interference_model
-    from marl.deploy import RayActorPolicy
-    from marl.export import marl_scheduler, read_metadata
+    from marl.deploy.actors import RayActorPolicy
+    from marl.deploy.export import marl_scheduler, read_metadata
     from topology import build_cluster
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ray.shutdown()
         identical = None
         if args.check:
-            from marl.export import load_marl_policy
+            from marl.deploy.export import load_marl_policy
 
             print("  replaying the episode with in-process inference ...", flush=True)
             reference = sim.run(load_marl_policy(policy_dir))

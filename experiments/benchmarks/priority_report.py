@@ -10,7 +10,7 @@ policy, in one run (parallel simulations, one process per CPU), written to ``OUT
    whole racks, and ``small`` has only 4): average JCT and forward time per round and per agent decision
    (``agents.png``).
 4. dc-1k with 32 agents served by Ray actors: average JCT beside Tiresias, and decisions per second
-   (``marl.deploy.RayActorScorer``). Philly's held-out weeks cannot load dc-1k (8,192 GPUs, about three
+   (``marl.deploy.actors.RayActorScorer``). Philly's held-out weeks cannot load dc-1k (8,192 GPUs, about three
    times Philly's cluster): offering 0.4 of it already squeezes their 11,634 jobs into two hours, a
    burst. So dc-1k runs a steady synthetic stream with Philly's job statistics at load 0.9
    (``--dc1k-workload``, tenants' models by the independent rule).
@@ -70,7 +70,7 @@ def run_one(task: dict[str, Any]) -> dict[str, Any]:
     """One simulation: ``task`` names the cluster, the workload spec, the scheduler and its agents."""
     from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
-    from marl.priority_export import load_priority_policy
+    from marl.deploy.priority_export import load_priority_policy
 
     data = f"gavel:{GAVEL}" if GAVEL.is_file() else None
     sim = build_simulator(task["cluster"], task["spec"], seed=0, interference="oracle", interference_data=data)
@@ -219,7 +219,7 @@ def dc1k(policy_dir: str, spec: str, agents: int) -> dict[str, Any]:
 
     from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
-    from marl.deploy import deploy_policy
+    from marl.deploy.actors import deploy_policy
 
     data = f"gavel:{GAVEL}" if GAVEL.is_file() else None
     started = not ray.is_initialized()
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dc1k-workload", default="synthetic:10000,load=0.9", help="dc-1k's workload spec")
     ap.add_argument("--reuse", action="store_true", help="keep the simulations already in OUT/results.json")
     args = ap.parse_args(argv)
-    from marl.priority_export import is_priority_policy
+    from marl.deploy.priority_export import is_priority_policy
 
     if not is_priority_policy(args.policy):
         raise SystemExit(

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.results import write_atomic
-from marl.env_config import EnvConfig
-from marl.obs_layout import ObsLayout
-from marl.scheduler import MarlScheduler
+from marl.deploy.scheduler import MarlScheduler
+from marl.env.obs_layout import ObsLayout
+from marl.env.placement_config import EnvConfig
 
 DEFAULT_ENV: dict[str, Any] = {
     "cluster": "experiments/configs/clusters/small-64.yaml",
@@ -64,10 +64,10 @@ class SB3Scheduler(MarlScheduler):
 
 
 def train(steps: int, out: Path, env_config: dict[str, Any], seed: int = 0) -> Path:
-    """PPO (Stable-Baselines3 defaults, smaller rollouts) on :class:`marl.standard_envs.SingleAgentSchedEnv`."""
+    """PPO (Stable-Baselines3 defaults, smaller rollouts) on :class:`marl.env.standard_envs.SingleAgentSchedEnv`."""
     from stable_baselines3 import PPO
 
-    from marl.standard_envs import SingleAgentSchedEnv
+    from marl.env.standard_envs import SingleAgentSchedEnv
 
     env = SingleAgentSchedEnv({**env_config, "seed": seed})
     model = PPO("MultiInputPolicy", env, n_steps=256, batch_size=64, n_epochs=4, seed=seed, verbose=0)

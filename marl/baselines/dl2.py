@@ -36,7 +36,7 @@ from torch import nn
 
 from cluster_sim.policies.optimus_elastic import ElasticOptimus
 from cluster_sim.protocol import RUNNING, SchedulerView
-from marl.policy_files import atomic_folder, load_torchscript, read_json
+from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
 
 KIND = "dl2"
 JOB_FEATURES = (

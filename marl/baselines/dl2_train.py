@@ -47,7 +47,7 @@ from marl.baselines.training import (
     start_config,
     write_progress,
 )
-from marl.config import TrainConfigError, read_yaml_config
+from marl.training.config import TrainConfigError, read_yaml_config
 
 Log = Callable[[str], None]
 TEACHER = "optimus"
@@ -544,7 +544,7 @@ def train_dl2(
 ) -> dict[str, Any]:
     """Warm-start, train, select on the validation windows, export ``OUT/policy`` and (``evaluation``)
     compare with the heuristics: ``OUT/evaluation/{eval.json,comparison.md}``."""
-    from marl.policy_files import atomic_folder
+    from marl.deploy.policy_files import atomic_folder
 
     if iterations is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, iterations=iterations))

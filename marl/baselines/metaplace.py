@@ -37,7 +37,7 @@ import numpy as np
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.protocol import SchedulerView
-from marl.policy_files import atomic_folder, read_json
+from marl.deploy.policy_files import atomic_folder, read_json
 
 KIND = "metaplace"
 FEATURES = (

@@ -46,8 +46,8 @@ from marl.baselines.training import (
     start_config,
     write_progress,
 )
-from marl.config import TrainConfigError, read_yaml_config
-from marl.es import AntitheticES
+from marl.training.config import TrainConfigError, read_yaml_config
+from marl.training.es import AntitheticES
 
 Log = Callable[[str], None]
 SERVERS = {"V100": "nvswitch-8", "A100": "nvswitch-8"}  # other types: 8 GPUs on PCIe
@@ -493,7 +493,7 @@ def train_metaplace(
 ) -> dict[str, Any]:
     """Meta-train, select on the validation trials, export ``OUT/policy`` and (``adaptation.enabled``)
     measure adaptation: ``OUT/evaluation/{adaptation.json,adaptation.md,adaptation.png}``."""
-    from marl.policy_files import atomic_folder
+    from marl.deploy.policy_files import atomic_folder
 
     if iterations is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, iterations=iterations))

@@ -35,7 +35,7 @@ from cluster_sim.placement import FreePool
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, SchedulerView, Start
-from marl.policy_files import atomic_folder, load_torchscript, read_json
+from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
 
 KIND = "topdrl"
 SLOTS = 8  # GPU slots per server row of the cluster image (servers with fewer are padded)

@@ -45,7 +45,7 @@ from marl.baselines.training import (
     start_config,
     write_progress,
 )
-from marl.config import TrainConfigError, read_yaml_config
+from marl.training.config import TrainConfigError, read_yaml_config
 
 Log = Callable[[str], None]
 
@@ -451,7 +451,7 @@ def train_topdrl(
 ) -> dict[str, Any]:
     """Train, select on the validation windows, export ``OUT/policy`` and (``evaluation.enabled``) compare
     with the heuristics on the report windows: ``OUT/eval.json``, ``OUT/comparison.md``."""
-    from marl.policy_files import atomic_folder
+    from marl.deploy.policy_files import atomic_folder
 
     if iterations is not None:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, iterations=iterations))

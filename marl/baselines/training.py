@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from marl.config import ConfigChecker
+from marl.training.config import ConfigChecker
 
 DAY = 86_400.0
 REWARDS = ("throughput", "jct")

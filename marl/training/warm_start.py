@@ -25,12 +25,13 @@ import torch
 from torch import nn
 
 from cluster_sim.results import write_atomic
-from marl.config import TrainConfig
-from marl.env import MarlSchedEnv
-from marl.expert import ExpertPolicy
-from marl.hgnn import HGNNPolicyNet
-from marl.obs_layout import OBS_KEYS, ObsLayout
-from marl.run_folder import CKPT_META, RunFolder, checkpoint_meta
+from marl.deploy.export import CKPT_META
+from marl.env.obs_layout import OBS_KEYS, ObsLayout
+from marl.env.placement_env import MarlSchedEnv
+from marl.models.hgnn import HGNNPolicyNet
+from marl.training.config import TrainConfig
+from marl.training.expert import ExpertPolicy
+from marl.training.run_folder import RunFolder, checkpoint_meta
 
 
 @dataclass

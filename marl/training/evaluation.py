@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.results import write_atomic
-from marl.config import TrainConfig
-from marl.env_config import EnvConfig
+from marl.env.placement_config import EnvConfig
+from marl.training.config import TrainConfig
 
 Log = Callable[[str], None]
 
@@ -23,9 +23,9 @@ EVAL_METRICS = ("avg_jct", "p50_jct", "p95_jct", "avg_queue_delay", "makespan", 
 def evaluate_run(cfg: TrainConfig, run_dir: str | Path, log: Log = print) -> dict[str, Any]:
     """Trained policy, warm-started policy, expert and heuristics on the evaluation seeds; writes
     ``eval.json`` and ``comparison.md`` into ``run_dir``."""
-    from marl.expert import ExpertPolicy
-    from marl.export import TorchScriptPolicy, load_marl_policy, marl_scheduler, read_metadata
-    from marl.obs_layout import ObsLayout
+    from marl.deploy.export import TorchScriptPolicy, load_marl_policy, marl_scheduler, read_metadata
+    from marl.env.obs_layout import ObsLayout
+    from marl.training.expert import ExpertPolicy
 
     run_dir = Path(run_dir).resolve()
     policy_dir = run_dir / "policy"
@@ -33,7 +33,7 @@ def evaluate_run(cfg: TrainConfig, run_dir: str | Path, log: Log = print) -> dic
     schedulers: dict[str, Callable[[], Any]] = {"marl": lambda: load_marl_policy(policy_dir)}
     warm = run_dir / "warm_start" / "module"
     if warm.is_dir():
-        from marl.rl_module import HGNNRLModule
+        from marl.models.rl_module import HGNNRLModule
 
         net = HGNNRLModule.from_checkpoint(str(warm)).net
         warm_fn = TorchScriptPolicy(net)

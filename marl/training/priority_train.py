@@ -1,14 +1,14 @@
 """Train the priority agents with RLlib PPO on trace windows, and export the result.
 
 Warm start: the network's scores are QSSF's rank key plus a residual whose last layer starts at zero
-(:mod:`marl.priority_net`), so iteration 0 *is* QSSF, the strongest non-oracle heuristic; PPO then learns
+(:mod:`marl.models.priority_net`), so iteration 0 *is* QSSF, the strongest non-oracle heuristic; PPO then learns
 where to deviate. The reward is relative to QSSF's schedule of the same window
-(:mod:`marl.priority_env`), an input-dependent baseline. Progress goes to ``progress.csv`` and a
-learning-curve PNG; the network is exported to ``OUT/policy`` (:mod:`marl.priority_export`), and every
+(:mod:`marl.env.priority_env`), an input-dependent baseline. Progress goes to ``progress.csv`` and a
+learning-curve PNG; the network is exported to ``OUT/policy`` (:mod:`marl.deploy.priority_export`), and every
 ``snapshot_every`` iterations to ``OUT/snapshots/iter-NNN``, so that a policy can be selected on held-out
 windows (``experiments/benchmarks/heuristic_spread.py --policies marl:OUT/snapshots/iter-NNN``). A
 ``tune:`` section then selects the exported policy's preemption margin on the training period
-(:mod:`marl.priority_tune`), so the one command ends with the policy as deployed.
+(:mod:`marl.training.priority_tune`), so the one command ends with the policy as deployed.
 
     marlsched train-priority --config experiments/configs/marl_philly.yaml --out results/marl_philly
 """
@@ -24,9 +24,9 @@ from typing import Any
 
 import yaml
 
-from marl.local_ray import start_local_ray
-from marl.priority_env import PriorityEnv, PriorityEnvConfig
-from marl.run_folder import train_iteration
+from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
+from marl.training.local_ray import start_local_ray
+from marl.training.run_folder import train_iteration
 
 POLICY_ID = "shared"
 Log = Callable[[str], None]
@@ -61,7 +61,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}; allowed: {sorted(allowed)}")
-    from marl.priority_tune import TUNE_DEFAULTS
+    from marl.training.priority_tune import TUNE_DEFAULTS
 
     for section, defaults in (("model", MODEL_DEFAULTS), ("ppo", PPO_DEFAULTS), ("tune", TUNE_DEFAULTS)):
         bad = sorted(set(raw.get(section) or {}) - set(defaults))
@@ -105,7 +105,7 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
-    from marl.priority_module import priority_module_spec
+    from marl.models.priority_module import priority_module_spec
 
     p = cfg["ppo"]
     layout = PriorityEnv(cfg["env"]).layout
@@ -221,7 +221,7 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
             ray.shutdown()
     summary: dict[str, Any] = {"iterations": len(rows), "rows": rows, "policy": str(out / "policy")}
     if cfg["tune"] is not None:
-        from marl.priority_tune import tune_hysteresis
+        from marl.training.priority_tune import tune_hysteresis
 
         t = cfg["tune"]
         summary["tuned"] = tune_hysteresis(
@@ -235,8 +235,8 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
 
 def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], command: str) -> Callable[[Path], Path]:
     """``export(folder)``: the shared module's network as a policy folder, with how it was made."""
-    from marl.priority_export import save_priority_policy
-    from marl.priority_net import PriorityNet
+    from marl.deploy.priority_export import save_priority_policy
+    from marl.models.priority_net import PriorityNet
 
     def export(folder: Path) -> Path:
         module = algo.get_module(POLICY_ID)

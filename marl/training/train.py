@@ -1,8 +1,8 @@
 """`marlsched train`: imitation warm start, then PPO on RLlib's new API stack, then evaluation.
 
-The phases live in their own modules: the warm start in :mod:`marl.warm_start`, evaluation in
-:mod:`marl.evaluation`, the run folder (state for resuming, progress rows, learning curve, checkpoint
-metadata) in :mod:`marl.run_folder`. This module builds PPO and runs its loop, checkpointing and resuming.
+The phases live in their own modules: the warm start in :mod:`marl.training.warm_start`, evaluation in
+:mod:`marl.training.evaluation`, the run folder (state for resuming, progress rows, learning curve, checkpoint
+metadata) in :mod:`marl.training.run_folder`. This module builds PPO and runs its loop, checkpointing and resuming.
 
 Training draws episode workloads from the env's seed stream; :class:`DisjointSeedWorkload` moves any draw
 that hits an evaluation seed elsewhere, so evaluation is on unseen workloads by construction.
@@ -26,12 +26,12 @@ import yaml
 from cluster_sim.results import write_atomic
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
-from marl.config import TrainConfig, load_train_config, parse_train_config
-from marl.env_config import ENV_DEFAULTS
-from marl.evaluation import evaluate_run
-from marl.local_ray import start_local_ray
-from marl.run_folder import (
-    CKPT_META,
+from marl.deploy.export import CKPT_META
+from marl.env.placement_config import ENV_DEFAULTS
+from marl.training.config import TrainConfig, load_train_config, parse_train_config
+from marl.training.evaluation import evaluate_run
+from marl.training.local_ray import start_local_ray
+from marl.training.run_folder import (
     CONFIG_FILE,
     CSV_COLUMNS,
     POLICY_ID,
@@ -43,7 +43,7 @@ from marl.run_folder import (
     summary_writer,
     train_iteration,
 )
-from marl.warm_start import run_warm_start
+from marl.training.warm_start import run_warm_start
 
 KEEP_CHECKPOINTS = 3
 
@@ -133,7 +133,7 @@ def build_ppo_config(cfg: TrainConfig, env_config: dict[str, Any], module_spec: 
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
-    from marl.env import MarlSchedEnv
+    from marl.env.placement_env import MarlSchedEnv
 
     p = cfg.ppo
     env_config = {**env_config, "envs_per_runner": p.num_envs_per_env_runner}
@@ -182,8 +182,8 @@ def load_module_weights(algo: Any, state: Mapping[str, Any]) -> None:
 
 def module_spec_for(cfg: TrainConfig, env_config: Mapping[str, Any]) -> tuple[Any, Any]:
     """(RLModuleSpec, env instance) for this run's cluster and agents."""
-    from marl.env import MarlSchedEnv
-    from marl.rl_module import hgnn_module_spec
+    from marl.env.placement_env import MarlSchedEnv
+    from marl.models.rl_module import hgnn_module_spec
 
     env = MarlSchedEnv(dict(env_config))
     return hgnn_module_spec(env.layout, env.hierarchy(), **cfg.to_dict()["model"]), env
@@ -304,7 +304,7 @@ def train(
             algo.stop()
             algo = None
         if last_ckpt is not None:
-            from marl.export import export_policy_dir
+            from marl.deploy.export import export_policy_dir
 
             meta = export_policy_dir(run.root / last_ckpt, run.root / "policy", log=log)
             summary["policy"] = str(run.root / "policy")

@@ -18,8 +18,8 @@ on a type with its GPUs left). Features per pair, none derived from a job's own 
 The network's score is a fixed linear prior over the features plus what it learns (a linear term and an MLP
 with a context of the pairs competing for the same type, both starting at zero). With the ``gavel-las``
 prior the untrained network is that heuristic, the best non-oracle one on these windows; training moves
-it from there (by imitation, :mod:`marl.rounds_imitation`, or by evolution strategies on the average JCT
-itself, :mod:`marl.rounds_es`).
+it from there (by imitation, :mod:`marl.training.rounds_imitation`, or by evolution strategies on the average JCT
+itself, :mod:`marl.training.rounds_es`).
 """
 
 from __future__ import annotations

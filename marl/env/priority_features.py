@@ -13,7 +13,7 @@ Observation of agent ``k`` (arrays of one agent; the scheduler stacks all agents
   same window is doing now. Only the value function reads them (an asymmetric critic); the scores, and
   so the exported policy, never do.
 
-Times enter as ``log1p(hours) / 5`` (:func:`marl.features.log_hours`), the expected remaining time also
+Times enter as ``log1p(hours) / 5`` (:func:`marl.env.features.log_hours`), the expected remaining time also
 as ``ln(seconds) / LOG_SCALE``, the scale of the scores (QSSF's rank key is ``-LOG_SCALE`` times it).
 """
 
@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from cluster_sim.protocol import SchedulerView
-from marl.features import log_hours
+from marl.env.features import log_hours
 
 JOB_FEATURES: tuple[str, ...] = (
     "valid",  # structural: 1 for a job, 0 for padding
@@ -113,7 +113,7 @@ def _slots(run: np.ndarray, wait: np.ndarray, rem: np.ndarray, since: np.ndarray
 
 def observe_partitions(agents: Any, view: SchedulerView, queue: np.ndarray) -> PriorityObservation:
     """Every agent's observation at this scheduling point; ``queue`` holds the waiting jobs agents own.
-    ``agents`` is the :class:`~marl.priority_agents.PriorityAgents` asking (its partitions, dispatch and
+    ``agents`` is the :class:`~marl.env.priority_agents.PriorityAgents` asking (its partitions, dispatch and
     history)."""
     lay = agents.layout
     K, N = lay.K, lay.N

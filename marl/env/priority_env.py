@@ -1,8 +1,8 @@
 """RLlib environment of the priority agents on trace windows, with a reference schedule as baseline.
 
 Every step is one scheduling point at which some agent has a waiting job: each agent ``p{k}`` observes its
-partition (:mod:`marl.priority_features`) and acts with one score per job slot; the scores go through
-:meth:`marl.priority_agents.PriorityAgents.apply`, and the simulator advances to the next such point.
+partition (:mod:`marl.env.priority_features`) and acts with one score per job slot; the scores go through
+:meth:`marl.env.priority_agents.PriorityAgents.apply`, and the simulator advances to the next such point.
 
 Episodes replay a window of a trace, drawn per episode (seeded) between ``train_start`` and
 ``train_end`` (seconds from the trace's start) at a load drawn from ``load``; a window of the held-out
@@ -29,8 +29,8 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from cluster_sim.build import build_simulator
 from cluster_sim.workload_spec import QuietWorkloadSpecError
-from marl.env_seeding import copy_offset, reset_generator
-from marl.priority_agents import PriorityAgents, qssf_scores
+from marl.env.priority_agents import PriorityAgents, qssf_scores
+from marl.env.seeding import copy_offset, reset_generator
 
 MAX_DRAWS = 100  # quiet windows in a row before the settings themselves are blamed
 
@@ -210,7 +210,7 @@ class PriorityEnv(MultiAgentEnv):
         return {a: {**{key: arrays[key][k] for key in arrays}, "critic": critic} for k, a in enumerate(self.agents)}
 
     def _critic(self) -> np.ndarray:
-        """:data:`~marl.priority_features.CRITIC_FEATURES` now (no deficit without a reference)."""
+        """:data:`~marl.env.priority_features.CRITIC_FEATURES` now (no deficit without a reference)."""
         sim = self.sim
         n = sim.num_arrived - sim.num_completed
         ref = self.reference.count(sim.now) if self.reference is not None else n

@@ -4,7 +4,7 @@ instead of after minutes of training.
 
 Every section is a frozen dataclass; its fields are the allowed keys. An unknown key, a wrong type or an
 out-of-range value raises :class:`TrainConfigError` naming the file, the dotted key path, its line and
-the allowed keys or values. The ``env`` section takes the keys of :class:`marl.env_config.EnvConfig` (minus
+the allowed keys or values. The ``env`` section takes the keys of :class:`marl.env.placement_config.EnvConfig` (minus
 ``seed`` and ``eval``, which training sets itself).
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from interference.loader import interference_modes
-from marl.env_config import ENV_DEFAULTS, ENV_KEYS
+from marl.env.placement_config import ENV_DEFAULTS, ENV_KEYS
 
 DEFAULT_HEURISTICS = ("fifo", "tiresias", "gandiva", "drf", "closest-gpus", "sjf", "srtf")
 
@@ -33,7 +33,7 @@ class TrainConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Width and depth of the shared HGNN (marl.hgnn.HGNNPolicyNet)."""
+    """Width and depth of the shared HGNN (marl.models.hgnn.HGNNPolicyNet)."""
 
     hidden: int = 64
     gpu_layers: int = 2
@@ -43,7 +43,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    """DL2-style imitation of a heuristic expert (marl.expert.ExpertPolicy) before PPO."""
+    """DL2-style imitation of a heuristic expert (marl.training.expert.ExpertPolicy) before PPO."""
 
     enabled: bool = True
     strategy: str = "consolidate"  # the expert's placement strategy (one of env.placements)
@@ -127,7 +127,7 @@ class TrainConfig:
     source: str = field(default="<dict>", compare=False)
 
     def env_config(self, **overrides: Any) -> dict[str, Any]:
-        """The ``env_config`` dict of marl.env.MarlSchedEnv for this run."""
+        """The ``env_config`` dict of marl.env.placement_env.MarlSchedEnv for this run."""
         return {**self.env, "seed": self.seed, **overrides}
 
     def to_dict(self) -> dict[str, Any]:

@@ -28,9 +28,9 @@ from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
 from interference.base import InterferenceModel
 from interference.loader import load_interference_model
-from marl.coordinator import Coordinator
-from marl.env_config import EnvConfig
-from marl.env_seeding import copy_offset, reset_generator
+from marl.env.coordinator import Coordinator
+from marl.env.placement_config import EnvConfig
+from marl.env.seeding import copy_offset, reset_generator
 from topology import ClusterSpec, build_cluster, hierarchy_tensors, parse_spec
 from topology.graph_tensors import HierarchyTensors
 from topology.view import ClusterView

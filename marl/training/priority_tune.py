@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from marl.priority_env import PriorityEnvConfig
+from marl.env.priority_env import PriorityEnvConfig
 
 FACTORS = (2.0, 4.0, 8.0, 16.0, 31.0)
 TUNE_DEFAULTS: dict[str, Any] = {"factors": list(FACTORS), "days": 7.0, "stride": 3.5, "load": 0.9, "workers": None}
@@ -51,7 +51,7 @@ def training_windows(env: PriorityEnvConfig, days: float, stride: float, load: f
 def _run(task: tuple[str, dict[str, Any], str, float]) -> float:
     """Average JCT of the policy in ``policy_dir`` with hysteresis ``ln factor`` on one window."""
     from cluster_sim.build import build_simulator
-    from marl.priority_export import load_priority_policy
+    from marl.deploy.priority_export import load_priority_policy
 
     policy_dir, env, spec, factor = task
     cfg = PriorityEnvConfig.from_dict(env)

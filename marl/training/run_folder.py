@@ -8,8 +8,8 @@ The layout (``marlsched train --out DIR``):
 - ``checkpoints/iter_NNNNNN/``: ``Algorithm.save_to_path`` plus ``marl_meta.json``;
 - ``progress.csv`` (one row per PPO iteration), ``tb/`` (TensorBoard, when a writer is installed),
   ``learning_curve.png``;
-- ``policy/``: the exported policy (see :mod:`marl.export`); ``eval.json`` and ``comparison.md``: the
-  trained policy against the heuristics (:mod:`marl.evaluation`).
+- ``policy/``: the exported policy (see :mod:`marl.deploy.export`); ``eval.json`` and ``comparison.md``: the
+  trained policy against the heuristics (:mod:`marl.training.evaluation`).
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ import numpy as np
 import yaml
 
 from cluster_sim.results import save_figure, write_atomic
-from marl.config import TrainConfig
-from marl.env_config import EnvConfig
+from marl.env.placement_config import EnvConfig
+from marl.training.config import TrainConfig
 
 STATE_FILE = "state.json"
 CONFIG_FILE = "config.yaml"
 PROGRESS_FILE = "progress.csv"
-CKPT_META = "marl_meta.json"
 POLICY_ID = "shared"
 CSV_COLUMNS = (
     "iteration", "env_steps", "episodes", "episode_return_mean", "avg_jct", "entropy", "policy_loss", "vf_loss",

@@ -1,4 +1,4 @@
-"""RLlib wrapper of :class:`marl.priority_net.PriorityNet`: a Gaussian over per-slot scores (new API stack).
+"""RLlib wrapper of :class:`marl.models.priority_net.PriorityNet`: a Gaussian over per-slot scores (new API stack).
 
 The action is one score per job slot, drawn from a diagonal Gaussian around the network's scores with one
 learned standard deviation (RLlib's default ``TorchDiagGaussian`` for a Box action space). Padded slots
@@ -6,7 +6,7 @@ get mean 0 and log-std 0 as constants, so their (ignored) actions add nothing to
 the entropy gradient. Evaluation uses the mean: the deterministic scores of the exported network.
 
 The value is the network's centralised critic plus a training-only term of the ``critic`` inputs (the
-reference schedule's state, :data:`marl.priority_features.CRITIC_FEATURES`): with a reward relative to
+reference schedule's state, :data:`marl.env.priority_features.CRITIC_FEATURES`): with a reward relative to
 that reference, the return-to-go depends mostly on how far behind or ahead of it the system is, which
 no deployed agent could observe. The term lives here, not in the exported network.
 """
@@ -22,8 +22,8 @@ from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 
-from marl.priority_features import CRITIC_FEATURES, JobSetLayout
-from marl.priority_net import PriorityNet
+from marl.env.priority_features import CRITIC_FEATURES, JobSetLayout
+from marl.models.priority_net import PriorityNet
 
 
 def priority_module_spec(layout: JobSetLayout, hidden: int = 64, init_log_std: float = -1.0) -> RLModuleSpec:

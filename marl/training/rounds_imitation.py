@@ -2,7 +2,7 @@
 
 The teacher (``--teacher``) is a privileged scorer: ``oracle`` (``rounds-oracle``) ranks (job, type) pairs by
 the time to finish there from the true remaining work, ``oracle-area`` by the remaining GPU-time; no
-deployed scheduler has either. The student sees only :data:`~marl.rounds_agent.FEATURES`.
+deployed scheduler has either. The student sees only :data:`~marl.models.rounds_scorer.FEATURES`.
 Iteration 0 rolls the teacher out on the training windows; every later iteration rolls the student out
 (so it is labelled on the states its own mistakes lead to), the teacher labels every round it decides, all
 rounds so far are kept, and the network is refit on them. Loss per round, pairwise logistic:
@@ -13,14 +13,12 @@ rounds so far are kept, and the network is refit on them. Loss per round, pairwi
 
 Returns are not used at all: the signal is the teacher's choice in every round, hundreds per window.
 
-    python -m marl.rounds_imitation --out results/rounds --iterations 4
+    python -m marl.training.rounds_imitation --out results/rounds --iterations 4
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -34,12 +32,9 @@ from cluster_sim.build import build_simulator
 from cluster_sim.policies.gavel import GavelPriorityScore
 from cluster_sim.policies.rigid_rounds import SCORERS, ScoredRounds
 from cluster_sim.results import save_figure
-from marl.policy_files import atomic_folder, load_torchscript, read_json
-from marl.rounds_agent import FEATURES, PRIORS, NetRoundsScorer, PairScorer, pair_features
+from marl.deploy.rounds_policy import KIND, save_rounds_policy
+from marl.models.rounds_scorer import FEATURES, PRIORS, PairScorer, pair_features
 
-KIND = "rounds"
-TORCHSCRIPT = "policy.pt"
-METADATA = "metadata.json"
 DAY = 86_400.0
 
 
@@ -67,7 +62,7 @@ class ImitationConfig:
     interference: str = "none"
     drop: str = ""  # comma-separated features zeroed (an ablation), e.g. rel_speed,advantage
     teacher: str = "oracle"  # a privileged scorer of cluster_sim.policies.rigid_rounds: oracle | oracle-area
-    prior: str = "none"  # the network's fixed heuristic part (marl.rounds_agent.PRIORS): none | gavel-las
+    prior: str = "none"  # the network's fixed heuristic part (marl.models.rounds_scorer.PRIORS): none | gavel-las
 
     def __post_init__(self) -> None:
         if self.teacher not in TEACHERS:
@@ -210,30 +205,8 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
         "progress": rows,
         "torch": torch.__version__,
     }
-    save_rounds_policy(net, out, meta)
+    save_rounds_policy(net, out, meta, plot=plot_progress)
     return meta
-
-
-def save_rounds_policy(net: PairScorer, folder: str | Path, meta: dict, plot=None) -> Path:
-    """``policy.pt`` (TorchScript, any job and type count), ``metadata.json``, ``progress.csv`` and the
-    learning curve drawn by ``plot(rows, path, teacher)`` (default: the DAgger curve)."""
-    net = net.eval()
-    x, m = torch.rand(5, 3, len(FEATURES)), torch.rand(5, 3) > 0.3
-    with torch.no_grad():
-        scripted = torch.jit.script(net)
-        err = float((scripted(x, m) - net(x, m)).abs().max())
-    with atomic_folder(folder) as tmp:
-        scripted.save(str(tmp / TORCHSCRIPT))
-        (tmp / METADATA).write_text(json.dumps({**meta, "export_max_abs_diff": err}, indent=2) + "\n")
-        rows = meta.get("progress", [])
-        with (tmp / "progress.csv").open("w", newline="") as f:
-            if rows:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
-        if rows:
-            (plot or plot_progress)(rows, tmp / "learning_curve.png", meta.get("teacher", "rounds-oracle"))
-    return Path(folder)
 
 
 def plot_progress(rows: list[dict], path: Path, teacher_name: str = "rounds-oracle") -> None:
@@ -261,21 +234,6 @@ def plot_progress(rows: list[dict], path: Path, teacher_name: str = "rounds-orac
     save_figure(fig, path)
 
 
-def is_rounds_policy(policy_dir: str | Path) -> bool:
-    path = Path(policy_dir) / METADATA
-    return path.is_file() and read_json(path).get("agent") == KIND
-
-
-def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredRounds:
-    """The policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
-    meta = read_json(Path(policy_dir) / METADATA)
-    if meta.get("features") != list(FEATURES):
-        raise ValueError(f"{Path(policy_dir) / METADATA}: features {meta.get('features')} differ from this "
-                         f"version's {list(FEATURES)}; retrain with python -m marl.rounds_imitation")  # fmt: skip
-    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
-    return ScoredRounds(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)
-
-
 def config_main(cls: type, module: str, doc: str, run, argv: list[str] | None) -> int:
     """A command line with one ``--field`` per field of the dataclass ``cls`` and ``--out``; calls
     ``run(cfg, out, command=...)`` with the command as typed (for the policy's metadata)."""
@@ -291,7 +249,7 @@ def config_main(cls: type, module: str, doc: str, run, argv: list[str] | None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    return config_main(ImitationConfig, "marl.rounds_imitation", __doc__, train, argv)
+    return config_main(ImitationConfig, "marl.training.rounds_imitation", __doc__, train, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The scheduling environment in the two interfaces most RL code speaks: PettingZoo and Gymnasium.
 
-Both wrap :class:`marl.env.MarlSchedEnv` (the same simulator, coordinator, observations, rewards and
+Both wrap :class:`marl.env.placement_env.MarlSchedEnv` (the same simulator, coordinator, observations, rewards and
 episode ends that RLlib trains on), so a policy trained through either runs in ``marlsched simulate``
 like any other. Differences from the RLlib env, all at the interface:
 
@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from marl.env import MarlSchedEnv
+from marl.env.placement_env import MarlSchedEnv
 
 INVALID_ACTIONS = ("raise", "first_allowed")
 
@@ -62,7 +62,7 @@ def _check_invalid_action(value: str) -> str:
 class ParallelSchedEnv(ParallelEnv):
     """PettingZoo ``ParallelEnv``: agents ``p0 .. p{K-1}``, one per partition, all acting every step.
 
-    ``config`` takes the keys of :class:`marl.env_config.EnvConfig`. Agents not in a step's actions wait (if
+    ``config`` takes the keys of :class:`marl.env.placement_config.EnvConfig`. Agents not in a step's actions wait (if
     their mask allows it). Every agent terminates together at the end of the workload.
     """
 
@@ -119,7 +119,7 @@ class ParallelSchedEnv(ParallelEnv):
 class SingleAgentSchedEnv(gym.Env):
     """Gymnasium ``Env``: one agent schedules the whole cluster (``num_agents`` is 1), with the same
     observation and action conventions as each multi-agent agent. ``config`` takes the keys of
-    :class:`marl.env_config.EnvConfig`."""
+    :class:`marl.env.placement_config.EnvConfig`."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 

@@ -10,7 +10,7 @@ from typing import Any
 from cluster_sim.workload import Workload
 from interference.base import InterferenceModel
 from interference.loader import interference_modes
-from marl.candidates import DEFAULT_PLACEMENTS
+from marl.env.candidates import DEFAULT_PLACEMENTS
 
 REWARD_SCALE_S = 3600.0
 
@@ -25,8 +25,8 @@ class EnvConfig:
     ``interference_model`` for training). ``predictor``: the model whose predictions agents see; None uses
     the simulator's. Both also take an InterferenceModel object. ``eval``: every reset uses ``seed``
     itself, so evaluation episodes are identical. ``envs_per_runner``: vector slots per EnvRunner, set by
-    training so that every copy draws its own workloads (:mod:`marl.env_seeding`). ``queue_order``: which
-    queued jobs the agents are shown (:meth:`marl.coordinator.Coordinator.shown`).
+    training so that every copy draws its own workloads (:mod:`marl.env.seeding`). ``queue_order``: which
+    queued jobs the agents are shown (:meth:`marl.env.coordinator.Coordinator.shown`).
     """
 
     cluster: str | Mapping[str, Any] = "small"

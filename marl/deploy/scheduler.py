@@ -1,9 +1,9 @@
 """The multi-agent policy as a plain cluster_sim scheduler (deployment and evaluation without RLlib).
 
-At each scheduling point it runs the same :class:`~marl.coordinator.Coordinator` round as the RL
+At each scheduling point it runs the same :class:`~marl.env.coordinator.Coordinator` round as the RL
 environment: all agents observe, ``policy_fn`` scores them in one batch, each agent greedily takes its
 best allowed action, and this repeats at the same time point until every agent waits. So a policy gives
-the same decisions here as in :class:`marl.env.MarlSchedEnv` (greedy), step for step.
+the same decisions here as in :class:`marl.env.placement_env.MarlSchedEnv` (greedy), step for step.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import numpy as np
 
 from cluster_sim.protocol import Decision
 from interference.base import InterferenceModel
-from marl.candidates import DEFAULT_PLACEMENTS
-from marl.coordinator import Coordinator
-from marl.obs_layout import ObsLayout
+from marl.env.candidates import DEFAULT_PLACEMENTS
+from marl.env.coordinator import Coordinator
+from marl.env.obs_layout import ObsLayout
 
 PolicyFn = Callable[[dict[str, np.ndarray]], np.ndarray]
 
@@ -95,7 +95,7 @@ class MarlScheduler:
             batch = coord.batch()
             if waited.any():
                 # An agent's observation only changes when it acts (partitions are disjoint), so one that
-                # waited would wait again: its mask says so, and a policy_fn may skip it (marl.deploy does).
+                # waited would wait again: its mask says so, and a policy_fn may skip it (marl.deploy.actors does).
                 mask = batch["action_mask"].copy()
                 mask[waited] = 0.0
                 mask[waited, wait] = 1.0

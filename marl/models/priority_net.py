@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from marl.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
+from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
 
 _QSSF_COLUMN = JOB_FEATURES.index("log_expected_remaining")
 
@@ -69,7 +69,7 @@ class PriorityNet(nn.Module):
 
 
 class NetScorer:
-    """A :class:`PriorityNet` (or its TorchScript) as the scorer of :class:`marl.priority_agents.PriorityAgents`."""
+    """A :class:`PriorityNet` (or its TorchScript) as the scorer of :class:`marl.env.priority_agents.PriorityAgents`."""
 
     def __init__(self, net: nn.Module, num_threads: int | None = 1) -> None:
         self.net = net.eval()

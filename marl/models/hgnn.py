@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from marl.obs_layout import OBS_KEYS, ObsLayout
+from marl.env.obs_layout import OBS_KEYS, ObsLayout
 
 # Same constant as ray.rllib.utils.torch_utils.FLOAT_MIN, so masking matches RLlib's own modules.
 FLOAT_MIN = -3.4e38

@@ -15,8 +15,8 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
 
-from marl.hgnn import HGNNPolicyNet, hierarchy_to_config
-from marl.obs_layout import OBS_KEYS, ObsLayout
+from marl.env.obs_layout import OBS_KEYS, ObsLayout
+from marl.models.hgnn import HGNNPolicyNet, hierarchy_to_config
 
 _NET_OPTIONS = ("hidden", "gpu_layers", "server_layers", "rack_layers")
 
@@ -55,14 +55,14 @@ def hgnn_module_spec(layout: ObsLayout, hierarchy: Any, **net_options: int) -> R
 
 
 class HGNNRLModule(TorchRLModule, ValueFunctionAPI):
-    """Shared candidate-scoring policy and critic of all scheduler agents (see ``marl.hgnn``)."""
+    """Shared candidate-scoring policy and critic of all scheduler agents (see ``marl.models.hgnn``)."""
 
     def setup(self) -> None:
         cfg = self.model_config or {}
         for key in ("layout", "hierarchy"):
             if key not in cfg:
                 raise ValueError(
-                    f"HGNNRLModule: model_config lacks {key!r}; build it with marl.rl_module.hgnn_model_config"
+                    f"HGNNRLModule: model_config lacks {key!r}; build it with marl.models.rl_module.hgnn_model_config"
                 )
         layout = ObsLayout.from_dict(cfg["layout"])
         self._check_spaces(layout)

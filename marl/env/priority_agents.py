@@ -11,7 +11,7 @@ policy space (their rank keys as scores), so a warm start can copy the strongest
 A waiting job's score is lowered by ``hysteresis`` before ranking, so a preemption needs a clear win:
 scores are on a log-time scale (the warm start copies QSSF's ``-ln E[remaining s]``), and the default
 ``ln 31`` is QSSF's margin of 30. A trained policy runs with the margin ``marlsched tune-priority``
-selected on its training windows (:mod:`marl.priority_tune`), stored in its metadata.
+selected on its training windows (:mod:`marl.training.priority_tune`), stored in its metadata.
 
 Cooperation: an arriving job goes to the partition with the least estimated outstanding work per GPU
 (queued and running, from the tenants' history, :class:`~cluster_sim.policies.run_history.TenantHistory`;
@@ -19,7 +19,7 @@ not the job count), and after the agents have admitted, a partition with GPUs st
 scored waiting jobs that fit from the other agents' queues (hand-off). A job larger than every partition
 is started by the coordinator over the whole cluster in arrival order (never preempted by agents).
 
-What the agents see is :mod:`marl.priority_features`; what scores the jobs is any ``scorer`` callable
+What the agents see is :mod:`marl.env.priority_features`; what scores the jobs is any ``scorer`` callable
 (a network, or the environment passing the actions of RLlib's agents through).
 """
 
@@ -33,8 +33,8 @@ from cluster_sim.placement import FreePool, consolidate
 from cluster_sim.policies.base import PolicyScheduler, admitted_by_budget
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
-from marl.candidates import partition_pool
-from marl.priority_features import JobSetLayout, PriorityObservation, observe_partitions
+from marl.env.candidates import partition_pool
+from marl.env.priority_features import JobSetLayout, PriorityObservation, observe_partitions
 from topology.partition import partition
 
 HYSTERESIS = float(np.log(31.0))  # QSSF's margin of 30 on a log-time scale

@@ -3,7 +3,7 @@
 Both kinds of policy folder deploy this way: :class:`RayActorPolicy` serves candidate-placement agents,
 :class:`RayActorScorer` priority agents (:func:`deploy_policy` picks by the folder).
 
-:class:`RayActorPolicy` is a ``policy_fn`` for :class:`marl.scheduler.MarlScheduler`: it splits the
+:class:`RayActorPolicy` is a ``policy_fn`` for :class:`marl.deploy.scheduler.MarlScheduler`: it splits the
 agents into ``num_actors`` groups (default: one per CPU that Ray has), sends each actor the stacked
 observations of its agents that have a choice, waits for all actors, and puts the logits back in agent
 order, so the simulator applies the agents' decisions exactly as with in-process inference. One actor
@@ -15,7 +15,7 @@ bytes in the actors' arguments, so actors on other nodes need no shared disk, an
 over the nodes. An agent whose mask allows a single action (typically "wait" on a full partition) is
 not asked: any policy takes that action, so skipping it changes no decision.
 
-:class:`RayActorScorer` is the ``scorer`` of :class:`marl.priority_agents.PriorityAgents` in the same
+:class:`RayActorScorer` is the ``scorer`` of :class:`marl.env.priority_agents.PriorityAgents` in the same
 way: every agent's job set goes to its group's actor, and the scores come back in agent order.
 """
 
@@ -32,10 +32,10 @@ import numpy as np
 import ray
 import torch
 
-from marl.export import marl_scheduler, read_metadata
-from marl.obs_layout import OBS_KEYS
-from marl.priority_agents import PriorityAgents
-from marl.scheduler import MarlScheduler
+from marl.deploy.export import marl_scheduler, read_metadata
+from marl.deploy.scheduler import MarlScheduler
+from marl.env.obs_layout import OBS_KEYS
+from marl.env.priority_agents import PriorityAgents
 
 PRIORITY_KEYS: tuple[str, ...] = ("jobs", "parts")  # the priority network's inputs, in order
 
@@ -176,7 +176,7 @@ class RayActorScorer(RayActorPolicy):
         num_cpus: float | None = None,
         num_threads: int = 1,
     ) -> None:
-        from marl.priority_export import TORCHSCRIPT, is_priority_policy
+        from marl.deploy.priority_export import TORCHSCRIPT, is_priority_policy
 
         if not is_priority_policy(policy_dir):
             raise ValueError(f"{policy_dir} is not a priority-agent policy folder; use RayActorPolicy")
@@ -202,7 +202,7 @@ class RayActorScorer(RayActorPolicy):
 
     def scheduler(self, *, name: str = "marl-ray", **kwargs: Any) -> PriorityAgents:  # type: ignore[override]
         """The priority agents asking these actors (settings from the policy's metadata)."""
-        from marl.priority_export import load_priority_policy
+        from marl.deploy.priority_export import load_priority_policy
 
         local = load_priority_policy(self.policy_dir, num_agents=self.num_agents, name=name, **kwargs)
         local.scorer = self
@@ -219,7 +219,7 @@ def deploy_policy(
 ) -> tuple[MarlScheduler | PriorityAgents, RayActorPolicy]:
     """(scheduler, actor policy) for ``policy_dir`` of either kind; call ``shutdown()`` on the policy
     when done. Priority agents need ``num_agents`` (their count is the deployment's choice)."""
-    from marl.priority_export import is_priority_policy
+    from marl.deploy.priority_export import is_priority_policy
 
     if is_priority_policy(policy_dir):
         if num_agents is None:

@@ -24,7 +24,7 @@ from cluster_sim.model_zoo import ZOO
 from cluster_sim.workload import Workload
 from interference.base import Sharing
 from interference.queries import KeyedFactors
-from marl.obs_layout import CAND_EXTRA_FEATURES, GPU_FEATURES, QUEUE_FEATURES, RACK_FEATURES, SERVER_FEATURES
+from marl.env.obs_layout import CAND_EXTRA_FEATURES, GPU_FEATURES, QUEUE_FEATURES, RACK_FEATURES, SERVER_FEATURES
 from topology.partition import Partition
 from topology.view import ClusterView, Level
 
@@ -177,7 +177,7 @@ def check_layout_columns(names: dict[str, tuple[str, ...]]) -> None:
     for key, cols in known.items():
         if tuple(names[key]) != cols:
             raise ValueError(
-                f"marl.features fills {key} columns {cols}, the layout has {names[key]}; "
+                f"marl.env.features fills {key} columns {cols}, the layout has {names[key]}; "
                 "build the ObsLayout with default feature widths"
             )
 

@@ -1,9 +1,9 @@
 """The multi-agent scheduling round shared by the RL environment and the deployed scheduler.
 
 At each scheduling point (:meth:`Coordinator.begin`) the coordinator learns of completions (to update
-its duration estimates) and arrivals (dispatched to agents, :mod:`marl.dispatch`), starts spill jobs,
+its duration estimates) and arrivals (dispatched to agents, :mod:`marl.env.dispatch`), starts spill jobs,
 and hands blocked queue heads to idle neighbours. Then agents act in steps: :meth:`observe` gives every
-agent its observation (candidates from :mod:`marl.candidates`, features from :mod:`marl.features`),
+agent its observation (candidates from :mod:`marl.env.candidates`, features from :mod:`marl.env.features`),
 :meth:`act` starts the chosen candidates on each agent's working :class:`~cluster_sim.placement.FreePool`,
 and :meth:`end_round` hands back the round's Start decisions for the simulator to apply. Partitions are
 disjoint, so the agents of one step never compete for a GPU.
@@ -28,9 +28,9 @@ from cluster_sim.placement import FreePool, consolidate
 from cluster_sim.protocol import DONE, ClusterStateView, Start
 from interference.base import InterferenceModel, NoInterference
 from interference.queries import KeyedFactors
-from marl.candidates import DEFAULT_PLACEMENTS, LocalView, partition_pool, propose, strategies
-from marl.dispatch import Dispatcher
-from marl.features import (
+from marl.env.candidates import DEFAULT_PLACEMENTS, LocalView, partition_pool, propose, strategies
+from marl.env.dispatch import Dispatcher
+from marl.env.features import (
     JobState,
     PartitionStatic,
     PartitionTables,
@@ -41,7 +41,7 @@ from marl.features import (
     occupancy_features,
     queue_features,
 )
-from marl.obs_layout import OBS_KEYS, ObsLayout
+from marl.env.obs_layout import OBS_KEYS, ObsLayout
 from topology.partition import partition
 from topology.view import ClusterView, Level
 
@@ -227,7 +227,7 @@ class Coordinator:
         """The (at most Q) queued jobs agent ``agent`` chooses among, in slot order.
 
         ``arrival``: the first Q in arrival order. ``estimate``: the Q - 1 jobs of the smallest estimated
-        GPU-time (the per-model mean of completed jobs' GPU-time, :class:`marl.features.DurationEstimator`,
+        GPU-time (the per-model mean of completed jobs' GPU-time, :class:`marl.env.features.DurationEstimator`,
         never the job's own duration; ties by arrival), then the oldest job if not already shown, so the
         agent can both run likely-short jobs first and keep long ones from starving.
         """

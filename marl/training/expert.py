@@ -7,7 +7,7 @@ feasible job among the Q shown). With a single agent (K = 1) strict FIFO reprodu
 consolidate and ``closest-gpus``): the same jobs start at the same times on the same GPUs. With K > 1 it
 is per-partition FIFO, which no plain heuristic equals. The shown jobs are in the coordinator's slot order,
 so with ``queue_order="estimate"`` the backfilling expert is per-partition shortest-estimated-GPU-time first
-(estimates from completed jobs of the same model, see :meth:`marl.coordinator.Coordinator.shown`).
+(estimates from completed jobs of the same model, see :meth:`marl.env.coordinator.Coordinator.shown`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from marl.obs_layout import ObsLayout
+from marl.env.obs_layout import ObsLayout
 
 
 class ExpertPolicy:
@@ -48,7 +48,7 @@ class ExpertPolicy:
         return out
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
-        """One-hot logits (K, C + 1): a ``policy_fn`` for :class:`marl.scheduler.MarlScheduler`."""
+        """One-hot logits (K, C + 1): a ``policy_fn`` for :class:`marl.deploy.scheduler.MarlScheduler`."""
         acts = self.actions(batch["action_mask"])
         logits = np.zeros((len(acts), self.layout.num_actions), dtype=np.float32)
         logits[np.arange(len(acts)), acts] = 1.0

@@ -1,10 +1,10 @@
 """Policy export: a trained RLlib module leaves as a standalone folder that runs without ray or RLlib.
 
-A policy folder holds ``policy.pt`` (TorchScript of :class:`marl.hgnn.HGNNPolicyNet`; the partition's
+A policy folder holds ``policy.pt`` (TorchScript of :class:`marl.models.hgnn.HGNNPolicyNet`; the partition's
 graph is baked in as buffers), ``policy.onnx`` when the optional ``onnx``/``onnxscript`` packages are
 installed, and ``metadata.json``: the observation layout, the cluster and agent settings the policy was
 trained for, its feature names and the versions that produced it. :func:`load_marl_policy` turns such a
-folder into a :class:`marl.scheduler.MarlScheduler` for the simulator; importing this module, loading a
+folder into a :class:`marl.deploy.scheduler.MarlScheduler` for the simulator; importing this module, loading a
 policy and scheduling with it never import ray.
 """
 
@@ -26,12 +26,12 @@ import torch
 from cluster_sim.results import write_atomic
 from interference.base import InterferenceModel
 from interference.loader import load_interference_model
-from marl.hgnn import HGNNPolicyNet, example_inputs, trace_policy
-from marl.obs_layout import OBS_KEYS, ObsLayout
-from marl.policy_files import load_torchscript, read_json
-from marl.run_folder import CKPT_META
-from marl.scheduler import MarlScheduler
+from marl.deploy.policy_files import load_torchscript, read_json
+from marl.deploy.scheduler import MarlScheduler
+from marl.env.obs_layout import OBS_KEYS, ObsLayout
+from marl.models.hgnn import HGNNPolicyNet, example_inputs, trace_policy
 
+CKPT_META = "marl_meta.json"  # written by training beside every checkpoint: what export needs
 TORCHSCRIPT_FILE = "policy.pt"
 ONNX_FILE = "policy.onnx"
 METADATA_FILE = "metadata.json"
@@ -268,10 +268,10 @@ def load_marl_policy(
     """The exported policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no ray).
 
     ``predictor`` overrides the interference predictor recorded in the metadata. A folder of the
-    priority agents (:mod:`marl.priority_export`) loads as those, one agent per rack.
+    priority agents (:mod:`marl.deploy.priority_export`) loads as those, one agent per rack.
     """
-    from marl.priority_export import is_priority_policy, load_priority_policy
-    from marl.rounds_imitation import is_rounds_policy, load_rounds_policy
+    from marl.deploy.priority_export import is_priority_policy, load_priority_policy
+    from marl.deploy.rounds_policy import is_rounds_policy, load_rounds_policy
 
     if is_priority_policy(policy_dir):
         return load_priority_policy(policy_dir, name=name, num_threads=num_threads)

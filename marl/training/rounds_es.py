@@ -1,6 +1,6 @@
 """Training the round scorer on the average JCT itself: evolution strategies from a warm start, paired.
 
-The scorer (:class:`~marl.rounds_agent.PairScorer`) starts at a heuristic (its ``prior``, e.g. ``gavel-las``)
+The scorer (:class:`~marl.models.rounds_scorer.PairScorer`) starts at a heuristic (its ``prior``, e.g. ``gavel-las``)
 or at a folder trained by imitation (``--init``). Imitation cannot pass its teacher, and on the ``hetero``
 regime no privileged teacher in this frame passes ``gavel-las`` (true remaining work adds nothing to
 Gavel's rounds there), so this stage learns from returns instead. What moves: the learned linear term
@@ -13,7 +13,7 @@ the warm start included (iteration 0): a run that learns nothing ships its warm 
 Windows are held out by time: training windows start between ``train_first`` and ``train_last``,
 validation windows after them, and both end before 2017-11-01 (the report weeks).
 
-    python -m marl.rounds_es --out results/rounds-es --minutes 30
+    python -m marl.training.rounds_es --out results/rounds-es --minutes 30
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.results import save_figure
-from marl.es import AntitheticES
-from marl.policy_files import load_torchscript, read_json
-from marl.rounds_agent import FEATURES, NetRoundsScorer, PairScorer
-from marl.rounds_imitation import KIND, METADATA, TORCHSCRIPT, config_main, save_rounds_policy
+from marl.deploy.policy_files import load_torchscript, read_json
+from marl.deploy.rounds_policy import KIND, METADATA, TORCHSCRIPT, save_rounds_policy
+from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
+from marl.training.es import AntitheticES
+from marl.training.rounds_imitation import config_main
 
 DAY = 86_400.0
 NOV1 = 4_973_359.0  # 2017-11-01, seconds from the Philly trace's first arrival
@@ -213,7 +214,7 @@ def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print)
         "interval": 360.0,
         "teacher": "",
         "warm_start": cfg.init or f"untrained network, prior {cfg.prior}",
-        "training": "evolution strategies on the average JCT (marl.rounds_es)",
+        "training": "evolution strategies on the average JCT (marl.training.rounds_es)",
         "selected_iteration": best["iteration"],
         "validation_vs_warm_start": round(float(np.expm1(best["validation"])), 4),
         "config": asdict(cfg),
@@ -246,7 +247,7 @@ def plot_es(rows: list[dict], path: Path, _teacher: str = "") -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return config_main(RoundsESConfig, "marl.rounds_es", __doc__, train, argv)
+    return config_main(RoundsESConfig, "marl.training.rounds_es", __doc__, train, argv)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 ``metadata.json`` holds the format, the network's options, the agents' settings (hysteresis, slots) and
 how the policy was made (command, config). ``load_priority_policy`` returns a
-:class:`~marl.priority_agents.PriorityAgents` that runs the network on any cluster: no weight depends on
+:class:`~marl.env.priority_agents.PriorityAgents` that runs the network on any cluster: no weight depends on
 the partition's size, and by default there is one agent per rack.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from marl.policy_files import atomic_folder, load_torchscript, read_json
-from marl.priority_agents import PriorityAgents
-from marl.priority_features import JOB_FEATURES, PART_FEATURES
-from marl.priority_net import NetScorer, PriorityNet
+from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.env.priority_agents import PriorityAgents
+from marl.env.priority_features import JOB_FEATURES, PART_FEATURES
+from marl.models.priority_net import NetScorer, PriorityNet
 
 KIND = "priority"
 TORCHSCRIPT = "policy.pt"

@@ -1,0 +1,60 @@
+"""The round scorer's policy folder: TorchScript of :class:`~marl.models.rounds_scorer.PairScorer` and
+its metadata, written atomically by its trainers and loaded as a ``cluster_sim`` scheduler without them."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from cluster_sim.policies.rigid_rounds import ScoredRounds
+from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
+
+KIND = "rounds"
+TORCHSCRIPT = "policy.pt"
+METADATA = "metadata.json"
+
+
+def save_rounds_policy(
+    net: PairScorer, folder: str | Path, meta: dict, plot: Callable[[list, Path, str], None] | None = None
+) -> Path:
+    """``policy.pt`` (TorchScript, any job and type count), ``metadata.json``, ``progress.csv`` and, with
+    ``plot``, the learning curve it draws as ``plot(rows, path, teacher)``."""
+    net = net.eval()
+    x, m = torch.rand(5, 3, len(FEATURES)), torch.rand(5, 3) > 0.3
+    with torch.no_grad():
+        scripted = torch.jit.script(net)
+        err = float((scripted(x, m) - net(x, m)).abs().max())
+    with atomic_folder(folder) as tmp:
+        scripted.save(str(tmp / TORCHSCRIPT))
+        (tmp / METADATA).write_text(json.dumps({**meta, "export_max_abs_diff": err}, indent=2) + "\n")
+        rows = meta.get("progress", [])
+        with (tmp / "progress.csv").open("w", newline="") as f:
+            if rows:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+        if rows and plot is not None:
+            plot(rows, tmp / "learning_curve.png", meta.get("teacher", "rounds-oracle"))
+    return Path(folder)
+
+
+def is_rounds_policy(policy_dir: str | Path) -> bool:
+    path = Path(policy_dir) / METADATA
+    return path.is_file() and read_json(path).get("agent") == KIND
+
+
+def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredRounds:
+    """The policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
+    meta = read_json(Path(policy_dir) / METADATA)
+    if meta.get("features") != list(FEATURES):
+        raise ValueError(
+            f"{Path(policy_dir) / METADATA}: features {meta.get('features')} differ from this version's "
+            f"{list(FEATURES)}; retrain it (python -m marl.training.rounds_es)"
+        )
+    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
+    return ScoredRounds(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)

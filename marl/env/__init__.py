@@ -1,0 +1,6 @@
+"""The multi-agent environments and what an agent observes: one agent per partition over the simulator.
+
+``placement_env`` (agents choose among candidate placements), ``priority_env`` (agents score every job of
+their partition), the rounds they share with deployment (``coordinator``, ``priority_agents``), dispatch
+between partitions, and the observation features and layouts.
+"""
