@@ -7,7 +7,8 @@ and worst placement heuristic measured before any training (``heuristic_spread.p
   Philly jobs of 2017-11-01..14 in 2-day windows at load 0.9, models by Gavel's job types: which GPU type a
   job gets, and whether it moves;
 - ``sharing``: ``small`` with GPU sharing and Gavel's measured co-location slowdowns as the truth, the same
-  windows: whether a 1-GPU job waits or packs onto a busy GPU, and with whom (Gandiva, Lucid);
+  windows at load 1.1: whether a 1-GPU job waits or packs onto a busy GPU, and with whom (Gandiva, Lucid),
+  beside the orderings that do not share (QSSF, Tiresias): what packing is worth against what order is;
 - ``uplinks``: ``dc-1k`` (racks 2:1, pods 4:1 oversubscribed) with Philly-like jobs 8x their GPUs, so
   multi-server jobs cross uplinks: how close together a job's GPUs are.
 
@@ -84,7 +85,17 @@ REGIMES: dict[str, Regime] = {
         cluster="small",
         trace=f"philly:{PHILLY},model_rule=gavel",
         load=1.1,
-        policies=("pack-none", "pack-blind", _aware("oracle")),
+        policies=(
+            "pack-none",
+            "pack-blind",
+            _aware("oracle"),
+            "qssf-np",
+            "pack-blind-qssf",
+            _aware("oracle") + ",order=qssf",
+            "qssf",
+            "tiresias",
+            "srtf",
+        ),
         reference="pack-none",
         gpu_sharing=True,
     ),

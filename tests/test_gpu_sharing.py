@@ -109,3 +109,24 @@ def test_guests_move_to_free_gpus(truth):
     assert moves[0] == (pytest.approx(res.jct[2]), 4, [2])
     assert moves[1] == (pytest.approx(res.jct[4]), 5, [2])  # and when that one ends, the other guest
     assert res.jct[4] < res.jct[5]
+
+
+def test_qssf_order_serves_the_queue_as_qssf_np_does_and_packs_in_that_order(traces_dir: Path):
+    # The same Philly window (history of earlier jobs included): without sharing, packing's QSSF order starts
+    # every job when qssf-np does; with blind packing it still differs from the arrival order's schedule.
+    from cluster_sim.build import build_simulator
+
+    spec = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,start=4973359,end=5059759,load=1.1"
+    data = f"gavel:{traces_dir}/gavel/simulation_throughputs.json"
+
+    def run(name: str, sharing: bool):
+        sim = build_simulator("small", spec, seed=0, interference="oracle", interference_data=data, gpu_sharing=sharing)
+        return sim.run(get_policy(name))
+
+    qssf_np, none_qssf = run("qssf-np", False), run("pack-none-qssf", False)
+    np.testing.assert_array_equal(none_qssf.end, qssf_np.end)
+    assert not np.array_equal(none_qssf.end, run("pack-none", False).end)
+    blind_qssf, blind = run("pack-blind-qssf", True), run("pack-blind", True)
+    assert blind_qssf.scheduler == "pack-blind-qssf" and not np.array_equal(blind_qssf.end, blind.end)
+    with pytest.raises(ValueError, match="unknown packing order 'srtf'; choose one of arrival, qssf"):
+        GpuPacking(order="srtf")

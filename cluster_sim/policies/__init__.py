@@ -49,7 +49,9 @@ Named defaults:
 - ``random``: random order, random GPUs.
 - ``pack-none``, ``pack-blind``: arrival order with backfilling, without GPU sharing or with 1-GPU jobs
   packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
-  ``cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor=MODEL`` (see that module).
+  ``cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor=MODEL`` (see that module);
+  ``pack-none-qssf``, ``pack-blind-qssf``: the same, the queue ordered by QSSF's history estimate
+  (option ``order=qssf``), as Lucid orders by estimated duration.
 """
 
 from __future__ import annotations
@@ -151,6 +153,8 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "rounds-oracle-area": lambda seed=0, **options: ScoredRounds("oracle-area", seed=seed, **options),
     "pack-none": lambda seed=0, **options: GpuPacking(mode="none", seed=seed, **options),
     "pack-blind": lambda seed=0, **options: GpuPacking(mode="blind", seed=seed, **options),
+    "pack-none-qssf": lambda seed=0, **options: GpuPacking(mode="none", order="qssf", seed=seed, **options),
+    "pack-blind-qssf": lambda seed=0, **options: GpuPacking(mode="blind", order="qssf", seed=seed, **options),
 }
 
 

@@ -10,6 +10,10 @@ so a run shows what the interference predictor buys (the simulator must run with
   normalised throughput ``f_new + f_tenant``, and only if that is at least ``min_gain`` (default 1.0:
   together they do at least one job's worth of work, Gandiva's test for keeping a packing).
 
+The queue is served in arrival order (``order="arrival"``, Gandiva's) or, with ``order="qssf"``, shortest
+expected time first from the history of finished jobs (QSSF's non-preemptive key, no job's own duration;
+Lucid orders by a learned duration estimate the same way); waiting 1-GPU jobs are packed in that order too.
+
 In both sharing modes, GPUs left free once the queue is served unpack shared GPUs: the guest moves to a
 free GPU and pays the restart cost. The predictor sees only descriptors (model facts, batch size, solo
 speed), never job durations; with ``--interference oracle`` in the simulator it is judged against the
@@ -23,11 +27,13 @@ import numpy as np
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.placement import FreePool
 from cluster_sim.policies.base import PolicyScheduler
+from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, Resize, SchedulerView, Start
 from interference.base import CoLocation, InterferenceModel, JobDescriptor, Sharing
 from interference.online import OnlineCorrection
 
 MODES = ("none", "blind", "aware")
+ORDERS = ("arrival", "qssf")
 
 
 class GpuPacking(PolicyScheduler):
@@ -51,19 +57,25 @@ class GpuPacking(PolicyScheduler):
         predictor_data: str | None = None,
         min_gain: float = 1.0,
         online: bool = False,
+        order: str = "arrival",
+        min_history: int = 3,
         seed: int = 0,
         backfill: bool | None = None,
         name: str | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown packing mode {mode!r}; choose one of {', '.join(MODES)}")
+        if order not in ORDERS:
+            raise ValueError(f"unknown packing order {order!r}; choose one of {', '.join(ORDERS)}")
         if mode == "aware" and not predictor:
             raise ValueError(
                 "mode=aware needs predictor=MODEL (a model file from `marlsched interference train`), e.g. "
                 "--policy cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor=results/interference.json"
             )
-        super().__init__(placement, seed=seed, backfill=backfill, name=name or f"pack-{mode}")
+        default_name = f"pack-{mode}" + ("" if order == "arrival" else f"-{order}")
+        super().__init__(placement, seed=seed, backfill=backfill, name=name or default_name)
         self.mode = mode
+        self.history = TenantHistory(min_history) if order == "qssf" else None
         self.needs_gpu_sharing = mode != "none"  # a simulator without gpu_sharing refuses its packings
         self.wants_all_points = mode != "none"  # unpacking may be due when the queue is empty
         self.min_gain = float(min_gain)
@@ -88,6 +100,8 @@ class GpuPacking(PolicyScheduler):
         self._desc = DescriptorCache(view.jobs, view.topo, getattr(view, "perf", None))
         self._gain = {}
         self._observed = set()
+        if self.history is not None:
+            self.history.reset(view)
         if self.online:  # each run learns from its own observations only
             self.model = OnlineCorrection(self.base_model)
 
@@ -106,10 +120,15 @@ class GpuPacking(PolicyScheduler):
             self._gain.clear()  # pair gains change with every observation
 
     def order(self, view: SchedulerView, queue: np.ndarray) -> np.ndarray:
-        return np.sort(queue)
+        queue = np.sort(queue)
+        if self.history is None:
+            return queue
+        return queue[np.lexsort((queue, self.history.expected_remaining(view, queue)))]
 
     def schedule(self, view: SchedulerView) -> list[Decision]:
-        queue = np.sort(np.asarray(view.queue, dtype=np.int64))
+        if self.history is not None:
+            self.history.learn(view)
+        queue = self.order(view, np.asarray(view.queue, dtype=np.int64))
         sharing = self.needs_gpu_sharing
         guest = getattr(view, "gpu_guest", None) if sharing else None
         shared = np.flatnonzero(guest >= 0) if guest is not None else np.empty(0, dtype=np.int64)
