@@ -94,6 +94,8 @@ REGIMES: dict[str, Regime] = {
             _aware("oracle") + ",order=qssf",
             "qssf",
             "tiresias",
+            "pack-blind-tiresias",
+            _aware("oracle") + ",under=tiresias",
             "srtf",
         ),
         reference="pack-none",

@@ -130,3 +130,41 @@ def test_qssf_order_serves_the_queue_as_qssf_np_does_and_packs_in_that_order(tra
     assert blind_qssf.scheduler == "pack-blind-qssf" and not np.array_equal(blind_qssf.end, blind.end)
     with pytest.raises(ValueError, match="unknown packing order 'srtf'; choose one of arrival, qssf"):
         GpuPacking(order="srtf")
+
+
+def test_packing_under_tiresias_preempts_hosts_with_their_guests(traces_dir: Path):
+    # Tiresias decides who runs on a view without the guests; blind packing fills in. Every decision is
+    # validated by the simulator; a preempted host takes its guest along, so its GPU is really free.
+    from cluster_sim.build import build_simulator
+    from cluster_sim.protocol import Preempt
+
+    spec = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,start=5664559,end=5750959,load=1.1"
+    data = f"gavel:{traces_dir}/gavel/simulation_throughputs.json"
+
+    def sim(sharing: bool):
+        return build_simulator(
+            "small", spec, seed=0, interference="oracle", interference_data=data, gpu_sharing=sharing
+        )
+
+    tiresias = sim(False).run(get_policy("tiresias"))
+    alone = sim(False).run(GpuPacking(mode="none", under="tiresias"))
+    np.testing.assert_array_equal(alone.end, tiresias.end)  # without packing it is Tiresias itself
+
+    packer = get_policy("pack-blind-tiresias")
+    seen = {"shared_rounds": 0, "guests_evicted": 0}
+    schedule = packer.schedule
+
+    def watched(view):
+        out = schedule(view)
+        guests = set(np.asarray(view.gpu_guest)[np.asarray(view.gpu_guest) >= 0].tolist())
+        seen["shared_rounds"] += bool(guests)
+        seen["guests_evicted"] += sum(isinstance(d, Preempt) and d.job in guests for d in out)
+        return out
+
+    packer.schedule = watched
+    res = sim(True).run(packer)
+    assert np.isfinite(res.end).all() and res.scheduler == "pack-blind-tiresias"
+    assert seen["shared_rounds"] > 0 and seen["guests_evicted"] > 0
+    assert not np.array_equal(res.end, tiresias.end)
+    with pytest.raises(ValueError, match="packing runs under tiresias, qssf, not 'fifo'"):
+        GpuPacking(under="fifo")

@@ -51,7 +51,8 @@ Named defaults:
   packed onto GPUs blindly (needs ``--gpu-sharing``); the predictor-guided mode is
   ``cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor=MODEL`` (see that module);
   ``pack-none-qssf``, ``pack-blind-qssf``: the same, the queue ordered by QSSF's history estimate
-  (option ``order=qssf``), as Lucid orders by estimated duration.
+  (option ``order=qssf``), as Lucid orders by estimated duration; ``pack-blind-tiresias``: Tiresias decides
+  who runs and who is preempted, and the 1-GPU jobs it leaves waiting are packed (option ``under=``).
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "pack-blind": lambda seed=0, **options: GpuPacking(mode="blind", seed=seed, **options),
     "pack-none-qssf": lambda seed=0, **options: GpuPacking(mode="none", order="qssf", seed=seed, **options),
     "pack-blind-qssf": lambda seed=0, **options: GpuPacking(mode="blind", order="qssf", seed=seed, **options),
+    "pack-blind-tiresias": lambda seed=0, **options: GpuPacking(mode="blind", under="tiresias", seed=seed, **options),
 }
 
 

@@ -14,6 +14,12 @@ The queue is served in arrival order (``order="arrival"``, Gandiva's) or, with `
 expected time first from the history of finished jobs (QSSF's non-preemptive key, no job's own duration;
 Lucid orders by a learned duration estimate the same way); waiting 1-GPU jobs are packed in that order too.
 
+With ``under="tiresias"`` (or ``"qssf"``) that preemptive scheduler decides which jobs run and which give way,
+on a view without the guests (a shared GPU counts once, for its first tenant); the packing pass then
+offers the 1-GPU jobs it left waiting to the lone 1-GPU jobs that keep running, and a preempted job takes
+its guest with it, so the GPUs it frees are free. Gandiva and Lucid share GPUs; Tiresias preempts by
+attained service; this is both.
+
 In both sharing modes, GPUs left free once the queue is served unpack shared GPUs: the guest moves to a
 free GPU and pays the restart cost. The predictor sees only descriptors (model facts, batch size, solo
 speed), never job durations; with ``--interference oracle`` in the simulator it is judged against the
@@ -27,13 +33,28 @@ import numpy as np
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.placement import FreePool
 from cluster_sim.policies.base import PolicyScheduler
+from cluster_sim.policies.qssf import QSSF
 from cluster_sim.policies.run_history import TenantHistory
-from cluster_sim.protocol import Decision, Resize, SchedulerView, Start
+from cluster_sim.policies.tiresias import Tiresias
+from cluster_sim.protocol import Decision, Preempt, Resize, SchedulerView, Start
 from interference.base import CoLocation, InterferenceModel, JobDescriptor, Sharing
 from interference.online import OnlineCorrection
 
 MODES = ("none", "blind", "aware")
 ORDERS = ("arrival", "qssf")
+UNDER = {"tiresias": Tiresias, "qssf": QSSF}  # preemptive schedulers packing can run under
+
+
+class _WithoutGuests:
+    """A scheduler's view of the cluster in which the second tenants of shared GPUs do not run."""
+
+    def __init__(self, view: SchedulerView, guests: np.ndarray) -> None:
+        self._view = view
+        running = np.asarray(view.running, dtype=np.int64)
+        self.running = running[~np.isin(running, guests)] if len(guests) else running
+
+    def __getattr__(self, name: str):
+        return getattr(self._view, name)
 
 
 class GpuPacking(PolicyScheduler):
@@ -59,6 +80,7 @@ class GpuPacking(PolicyScheduler):
         online: bool = False,
         order: str = "arrival",
         min_history: int = 3,
+        under: str | None = None,
         seed: int = 0,
         backfill: bool | None = None,
         name: str | None = None,
@@ -67,15 +89,22 @@ class GpuPacking(PolicyScheduler):
             raise ValueError(f"unknown packing mode {mode!r}; choose one of {', '.join(MODES)}")
         if order not in ORDERS:
             raise ValueError(f"unknown packing order {order!r}; choose one of {', '.join(ORDERS)}")
+        if under is not None and under not in UNDER:
+            raise ValueError(f"packing runs under {', '.join(UNDER)}, not {under!r}")
+        if under is not None and order != "arrival":
+            raise ValueError(f"under={under} orders the queue itself: leave order at arrival")
         if mode == "aware" and not predictor:
             raise ValueError(
                 "mode=aware needs predictor=MODEL (a model file from `marlsched interference train`), e.g. "
                 "--policy cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor=results/interference.json"
             )
-        default_name = f"pack-{mode}" + ("" if order == "arrival" else f"-{order}")
+        default_name = f"pack-{mode}" + ("" if order == "arrival" else f"-{order}") + (f"-{under}" if under else "")
         super().__init__(placement, seed=seed, backfill=backfill, name=name or default_name)
         self.mode = mode
         self.history = TenantHistory(min_history) if order == "qssf" else None
+        self.under: PolicyScheduler | None = UNDER[under](placement, seed=seed) if under else None
+        if isinstance(self.under, Tiresias):  # its kept queues assume nobody else starts jobs: rank afresh
+            self.under.keep_levels = False
         self.needs_gpu_sharing = mode != "none"  # a simulator without gpu_sharing refuses its packings
         self.wants_all_points = mode != "none"  # unpacking may be due when the queue is empty
         self.min_gain = float(min_gain)
@@ -102,6 +131,8 @@ class GpuPacking(PolicyScheduler):
         self._observed = set()
         if self.history is not None:
             self.history.reset(view)
+        if self.under is not None:
+            self.under.reset(view)
         if self.online:  # each run learns from its own observations only
             self.model = OnlineCorrection(self.base_model)
 
@@ -126,6 +157,8 @@ class GpuPacking(PolicyScheduler):
         return queue[np.lexsort((queue, self.history.expected_remaining(view, queue)))]
 
     def schedule(self, view: SchedulerView) -> list[Decision]:
+        if self.under is not None:
+            return self._schedule_under(view)
         if self.history is not None:
             self.history.learn(view)
         queue = self.order(view, np.asarray(view.queue, dtype=np.int64))
@@ -145,8 +178,10 @@ class GpuPacking(PolicyScheduler):
         started = {d.job for d in decisions}
         waiting = [j for j in queue.tolist() if j not in started and int(view.jobs.num_gpus[j]) == 1]
         if waiting:
+            holder = np.array(view.gpu_job)
             fresh = {int(d.gpus[0]): d.job for d in decisions if len(d.gpus) == 1}  # hosts from this round
-            decisions += self._pack(view, waiting, fresh)
+            holder[list(fresh)] = list(fresh.values())
+            decisions += self._pack(view, waiting, holder, np.asarray(view.gpu_guest))
         if pool.num_free and len(shared):  # unpack: guests move to GPUs nobody waits for
             for g in shared.tolist():
                 gpus = self.place(view, int(guest[g]), 1, pool) if pool.num_free else None
@@ -156,11 +191,51 @@ class GpuPacking(PolicyScheduler):
                 decisions.append(Resize(int(guest[g]), gpus))
         return decisions
 
-    def _pack(self, view: SchedulerView, waiting: list[int], fresh: dict[int, int]) -> list[Start]:
-        """Guests for GPUs held by one 1-GPU job (running, or ``fresh``: started this round)."""
-        holder = np.array(view.gpu_job)
-        holder[list(fresh)] = list(fresh.values())
-        lone = (holder >= 0) & (np.asarray(view.gpu_guest) < 0)
+    def _schedule_under(self, view: SchedulerView) -> list[Decision]:
+        """The preemptive scheduler's round on the view without guests, then packing and unpacking."""
+        if not self.needs_gpu_sharing:
+            return list(self.under.schedule(view))
+        if not getattr(view, "gpu_sharing", False):
+            raise ValueError(f"{self.name} shares GPUs: run the simulator with gpu_sharing (--gpu-sharing)")
+        guest = np.asarray(view.gpu_guest)
+        shared = np.flatnonzero(guest >= 0)
+        if self.online and len(shared):
+            self._observe(view, shared)
+        decisions = list(self.under.schedule(_WithoutGuests(view, guest[shared])))
+        pool = FreePool(view)
+        guest = guest.copy()
+        host_gpu = {int(view.gpu_job[g]): int(g) for g in shared.tolist()}
+        evicted: list[Decision] = []
+        for d in decisions:
+            if isinstance(d, Preempt):
+                pool.release(view.placement(d.job), d.job)
+                g = host_gpu.get(d.job)
+                if g is not None:  # its guest leaves with it: the GPU is free, as the scheduler counted it
+                    evicted.append(Preempt(int(guest[g])))
+                    guest[g] = -1
+            elif isinstance(d, Start):
+                pool.take(d.gpus, d.job)
+        out = [d for d in decisions if isinstance(d, Preempt)] + evicted
+        out += [d for d in decisions if not isinstance(d, Preempt)]
+        for g in np.flatnonzero(guest >= 0).tolist():  # unpack: guests move to GPUs the round left free
+            gpus = self.place(view, int(guest[g]), 1, pool) if pool.num_free else None
+            if gpus is None:
+                break
+            pool.take(gpus, int(guest[g]))
+            out.append(Resize(int(guest[g]), gpus))
+            guest[g] = -1
+        started = {d.job for d in decisions if isinstance(d, Start)}
+        waiting = [
+            j for j in np.sort(np.asarray(view.queue, dtype=np.int64)).tolist()
+            if j not in started and int(view.jobs.num_gpus[j]) == 1
+        ]  # fmt: skip
+        if waiting:
+            out += self._pack(view, waiting, np.array(pool.gpu_job), guest)
+        return out
+
+    def _pack(self, view: SchedulerView, waiting: list[int], holder: np.ndarray, guest: np.ndarray) -> list[Start]:
+        """Guests for GPUs that ``holder`` gives to one 1-GPU job and ``guest`` to no second one."""
+        lone = (holder >= 0) & (guest < 0)
         lone[lone] = view.jobs.num_gpus[holder[lone]] == 1
         hosts = np.flatnonzero(lone).tolist()
         starts: list[Start] = []
