@@ -183,12 +183,7 @@ class GpuPacking(PolicyScheduler):
             holder[list(fresh)] = list(fresh.values())
             decisions += self._pack(view, waiting, holder, np.asarray(view.gpu_guest))
         if pool.num_free and len(shared):  # unpack: guests move to GPUs nobody waits for
-            for g in shared.tolist():
-                gpus = self.place(view, int(guest[g]), 1, pool) if pool.num_free else None
-                if gpus is None:
-                    break
-                pool.take(gpus, int(guest[g]))
-                decisions.append(Resize(int(guest[g]), gpus))
+            decisions += self._unpack(view, shared.tolist(), guest, pool)
         return decisions
 
     def _schedule_under(self, view: SchedulerView) -> list[Decision]:
@@ -217,13 +212,9 @@ class GpuPacking(PolicyScheduler):
                 pool.take(d.gpus, d.job)
         out = [d for d in decisions if isinstance(d, Preempt)] + evicted
         out += [d for d in decisions if not isinstance(d, Preempt)]
-        for g in np.flatnonzero(guest >= 0).tolist():  # unpack: guests move to GPUs the round left free
-            gpus = self.place(view, int(guest[g]), 1, pool) if pool.num_free else None
-            if gpus is None:
-                break
-            pool.take(gpus, int(guest[g]))
-            out.append(Resize(int(guest[g]), gpus))
-            guest[g] = -1
+        moved = self._unpack(view, np.flatnonzero(guest >= 0).tolist(), guest, pool)
+        guest[np.isin(guest, [d.job for d in moved])] = -1
+        out += moved
         started = {d.job for d in decisions if isinstance(d, Start)}
         waiting = [
             j for j in np.sort(np.asarray(view.queue, dtype=np.int64)).tolist()
@@ -232,6 +223,17 @@ class GpuPacking(PolicyScheduler):
         if waiting:
             out += self._pack(view, waiting, np.array(pool.gpu_job), guest)
         return out
+
+    def _unpack(self, view: SchedulerView, gpus: list[int], guest: np.ndarray, pool: FreePool) -> list[Resize]:
+        """The guests of ``gpus`` move to GPUs the round left free (paying the restart cost), while any are."""
+        moves: list[Resize] = []
+        for g in gpus:
+            to = self.place(view, int(guest[g]), 1, pool) if pool.num_free else None
+            if to is None:
+                break
+            pool.take(to, int(guest[g]))
+            moves.append(Resize(int(guest[g]), to))
+        return moves
 
     def _pack(self, view: SchedulerView, waiting: list[int], holder: np.ndarray, guest: np.ndarray) -> list[Start]:
         """Guests for GPUs that ``holder`` gives to one 1-GPU job and ``guest`` to no second one."""
