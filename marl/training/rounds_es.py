@@ -10,6 +10,12 @@ window (antithetic pairs: the workload, which dominates the JCT, cancels). Every
 iterations the current θ plays the validation windows, and the folder keeps the θ that did best there,
 the warm start included (iteration 0): a run that learns nothing ships its warm start and says so.
 
+Episodes run every job to completion, although the drain of the longest jobs after the last arrival is most
+of the simulation: cut 6 hours after the last arrival (3-5x faster), the mean time in the system ranked
+1, 4 and 1 of 4 antithetic pairs of candidates the other way from their average JCT on three 1-day October
+windows; cut at 24 hours (2-3x faster), 1 and 3 of 4 on two of them. What candidates change is mostly when
+the long jobs end, days later.
+
 Windows are held out by time: training windows start between ``train_first`` and ``train_last``,
 validation windows after them, and both end before 2017-11-01 (the report weeks).
 
