@@ -99,3 +99,16 @@ def test_marl_layers_import_only_downwards() -> None:
     assert not wrong, "imports against marl's layers (env < models < deploy < training < baselines < cli): " + (
         "; ".join(sorted(wrong))
     )
+
+
+def test_every_module_imports() -> None:
+    # benchmarks and examples run only from the README: a renamed constant would break them unseen
+    import importlib
+
+    failed = []
+    for name in sorted(import_graph()):
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # every failure is reported by name
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+    assert not failed, "modules that do not import:\n" + "\n".join(failed)

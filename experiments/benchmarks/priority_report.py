@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.benchmarks.heuristic_spread import DEV_END, DEV_START, GAVEL, PHILLY
+from experiments.regimes import DEV_END, DEV_START, GAVEL, PHILLY
 
 ROOT = Path(__file__).resolve().parents[2]
 MEDIUM = ROOT / "experiments" / "configs" / "clusters" / "medium-512.yaml"
