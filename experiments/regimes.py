@@ -10,7 +10,11 @@ and worst placement heuristic measured before any training (``heuristic_spread.p
   windows at load 1.1: whether a 1-GPU job waits or packs onto a busy GPU, and with whom (Gandiva, Lucid),
   beside the orderings that do not share (QSSF, Tiresias): what packing is worth against what order is;
 - ``uplinks``: ``dc-1k`` (racks 2:1, pods 4:1 oversubscribed) with Philly-like jobs 8x their GPUs, so
-  multi-server jobs cross uplinks: how close together a job's GPUs are.
+  multi-server jobs cross uplinks: how close together a job's GPUs are;
+- ``sia-hetero``: Sia's eight Philly workloads on the cluster of Sia's simulator (T4, RTX 2080 Ti, A100)
+  with Sia's settings (restart and start costs, each application's restart cost and calibration): which
+  GPU type a job gets, among rigid schedulers type-blind and type-aware, beside the elastic ones (Sia,
+  Pollux) that also choose GPU counts and batch sizes.
 
 Policies whose name ends in ``-oracle`` (and ``srtf``) read true durations: references, not contenders.
 Windows are held out by time: these are the selection/report weeks; nothing after 2017-11-14 is used.
@@ -24,6 +28,7 @@ from pathlib import Path
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
 GAVEL = TRACES / "gavel" / "simulation_throughputs.json"
+SIA = TRACES / "sia-sosp23"
 DEV_START, DEV_END = 4_973_359.0, 6_182_959.0  # 2017-11-01 .. 2017-11-15, seconds from the trace start
 DAY = 86_400.0
 
@@ -36,17 +41,20 @@ class Regime:
     cluster: str
     policies: tuple[str, ...]
     reference: str
-    trace: str | None = None  # a trace spec without window options; None: ``synthetic`` seeds
+    trace: str | None = None  # a trace spec without window options; None: ``synthetic`` seeds or ``specs``
     synthetic: str | None = None
+    specs: tuple[str, ...] = ()  # whole workloads, one per row (when neither trace nor synthetic is given)
     load: float = 0.9
     days: float = 2.0
     windows: int = 7
     gpu_sharing: bool = False
     interference: str = "oracle"
-    sim_options: dict = field(default_factory=dict)
+    sim_options: dict = field(default_factory=dict)  # more build_simulator options (restart costs, Sia's settings)
 
     def workloads(self) -> list[tuple[str, int]]:
         """(workload spec, seed) per window: consecutive ``days`` windows of the trace, or synthetic seeds."""
+        if self.specs:
+            return [(spec, 0) for spec in self.specs]
         if self.trace is None:
             return [(str(self.synthetic), k) for k in range(self.windows)]
         length = self.days * DAY
@@ -108,6 +116,25 @@ REGIMES: dict[str, Regime] = {
         windows=5,
         policies=("fifo+spread", "fifo+random", "fifo+consolidate", "fifo+closest-gpus", "tiresias+consolidate"),
         reference="fifo+consolidate",
+    ),
+    "sia-hetero": Regime(
+        name="sia-hetero",
+        cluster="sia-hetero",
+        specs=tuple(f"pollux:{SIA}/workloads/philly/workload-{k}.csv,profiles={SIA}/traces" for k in range(1, 9)),
+        policies=(
+            "rounds-blind",
+            "rounds-las",
+            "gavel",
+            "rounds-gavel",
+            "gavel-las",
+            "rounds-oracle",
+            "gavel-las-oracle",
+            "pollux",
+            "sia",
+        ),
+        reference="gavel",
+        interference="none",
+        sim_options={"restart_cost": 30.0, "start_cost": 30.0, "app_restart_costs": True, "calibration": True},
     ),
 }
 

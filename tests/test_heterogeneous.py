@@ -368,13 +368,17 @@ def test_gavel_model_rule_draws_only_models_measured_on_every_type(traces_dir: P
 def test_named_regimes_are_runnable_and_hold_out_the_later_weeks() -> None:
     """Every regime's workloads parse and its policies exist; trace windows lie in 2017-11-01..14 (the
     selection weeks), and its reference is among its policies."""
+    from cluster_sim.build import build_simulator
     from cluster_sim.workload_spec import check_workload_spec
     from experiments.regimes import DEV_END, DEV_START, REGIMES, regime
     from experiments.simulate import make_scheduler_by_name
 
-    assert {"hetero", "sharing", "uplinks"} <= set(REGIMES)
+    assert {"hetero", "sharing", "uplinks", "sia-hetero"} <= set(REGIMES)
     for reg in REGIMES.values():
         assert reg.reference in reg.policies
+        sharing = {"gpu_sharing": True, "interference": "oracle"} if reg.gpu_sharing else {}
+        sim = build_simulator(reg.cluster, reg.workloads()[0][0], **sharing, **reg.sim_options)
+        assert len(sim.jobs) > 0
         for name in reg.policies:
             make_scheduler_by_name(name, 0)
         for spec, _ in reg.workloads():

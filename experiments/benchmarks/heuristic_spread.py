@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.regime:
         reg = REGIMES[args.regime]
         workloads = reg.workloads()
-        cluster, interference, sharing = reg.cluster, reg.interference, reg.gpu_sharing
+        cluster, interference, sharing, options = reg.cluster, reg.interference, reg.gpu_sharing, reg.sim_options
         policies, reference = args.policies or list(reg.policies), args.reference or reg.reference
         print(f"regime {reg.name}: {cluster}, {len(workloads)} workloads, e.g. {workloads[0][0]}")
     else:
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
             (f"{args.trace},start={t0},end={min(t0 + length, args.end)},load={args.load}", 0)
             for t0 in np.arange(args.start, args.end - length + stride - 1.0, stride)
         ]
-        cluster, interference, sharing = args.cluster, args.interference, False
+        cluster, interference, sharing, options = args.cluster, args.interference, False, {}
         policies = args.policies or ["fifo", "tiresias", "qssf", "qssf-np", "sjf", "srtf"]
         reference = args.reference or "tiresias"
     data = f"gavel:{GAVEL}" if interference == "oracle" and GAVEL.is_file() else None
@@ -59,7 +59,13 @@ def main(argv: list[str] | None = None) -> None:
         row = {}
         for name in policies:
             sim = build_simulator(
-                cluster, spec, seed=seed, interference=interference, interference_data=data, gpu_sharing=sharing
+                cluster,
+                spec,
+                seed=seed,
+                interference=interference,
+                interference_data=data,
+                gpu_sharing=sharing,
+                **options,
             )
             row[name] = float(sim.run(make_scheduler_by_name(name, 0)).metrics()["avg_jct"])
         rows.append(row)
