@@ -168,3 +168,5 @@ def test_packing_under_tiresias_preempts_hosts_with_their_guests(traces_dir: Pat
     assert not np.array_equal(res.end, tiresias.end)
     with pytest.raises(ValueError, match="packing runs under tiresias, qssf, not 'fifo'"):
         GpuPacking(under="fifo")
+    with pytest.raises(ValueError, match="pack-blind-tiresias shares GPUs: run the simulator with gpu_sharing"):
+        sim(False).run(get_policy("pack-blind-tiresias"))

@@ -102,13 +102,22 @@ def test_marl_layers_import_only_downwards() -> None:
 
 
 def test_every_module_imports() -> None:
-    # benchmarks and examples run only from the README: a renamed constant would break them unseen
-    import importlib
+    # Benchmarks and examples run only from the README: a renamed constant would break them unseen. In a
+    # fresh interpreter, since plugin examples register names once per process.
+    import subprocess
+    import sys
 
-    failed = []
-    for name in sorted(import_graph()):
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # every failure is reported by name
-            failed.append(f"{name}: {type(e).__name__}: {e}")
-    assert not failed, "modules that do not import:\n" + "\n".join(failed)
+    script = (
+        "import importlib, sys\n"
+        "failed = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as e:\n"
+        "        failed.append(f'{name}: {type(e).__name__}: {e}')\n"
+        "print('\\n'.join(failed))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, *sorted(import_graph())], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert not out.stdout.strip(), "modules that do not import:\n" + out.stdout

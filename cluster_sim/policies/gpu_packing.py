@@ -152,7 +152,7 @@ class GpuPacking(PolicyScheduler):
 
     def order(self, view: SchedulerView, queue: np.ndarray) -> np.ndarray:
         queue = np.sort(queue)
-        if self.history is None:
+        if self.history is None or not len(queue):
             return queue
         return queue[np.lexsort((queue, self.history.expected_remaining(view, queue)))]
 
@@ -188,9 +188,10 @@ class GpuPacking(PolicyScheduler):
 
     def _schedule_under(self, view: SchedulerView) -> list[Decision]:
         """The preemptive scheduler's round on the view without guests, then packing and unpacking."""
-        if not self.needs_gpu_sharing:
+        sharing = getattr(view, "gpu_sharing", False)
+        if not self.needs_gpu_sharing or (not sharing and not len(view.queue)):
             return list(self.under.schedule(view))
-        if not getattr(view, "gpu_sharing", False):
+        if not sharing:
             raise ValueError(f"{self.name} shares GPUs: run the simulator with gpu_sharing (--gpu-sharing)")
         guest = np.asarray(view.gpu_guest)
         shared = np.flatnonzero(guest >= 0)
