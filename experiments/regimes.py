@@ -131,6 +131,7 @@ REGIMES: dict[str, Regime] = {
             "gavel-las-oracle",
             "pollux",
             "sia",
+            "sia-oracle",
         ),
         reference="gavel",
         interference="none",

@@ -136,6 +136,20 @@ def test_sia_uses_the_fast_type_where_it_pays(sia_dir: Path) -> None:
     assert sia < 0.9 * pollux
 
 
+def test_sia_oracle_weighs_jobs_by_their_true_remaining_time(sia_dir: Path) -> None:
+    """The privileged reference schedules differently from Sia; without its weight (oracle=0) it is Sia,
+    job for job."""
+    from cluster_sim.policies.sia import Sia
+
+    sia = sia_sim(sia_dir, 40).run(get_policy("sia"))
+    assert np.array_equal(sia_sim(sia_dir, 40).run(Sia(oracle=0.0)).end, sia.end)
+    oracle = sia_sim(sia_dir, 40).run(get_policy("sia-oracle"))
+    assert oracle.scheduler == "sia-oracle" and np.isfinite(oracle.end).all()
+    assert not np.array_equal(oracle.end, sia.end)
+    with pytest.raises(ValueError, match="oracle is the power of the remaining-time weight"):
+        Sia(oracle=-1.0)
+
+
 def test_configurations_are_sias_tables() -> None:
     assert configurations(4, 16) == [1, 2] + [4 * k for k in range(1, 17)]
     assert configurations(8, 3) == [1, 2, 4, 8, 16, 24]

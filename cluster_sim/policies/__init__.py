@@ -28,7 +28,8 @@ Named defaults:
 - ``afs``: AFS-style elastic share: each further GPU to the largest marginal throughput per GPU.
 - ``ones``: ONES' online evolutionary search over batch sizes, GPUs following the batch.
 - ``sia``: Sia's heterogeneity-aware choice of GPU type, GPU count and batch size per job by an integer
-  program every 60 s (:mod:`cluster_sim.policies.sia`).
+  program every 60 s (:mod:`cluster_sim.policies.sia`); ``sia-oracle`` weighs each job by its true remaining
+  time (a privileged reference).
 - ``gavel``: Gavel's heterogeneity-aware max-sum-throughput time shares per GPU type (an LP), realised in
   360 s rounds; jobs keep the GPU count and batch they asked for (:mod:`cluster_sim.policies.gavel`).
   ``gavel-oracle`` weighs each job's throughput by its true remaining work (the LP then maximises the
@@ -139,6 +140,7 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "afs": lambda seed=0, **options: AFS(seed=seed, **options),
     "ones": lambda seed=0, **options: ONES(seed=seed, **options),
     "sia": lambda seed=0, **options: Sia(seed=seed, **options),
+    "sia-oracle": lambda seed=0, **options: Sia(seed=seed, **{"oracle": 0.5, "name": "sia-oracle", **options}),
     "gavel": lambda seed=0, **options: Gavel(seed=seed, **options),
     "gavel-oracle": lambda seed=0, **options: Gavel(
         objective="oracle-completions", seed=seed, **{"name": "gavel-oracle", **options}
