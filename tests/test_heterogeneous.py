@@ -12,7 +12,7 @@ from cluster_sim.build import build_simulator
 from cluster_sim.gpu_profiles import RESTART_COST
 from cluster_sim.policies import get_policy
 from cluster_sim.policies.sia import configurations
-from cluster_sim.protocol import InvalidDecision, Start
+from cluster_sim.protocol import RUNNING, InvalidDecision, Start
 from topology import build_cluster
 
 
@@ -148,6 +148,25 @@ def test_sia_oracle_weighs_jobs_by_their_true_remaining_time(sia_dir: Path) -> N
     assert not np.array_equal(oracle.end, sia.end)
     with pytest.raises(ValueError, match="oracle is the power of the remaining-time weight"):
         Sia(oracle=-1.0)
+
+
+def test_sia_restart_discount_decides_whether_running_jobs_move(sia_dir: Path) -> None:
+    """Sia's restart discount is one overridable method: a discount of 0 for running jobs (moving is worth
+    nothing) keeps them where they are, so the run restarts fewer jobs than Sia's own age-based discount; the
+    privileged oracle-restarts variant of the room benchmark schedules every job to completion."""
+    from cluster_sim.policies.sia import Sia
+    from experiments.benchmarks.sia_room import OracleRestartSia
+
+    class Stay(Sia):
+        def restart_factors(self, view, jobs):
+            return np.where(view.job_states[jobs] == RUNNING, 0.0, 1.0)
+
+    sia = sia_sim(sia_dir, 40).run(Sia())
+    stay = sia_sim(sia_dir, 40).run(Stay())
+    assert np.isfinite(stay.end).all()
+    assert stay.restarts.sum() < sia.restarts.sum()
+    oracle = sia_sim(sia_dir, 40).run(OracleRestartSia())
+    assert np.isfinite(oracle.end).all() and not np.array_equal(oracle.end, sia.end)
 
 
 def test_configurations_are_sias_tables() -> None:

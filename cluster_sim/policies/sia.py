@@ -152,6 +152,27 @@ class Sia(ElasticPolicy):
             plans.append(plan)
         return out, plans
 
+    def job_weights(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray | None:
+        """A positive weight per job on its terms of the objective (None: all 1, Sia itself); subclasses
+        that rank jobs (by estimated remaining work, learned scores) override it."""
+        if self.oracle <= 0:
+            return None
+        rem = np.maximum(view.remaining_times(jobs), 1.0)  # privileged: jobs near their end weigh more
+        return (np.median(rem) / rem) ** self.oracle
+
+    def restart_factors(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+        """Pollux's discount on moving each job: ``max(age − restarts · r, 0) / (age + r)`` (1 while younger
+        than its restart cost ``r``), so jobs that restarted often relative to their age stay put."""
+        ages = view.now - view.jobs.arrival[jobs]
+        restarts = np.maximum(self._restarts[jobs], 0)
+        factor = np.ones(len(jobs))
+        for i, j in enumerate(jobs.tolist()):
+            app = view.application(j)
+            r = RESTART_COST.get(app.name, 30.0) if app is not None else 30.0
+            if ages[i] >= r:
+                factor[i] = max(ages[i] - restarts[i] * r, 0.0) / (ages[i] + r)
+        return factor
+
     # -- the integer program -----------------------------------------------------------------------------------
     def _solve(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray):
         topo = view.topo
@@ -163,9 +184,6 @@ class Sia(ElasticPolicy):
         gain = np.zeros((len(jobs), width))
         batches: list[dict] = []
         current = np.full(len(jobs), -1)
-        ages = view.now - view.jobs.arrival[jobs]
-        restarts = np.maximum(self._restarts[jobs], 0)
-        factor = np.ones(len(jobs))
         for i, j in enumerate(jobs.tolist()):
             goods, plans = self._goodputs(view, j, layout)
             row = np.concatenate(goods)
@@ -178,10 +196,7 @@ class Sia(ElasticPolicy):
                 t = int(topo.server_gpu_type[int(topo.gpu_server[g[0]])])
                 hit = np.flatnonzero((conf_type == t) & (conf_gpus == len(g)))
                 current[i] = int(hit[0]) if len(hit) else -1
-            app = view.application(j)
-            r = RESTART_COST.get(app.name, 30.0) if app is not None else 30.0
-            if ages[i] >= r:
-                factor[i] = max(ages[i] - restarts[i] * r, 0.0) / (ages[i] + r)
+        factor = self.restart_factors(view, jobs)
         allowed = gain > 0
         same = np.arange(width)[None, :] == current[:, None]
         value = np.where(same, gain, gain * factor[:, None])
@@ -196,9 +211,9 @@ class Sia(ElasticPolicy):
         counts = np.zeros(len(jobs), dtype=np.int64)
         if n_var:
             c = cost[rows_j, cols_c] - self.lambda_n
-            if self.oracle > 0:  # privileged: jobs near their end weigh more
-                rem = np.maximum(view.remaining_times(jobs), 1.0)
-                c = c * (np.median(rem) / rem)[rows_j] ** self.oracle
+            weight = self.job_weights(view, jobs)
+            if weight is not None:
+                c = c * weight[rows_j]
             one = scipy.sparse.csr_array((np.ones(n_var), (rows_j, np.arange(n_var))), shape=(len(jobs), n_var))
             cap = scipy.sparse.csr_array(
                 (conf_gpus[cols_c], (conf_type[cols_c], np.arange(n_var))), shape=(len(layout), n_var)

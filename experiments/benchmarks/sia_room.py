@@ -1,0 +1,115 @@
+"""Where Sia's average JCT goes on its own workloads, and how much any scheduler in its frame could win back.
+
+Sia (``cluster_sim.policies.sia``) chooses every job's GPU type, GPU count and batch size from converged
+goodput models. Before training an elastic agent to beat it, this measures the room, paired on Sia's eight
+Philly workloads (the ``sia-hetero`` regime, its cluster and settings):
+
+- **Breakdown**: average JCT, time queued (JCT less the time holding GPUs), restarts per job, jobs per GPU
+  (queued or running, over the run) and GPUs held per running job.
+- **Bounds that change the cluster, not the scheduler**: restarts free (restart cost 0, first starts still
+  cost 30 s), every start free, and the same jobs on 4 times the GPUs (``sia-hetero`` scaled 4x).
+- **Privileged variants of Sia** (they read true remaining work; references, not schedulers):
+  ``sia-oracle`` weighs each job's terms by (median remaining / its remaining) ** 0.5, so jobs near their
+  end get GPUs first (:meth:`Sia.job_weights`); ``oracle-restarts`` discounts a move by what the restart
+  costs against the job's true remaining time, ``max(1 − r / remaining, 0)``, in place of Pollux's
+  age-based factor (:meth:`Sia.restart_factors`).
+
+    python experiments/benchmarks/sia_room.py                          # all variants, 8 workloads (~4 min)
+    python experiments/benchmarks/sia_room.py --variants sia sia-oracle --workloads 1 2 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from cluster_sim.gpu_profiles import RESTART_COST
+from cluster_sim.policies.sia import Sia
+from cluster_sim.protocol import SchedulerView
+
+VARIANTS = ("sia", "restarts-free", "starts-free", "4x-gpus", "sia-oracle", "oracle-restarts")
+
+
+class OracleRestartSia(Sia):
+    """Sia whose discount on moving a job is its restart cost against its true remaining time (privileged)."""
+
+    def restart_factors(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+        apps = [view.application(int(j)) for j in jobs.tolist()]
+        cost = np.array([RESTART_COST.get(a.name, 30.0) if a is not None else 30.0 for a in apps])
+        return np.maximum(1.0 - cost / np.maximum(view.remaining_times(jobs), 1.0), 0.0)
+
+
+def measure(workload: int, variant: str) -> dict[str, float]:
+    """One Sia workload (1-8) under one variant: the breakdown of its finished jobs."""
+    from cluster_sim.build import build_simulator
+    from experiments.benchmarks.policy_runtime import scaled_cluster
+    from experiments.regimes import REGIMES
+
+    reg = REGIMES["sia-hetero"]
+    options: dict[str, Any] = dict(reg.sim_options)
+    cluster: Any = reg.cluster
+    policy: Sia = Sia()
+    if variant == "restarts-free":
+        options.update(restart_cost=0.0, app_restart_costs=False)
+    elif variant == "starts-free":
+        options.update(restart_cost=0.0, start_cost=0.0, app_restart_costs=False)
+    elif variant == "4x-gpus":
+        cluster = scaled_cluster(4)
+    elif variant == "sia-oracle":
+        policy = Sia(oracle=0.5, name="sia-oracle")
+    elif variant == "oracle-restarts":
+        policy = OracleRestartSia(name="oracle-restarts")
+    elif variant != "sia":
+        raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
+    sim = build_simulator(cluster, reg.specs[workload - 1], seed=0, interference=reg.interference, **options)
+    result = sim.run(policy)
+    m = result.metrics()
+    done = ~np.isnan(result.end)
+    return {
+        "avg_jct": float(m["avg_jct"]),
+        "queued": float(m["avg_queue_delay"]),
+        "restarts": float(m["restarts_per_job"]),
+        "jobs_per_gpu": float(m["jobs_per_gpu"]),
+        "gpus_held": float(m["avg_gpus_held"]),
+        "unfinished": float((~done).sum()),
+    }
+
+
+def _measure(args: tuple[int, str]) -> tuple[int, str, dict[str, float]]:
+    return (*args, measure(*args))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--workloads", nargs="+", type=int, default=list(range(1, 9)), help="Sia's Philly workloads")
+    ap.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="simulations run at once")
+    args = ap.parse_args(argv)
+    if bad := [w for w in args.workloads if not 1 <= w <= 8]:
+        ap.error(f"--workloads: Sia has Philly workloads 1..8, got {bad}")
+    variants = list(dict.fromkeys(["sia", *args.variants]))  # Sia itself is every pairing's reference
+    tasks = [(w, v) for w in args.workloads for v in variants]
+    rows: dict[tuple[int, str], dict[str, float]] = {}
+    with ProcessPoolExecutor(max(1, args.procs)) as pool:
+        for w, v, row in pool.map(_measure, tasks):
+            rows[w, v] = row
+            print(f"workload {w} {v:>16}: avg JCT {row['avg_jct']:>7.0f} s, restarts/job {row['restarts']:.2f}",
+                  flush=True)  # fmt: skip
+    print(f"\n{'variant':>16} {'avg JCT s':>10} {'vs sia (paired)':>16} {'queued s':>9} {'restarts':>9} "
+          f"{'jobs/GPU':>9} {'GPUs held':>9}")  # fmt: skip
+    for v in variants:
+        mean = {k: float(np.mean([rows[w, v][k] for w in args.workloads])) for k in rows[args.workloads[0], v]}
+        paired = [rows[w, v]["avg_jct"] / rows[w, "sia"]["avg_jct"] - 1 for w in args.workloads]
+        print(f"{v:>16} {mean['avg_jct']:>10.0f} {f'{np.mean(paired):+.1%} ± {np.std(paired):.1%}':>16} "
+              f"{mean['queued']:>9.0f} {mean['restarts']:>9.2f} {mean['jobs_per_gpu']:>9.3f} "
+              f"{mean['gpus_held']:>9.2f}")  # fmt: skip
+        if mean["unfinished"]:
+            print(f"{'':>16} ({mean['unfinished']:.1f} jobs per workload did not finish)")
+
+
+if __name__ == "__main__":
+    main()
