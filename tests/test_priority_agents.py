@@ -307,8 +307,28 @@ def test_an_iteration_that_sampled_nothing_stops_training() -> None:
         def train(self) -> dict:
             return {"env_runners": {}, "num_env_steps_sampled_lifetime": 0}
 
-    with pytest.raises(RuntimeError, match="PPO iteration 3 sampled no environment step"):
+    with pytest.raises(RuntimeError, match=r"PPO iteration 3 sampled no environment step.*worker logs"):
         train_iteration(AllRunnersFailed(), 3)
+
+
+def test_a_failing_environment_shows_its_error_in_the_driver(window: str) -> None:
+    # the runners' tracebacks stay in Ray's worker logs; the driver replays the env's reset to show the cause
+    from types import SimpleNamespace
+
+    from marl.env.priority_env import PriorityEnv, QuietWorkloadSpecError
+    from marl.training.run_folder import train_iteration
+
+    class AllRunnersFailed:
+        config = SimpleNamespace(env=PriorityEnv, env_config={"workload": window.replace("load=0.9", "load=50")})
+
+        def train(self) -> dict:
+            return {"env_runners": {"num_env_steps_sampled": 0}}
+
+    with pytest.raises(
+        RuntimeError, match=r"iteration 2 .* fails the same way: QuietWorkloadSpecError: .*load=50"
+    ) as e:
+        train_iteration(AllRunnersFailed(), 2)
+    assert isinstance(e.value.__cause__, QuietWorkloadSpecError)
 
 
 def test_bad_config_names_the_key(tmp_path: Path) -> None:

@@ -14,8 +14,13 @@ Philly workloads (the ``sia-hetero`` regime, its cluster and settings):
   costs against the job's true remaining time, ``max(1 − r / remaining, 0)``, in place of Pollux's
   age-based factor (:meth:`Sia.restart_factors`).
 
-    python experiments/benchmarks/sia_room.py                          # all variants, 8 workloads (~4 min)
+``--philly N`` replaces Sia's workloads by N windows of Philly's report weeks (a window a day from
+2017-11-02, ``--hours`` long at ``--load``), each job training one of Sia's applications for its trace length
+(``apps=``): long, heavy-tailed jobs where Sia's eight workloads have short ones.
+
+    python experiments/benchmarks/sia_room.py                          # all variants, 8 workloads (~6 min)
     python experiments/benchmarks/sia_room.py --variants sia sia-oracle --workloads 1 2 3
+    python experiments/benchmarks/sia_room.py --philly 4 --hours 6 --variants sia sia-oracle oracle-restarts
 """
 
 from __future__ import annotations
@@ -43,13 +48,22 @@ class OracleRestartSia(Sia):
         return np.maximum(1.0 - cost / np.maximum(view.remaining_times(jobs), 1.0), 0.0)
 
 
-def measure(workload: int, variant: str) -> dict[str, float]:
-    """One Sia workload (1-8) under one variant: the breakdown of its finished jobs."""
+def philly_window(k: int, hours: float, load: float) -> str:
+    """The ``k``-th (1-based) Philly window of the report weeks, with Sia's applications."""
+    from experiments.regimes import DAY, DEV_START, PHILLY, SIA
+
+    start = DEV_START + k * DAY
+    return f"philly:{PHILLY},start={start},end={start + hours * 3600.0},load={load},apps={SIA}/traces"
+
+
+def measure(workload: int | str, variant: str) -> dict[str, float]:
+    """One workload (Sia's 1-8, or a spec) under one variant: the breakdown of its finished jobs."""
     from cluster_sim.build import build_simulator
     from experiments.benchmarks.policy_runtime import scaled_cluster
     from experiments.regimes import REGIMES
 
     reg = REGIMES["sia-hetero"]
+    spec = reg.specs[workload - 1] if isinstance(workload, int) else workload
     options: dict[str, Any] = dict(reg.sim_options)
     cluster: Any = reg.cluster
     policy: Sia = Sia()
@@ -65,7 +79,7 @@ def measure(workload: int, variant: str) -> dict[str, float]:
         policy = OracleRestartSia(name="oracle-restarts")
     elif variant != "sia":
         raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
-    sim = build_simulator(cluster, reg.specs[workload - 1], seed=0, interference=reg.interference, **options)
+    sim = build_simulator(cluster, spec, seed=0, interference=reg.interference, **options)
     result = sim.run(policy)
     m = result.metrics()
     done = ~np.isnan(result.end)
@@ -79,20 +93,29 @@ def measure(workload: int, variant: str) -> dict[str, float]:
     }
 
 
-def _measure(args: tuple[int, str]) -> tuple[int, str, dict[str, float]]:
-    return (*args, measure(*args))
+def _measure(args: tuple[int, str, int | str]) -> tuple[int, str, dict[str, float]]:
+    label, variant, workload = args
+    return label, variant, measure(workload, variant)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--workloads", nargs="+", type=int, default=list(range(1, 9)), help="Sia's Philly workloads")
+    ap.add_argument("--philly", type=int, default=0, metavar="N", help="N Philly windows instead (see above)")
+    ap.add_argument("--hours", type=float, default=6.0, help="length of each Philly window")
+    ap.add_argument("--load", type=float, default=0.9, help="load of each Philly window")
     ap.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="simulations run at once")
     args = ap.parse_args(argv)
     if bad := [w for w in args.workloads if not 1 <= w <= 8]:
         ap.error(f"--workloads: Sia has Philly workloads 1..8, got {bad}")
     variants = list(dict.fromkeys(["sia", *args.variants]))  # Sia itself is every pairing's reference
-    tasks = [(w, v) for w in args.workloads for v in variants]
+    specs: dict[int, int | str] = {w: w for w in args.workloads}
+    if args.philly:
+        specs = {k: philly_window(k, args.hours, args.load) for k in range(1, args.philly + 1)}
+        args.workloads = list(specs)
+        print(f"Philly windows, e.g. {specs[1]}")
+    tasks = [(w, v, specs[w]) for w in args.workloads for v in variants]
     rows: dict[tuple[int, str], dict[str, float]] = {}
     with ProcessPoolExecutor(max(1, args.procs)) as pool:
         for w, v, row in pool.map(_measure, tasks):
