@@ -169,6 +169,23 @@ def test_sia_restart_discount_decides_whether_running_jobs_move(sia_dir: Path) -
     assert np.isfinite(oracle.end).all() and not np.array_equal(oracle.end, sia.end)
 
 
+@pytest.mark.parametrize("estimate", ["las", "history"])
+def test_sia_weighted_by_an_estimate_reads_no_duration(sia_dir: Path, estimate: str) -> None:
+    """The room benchmark's non-privileged weights change Sia's schedule, and never read a job's length."""
+    from cluster_sim.policies.sia import Sia
+    from experiments.benchmarks.sia_room import EstimateWeightedSia
+    from tests.test_dl2 import NoLengthView
+
+    class NoOracle(EstimateWeightedSia):
+        def job_weights(self, view, jobs):
+            return super().job_weights(NoLengthView(view), jobs)
+
+    sia = sia_sim(sia_dir, 40).run(Sia())
+    weighted = sia_sim(sia_dir, 40).run(NoOracle(estimate))
+    assert weighted.scheduler == f"{estimate}-weights" and np.isfinite(weighted.end).all()
+    assert not np.array_equal(weighted.end, sia.end)
+
+
 def test_configurations_are_sias_tables() -> None:
     assert configurations(4, 16) == [1, 2] + [4 * k for k in range(1, 17)]
     assert configurations(8, 3) == [1, 2, 4, 8, 16, 24]

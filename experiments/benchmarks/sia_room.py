@@ -13,6 +13,8 @@ Philly workloads (the ``sia-hetero`` regime, its cluster and settings):
   end get GPUs first (:meth:`Sia.job_weights`); ``oracle-restarts`` discounts a move by what the restart
   costs against the job's true remaining time, ``max(1 − r / remaining, 0)``, in place of Pollux's
   age-based factor (:meth:`Sia.restart_factors`).
+- **The same weights on what a deployed scheduler knows**: ``las-weights`` (attained service) and
+  ``history-weights`` (QSSF's history estimate of remaining time), :class:`EstimateWeightedSia`.
 
 ``--philly N`` replaces Sia's workloads by N windows of Philly's report weeks (a window a day from
 2017-11-02, ``--hours`` long at ``--load``), each job training one of Sia's applications for its trace length
@@ -35,10 +37,37 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.gpu_profiles import RESTART_COST
+from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.policies.sia import Sia
 from cluster_sim.protocol import SchedulerView
 
-VARIANTS = ("sia", "restarts-free", "starts-free", "4x-gpus", "sia-oracle", "oracle-restarts")
+VARIANTS = (
+    "sia", "restarts-free", "starts-free", "4x-gpus", "sia-oracle", "oracle-restarts", "las-weights",
+    "history-weights",
+)  # fmt: skip
+
+
+class EstimateWeightedSia(Sia):
+    """Sia with ``sia-oracle``'s weights (median / own) ** 0.5 on an estimate a deployed scheduler has, not on
+    true remaining work: ``las`` (attained GPU-seconds plus an hour, least attained first, as Tiresias) or
+    ``history`` (QSSF's expected remaining time from the finished jobs of the tenant and GPU count)."""
+
+    def __init__(self, estimate: str, **kw: Any) -> None:
+        super().__init__(name=f"{estimate}-weights", **kw)
+        self.estimate = estimate
+        self.history = TenantHistory()
+
+    def reset(self, view: SchedulerView) -> None:
+        super().reset(view)
+        self.history.reset(view)
+
+    def job_weights(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+        if self.estimate == "las":
+            size = view.attained_services(jobs) + 3600.0
+        else:
+            self.history.learn(view)
+            size = np.maximum(self.history.expected_remaining(view, jobs), 60.0)
+        return np.sqrt(np.median(size) / size)
 
 
 class OracleRestartSia(Sia):
@@ -79,6 +108,8 @@ def measure(workload: int | str, variant: str) -> dict[str, float]:
         policy = Sia(oracle=0.5, name="sia-oracle")
     elif variant == "oracle-restarts":
         policy = OracleRestartSia(name="oracle-restarts")
+    elif variant in ("las-weights", "history-weights"):
+        policy = EstimateWeightedSia(variant.split("-")[0])
     elif variant != "sia":
         raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
     sim = build_simulator(cluster, spec, seed=0, interference=reg.interference, **options)
