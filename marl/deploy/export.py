@@ -268,15 +268,19 @@ def load_marl_policy(
     """The exported policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no ray).
 
     ``predictor`` overrides the interference predictor recorded in the metadata. A folder of the
-    priority agents (:mod:`marl.deploy.priority_export`) loads as those, one agent per rack.
+    priority agents (:mod:`marl.deploy.priority_export`) loads as those, one agent per rack; a folder of
+    the round scorer or of Sia's learned job weights (:mod:`marl.deploy.remaining_policy`) as that scheduler.
     """
     from marl.deploy.priority_export import is_priority_policy, load_priority_policy
+    from marl.deploy.remaining_policy import is_remaining_policy, load_remaining_policy
     from marl.deploy.rounds_policy import is_rounds_policy, load_rounds_policy
 
     if is_priority_policy(policy_dir):
         return load_priority_policy(policy_dir, name=name, num_threads=num_threads)
     if is_rounds_policy(policy_dir):
         return load_rounds_policy(policy_dir, name=name)
+    if is_remaining_policy(policy_dir):
+        return load_remaining_policy(policy_dir, name=name)
     meta = read_metadata(policy_dir)
     fn = TorchScriptPolicy(Path(policy_dir) / meta["files"]["torchscript"], num_threads=num_threads)
     return marl_scheduler(fn, meta, predictor=predictor, policy_dir=policy_dir, name=name)

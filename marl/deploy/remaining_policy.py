@@ -1,0 +1,118 @@
+"""Sia weighted by a learned estimate of remaining work: the scheduler and its policy folder.
+
+:class:`LearnedWeightSia` is Sia (``cluster_sim.policies.sia``) whose :meth:`~cluster_sim.policies.sia.Sia.job_weights`
+come from :class:`~marl.models.remaining_work.RemainingWorkNet`: each job's terms of the integer program are
+weighed by (median estimate / own estimate) ** ``power``, the form of ``sia-oracle`` with the estimate in
+place of the true remaining time. Sia still chooses every job's GPU type, count and batch size; the network
+decides which jobs its program favours. Without a network it is Sia itself (the warm start).
+
+The folder holds ``policy.pt`` (TorchScript, any number of jobs) and ``metadata.json``; it loads as
+``--policy marl:DIR`` without RLlib.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cluster_sim.policies.run_history import TenantHistory
+from cluster_sim.policies.sia import Sia
+from cluster_sim.protocol import SchedulerView
+from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.models.remaining_work import FEATURES, RemainingWorkNet, job_features
+
+KIND = "sia-remaining"
+TORCHSCRIPT = "policy.pt"
+METADATA = "metadata.json"
+
+
+class LearnedWeightSia(Sia):
+    """Sia with job weights (median / own) ** ``power`` of a network's remaining-time estimates (module doc).
+
+    ``net`` maps (N, len(FEATURES)) float32 features to (N,) log remaining seconds (a
+    :class:`RemainingWorkNet` or its TorchScript); None gives Sia's own weights."""
+
+    def __init__(self, net: Callable[[torch.Tensor], torch.Tensor] | None, *, power: float = 0.5, **kw: Any) -> None:
+        kw.setdefault("name", "sia-learned")
+        super().__init__(**kw)
+        if not power > 0:
+            raise ValueError(f"power must be > 0 (the weight's exponent, 0.5 in sia-oracle), got {power}")
+        self.net, self.power = net, float(power)
+        self.history = TenantHistory()
+
+    def reset(self, view: SchedulerView) -> None:
+        super().reset(view)
+        self.history.reset(view)
+
+    def features(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+        """This round's features of ``jobs`` (the history learns the round's completions first)."""
+        self.history.learn(view)
+        return job_features(view, self.history, jobs)
+
+    def estimate(self, x: np.ndarray) -> np.ndarray:
+        """Estimated remaining seconds of the rows ``x``."""
+        assert self.net is not None
+        with torch.no_grad():
+            out = self.net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
+        return np.exp(out.numpy().astype(np.float64))
+
+    def job_weights(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray | None:
+        x = self.features(view, jobs)
+        if self.net is None or not len(jobs):
+            return None
+        est = self.estimate(x)
+        return (np.median(est) / est) ** self.power
+
+
+def save_remaining_policy(
+    net: RemainingWorkNet, folder: str | Path, meta: dict, plot: Callable[[dict, Path], None] | None = None
+) -> Path:
+    """``policy.pt`` (TorchScript), ``metadata.json`` (with the export's largest difference from the module),
+    ``progress.csv`` (one row per training round) and, with ``plot``, the figure it draws as ``plot(meta,
+    path)``; written atomically."""
+    net = net.eval()
+    x = torch.randn(7, len(FEATURES))
+    with torch.no_grad():
+        scripted = torch.jit.script(net)
+        err = float((scripted(x) - net(x)).abs().max())
+    with atomic_folder(folder) as tmp:
+        scripted.save(str(tmp / TORCHSCRIPT))
+        full = {**meta, "export_max_abs_diff": err}
+        (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
+        rows = meta.get("progress", [])
+        with (tmp / "progress.csv").open("w", newline="") as f:
+            if rows:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+        if plot is not None:
+            plot(full, tmp / "estimates.png")
+    return Path(folder)
+
+
+def is_remaining_policy(policy_dir: str | Path) -> bool:
+    path = Path(policy_dir) / METADATA
+    return path.is_file() and read_json(path).get("agent") == KIND
+
+
+def load_remaining_policy(policy_dir: str | Path, *, name: str = "marl") -> LearnedWeightSia:
+    """The policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
+    path = Path(policy_dir) / METADATA
+    meta = read_json(path)
+    if meta.get("features") != list(FEATURES):
+        raise ValueError(
+            f"{path}: features {meta.get('features')} differ from this version's {list(FEATURES)}; retrain it "
+            "(python -m marl.training.remaining_work)"
+        )
+    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
+    sia = meta.get("sia", {})
+    return LearnedWeightSia(net, power=float(meta.get("power", 0.5)), name=name, **sia)
+
+
+__all__ = ["KIND", "LearnedWeightSia", "is_remaining_policy", "load_remaining_policy", "save_remaining_policy"]
