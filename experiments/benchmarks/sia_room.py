@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -110,8 +111,12 @@ def measure(workload: int | str, variant: str) -> dict[str, float]:
         policy = OracleRestartSia(name="oracle-restarts")
     elif variant in ("las-weights", "history-weights"):
         policy = EstimateWeightedSia(variant.split("-")[0])
+    elif variant.startswith("marl:"):
+        from marl.deploy.export import load_marl_policy
+
+        policy = load_marl_policy(variant[len("marl:") :], name=variant)
     elif variant != "sia":
-        raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS}")
+        raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS} or marl:DIR")
     sim = build_simulator(cluster, spec, seed=0, interference=reg.interference, **options)
     result = sim.run(policy)
     m = result.metrics()
@@ -126,45 +131,107 @@ def measure(workload: int | str, variant: str) -> dict[str, float]:
     }
 
 
-def _measure(args: tuple[int, str, int | str]) -> tuple[int, str, dict[str, float]]:
+def _measure(args: tuple[int, str, int | str]) -> tuple[int, str, dict[str, float] | None]:
+    """One measurement; None for a Philly window too quiet for its load."""
+    from cluster_sim.workload_spec import QuietWorkloadSpecError
+
     label, variant, workload = args
-    return label, variant, measure(workload, variant)
+    try:
+        return label, variant, measure(workload, variant)
+    except QuietWorkloadSpecError:
+        return label, variant, None
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"of {VARIANTS}, or marl:DIR (a policy)")
     ap.add_argument("--workloads", nargs="+", type=int, default=list(range(1, 9)), help="Sia's Philly workloads")
     ap.add_argument("--philly", type=int, default=0, metavar="N", help="N Philly windows instead (see above)")
+    ap.add_argument("--first", type=int, default=1, help="the first Philly window: 0 starts 2017-11-01")
     ap.add_argument("--hours", type=float, default=6.0, help="length of each Philly window")
     ap.add_argument("--load", type=float, default=0.9, help="load of each Philly window")
+    ap.add_argument("--plot", default="", help="write a PNG of each variant's paired change to this path")
     ap.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="simulations run at once")
     args = ap.parse_args(argv)
+    if bad := [v for v in args.variants if v not in VARIANTS and not v.startswith("marl:")]:
+        ap.error(f"--variants: unknown {bad}; choose from {', '.join(VARIANTS)} or marl:DIR")
+    if args.philly and not 0 <= args.first <= args.first + args.philly - 1 <= 13:
+        ap.error("--first/--philly: report windows are 0..13 (2017-11-01..14); nothing after 2017-11-14 is used")
     if bad := [w for w in args.workloads if not 1 <= w <= 8]:
         ap.error(f"--workloads: Sia has Philly workloads 1..8, got {bad}")
     variants = list(dict.fromkeys(["sia", *args.variants]))  # Sia itself is every pairing's reference
     specs: dict[int, int | str] = {w: w for w in args.workloads}
     if args.philly:
-        specs = {k: philly_window(k, args.hours, args.load) for k in range(1, args.philly + 1)}
+        specs = {k: philly_window(k, args.hours, args.load) for k in range(args.first, args.first + args.philly)}
         args.workloads = list(specs)
         print(f"Philly windows, e.g. {specs[1]}")
     tasks = [(w, v, specs[w]) for w in args.workloads for v in variants]
     rows: dict[tuple[int, str], dict[str, float]] = {}
     with ProcessPoolExecutor(max(1, args.procs)) as pool:
         for w, v, row in pool.map(_measure, tasks):
+            if row is None:
+                if w in args.workloads:
+                    print(f"window {w} too quiet for load {args.load}, left out", flush=True)
+                    args.workloads.remove(w)
+                continue
             rows[w, v] = row
             print(f"workload {w} {v:>16}: avg JCT {row['avg_jct']:>7.0f} s, restarts/job {row['restarts']:.2f}",
                   flush=True)  # fmt: skip
-    print(f"\n{'variant':>16} {'avg JCT s':>10} {'vs sia (paired)':>16} {'queued s':>9} {'restarts':>9} "
-          f"{'jobs/GPU':>9} {'GPUs held':>9}")  # fmt: skip
+    if not args.workloads:
+        raise SystemExit("every window was too quiet for the load; lower --load or widen --hours")
+    report(variants, rows, args.workloads, args.plot)
+
+
+def report(variants: list[str], rows: dict, workloads: list[int], plot: str = "") -> None:
+    """The table, each variant paired with Sia per workload, and with ``plot`` a PNG of the paired changes."""
+    width = max(16, *(len(v) for v in variants))
+    print(f"\n{'variant':>{width}} {'avg JCT s':>10} {'vs sia (paired)':>16} {'below sia':>9} {'queued s':>9} "
+          f"{'restarts':>9} {'jobs/GPU':>9} {'GPUs held':>9}")  # fmt: skip
+    changes = {}
     for v in variants:
-        mean = {k: float(np.mean([rows[w, v][k] for w in args.workloads])) for k in rows[args.workloads[0], v]}
-        paired = [rows[w, v]["avg_jct"] / rows[w, "sia"]["avg_jct"] - 1 for w in args.workloads]
-        print(f"{v:>16} {mean['avg_jct']:>10.0f} {f'{np.mean(paired):+.1%} ± {np.std(paired):.1%}':>16} "
-              f"{mean['queued']:>9.0f} {mean['restarts']:>9.2f} {mean['jobs_per_gpu']:>9.3f} "
+        mean = {k: float(np.mean([rows[w, v][k] for w in workloads])) for k in rows[workloads[0], v]}
+        paired = [rows[w, v]["avg_jct"] / rows[w, "sia"]["avg_jct"] - 1 for w in workloads]
+        changes[v] = paired
+        below = f"{sum(p < 0 for p in paired)}/{len(paired)}"
+        print(f"{v:>{width}} {mean['avg_jct']:>10.0f} {f'{np.mean(paired):+.1%} ± {np.std(paired):.1%}':>16} "
+              f"{below:>9} {mean['queued']:>9.0f} {mean['restarts']:>9.2f} {mean['jobs_per_gpu']:>9.3f} "
               f"{mean['gpus_held']:>9.2f}")  # fmt: skip
         if mean["unfinished"]:
-            print(f"{'':>16} ({mean['unfinished']:.1f} jobs per workload did not finish)")
+            print(f"{'':>{width}} ({mean['unfinished']:.1f} jobs per workload did not finish)")
+    print("\nper workload, vs sia: " + ", ".join(str(w) for w in workloads))
+    for v in variants[1:]:
+        print(f"{v:>{width}}: " + " ".join(f"{p:+.1%}" for p in changes[v]))
+    if plot:
+        plot_changes(changes, workloads, plot)
+
+
+def plot_changes(changes: dict[str, list[float]], workloads: list[int], path: str) -> None:
+    """Grouped bars: each variant's avg JCT against Sia's on every workload, and their mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from cluster_sim.results import save_figure
+
+    shown = [v for v in changes if v != "sia"]
+    labels = [str(w) for w in workloads] + ["mean"]
+    x = np.arange(len(labels))
+    bar = 0.8 / max(len(shown), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.3 * len(labels) * max(len(shown), 1) + 2), 3.8))
+    for i, v in enumerate(shown):
+        vals = 100 * np.array([*changes[v], np.mean(changes[v])])
+        label = Path(v[len("marl:") :]).name if v.startswith("marl:") else v
+        ax.bar(x + (i - (len(shown) - 1) / 2) * bar, vals, bar, label=label)
+    ax.axhline(0.0, color="grey", lw=1)
+    ax.set_xticks(x, labels)
+    ax.set_xlabel("workload / window")
+    ax.set_ylabel("avg JCT vs Sia, same workload (%)")
+    ax.legend(fontsize=7)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, path)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
