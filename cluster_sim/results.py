@@ -12,6 +12,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -189,6 +190,15 @@ def write_atomic(path: Path, content: str | bytes | list[list]) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def write_dict_rows(rows: list[dict[str, Any]], path: Path) -> None:
+    """CSV of dict rows (the first row's keys are the header; an empty list gives an empty file), atomically."""
+    if not rows:
+        write_atomic(path, "")
+        return
+    header = list(rows[0])
+    write_atomic(path, [header, *([row.get(k, "") for k in header] for row in rows)])
 
 
 def _umask() -> int:

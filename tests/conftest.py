@@ -21,13 +21,24 @@ def traces_dir() -> Path:
     return path
 
 
+def _artifact(traces_dir: Path, name: str, probe: str) -> Path:
+    """``traces_dir / name``; the test skips when its file ``probe`` is absent."""
+    d = traces_dir / name
+    if not (d / probe).is_file():
+        pytest.skip(f"{d / probe} not present")
+    return d
+
+
 @pytest.fixture(scope="session")
 def pollux_dir(traces_dir: Path) -> Path:
-    """Pollux's measurements and workloads (``pollux-osdi21``); skips when they are absent."""
-    d = traces_dir / "pollux-osdi21"
-    if not (d / "traces" / "cifar10" / "placements.csv").is_file():
-        pytest.skip("Pollux measurements not present")
-    return d
+    """Pollux's measurements and workloads (``pollux-osdi21``)."""
+    return _artifact(traces_dir, "pollux-osdi21", "traces/cifar10/placements.csv")
+
+
+@pytest.fixture(scope="session")
+def sia_dir(traces_dir: Path) -> Path:
+    """Sia's artifact (``sia-sosp23``: per-type profiles and its Philly workloads)."""
+    return _artifact(traces_dir, "sia-sosp23", "traces/bert/placements-dgx-ext.csv")
 
 
 @pytest.fixture(scope="session")

@@ -16,14 +16,6 @@ from cluster_sim.protocol import RUNNING, InvalidDecision, Start
 from topology import build_cluster
 
 
-@pytest.fixture(scope="module")
-def sia_dir(traces_dir: Path) -> Path:
-    d = traces_dir / "sia-sosp23"
-    if not (d / "traces" / "bert" / "placements-dgx-ext.csv").is_file():
-        pytest.skip("Sia's profiles not present")
-    return d
-
-
 class Checked:
     """``policy`` with ``check(view, decision, gpus)`` called on every decision that gives GPUs, before the
     simulator applies it; ``checked`` counts them."""

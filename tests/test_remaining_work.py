@@ -9,26 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from cluster_sim.build import build_simulator
 from cluster_sim.policies.sia import Sia
 from marl.deploy.export import load_marl_policy
 from marl.deploy.remaining_policy import LearnedWeightSia, load_remaining_policy
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
-from marl.training.remaining_work import SIA_SETTINGS, RemainingWorkConfig, train
+from marl.training.remaining_work import RemainingWorkConfig, train
 from tests.test_dl2 import NoLengthView
-
-
-@pytest.fixture(scope="module")
-def sia_dir(traces_dir: Path) -> Path:
-    d = traces_dir / "sia-sosp23"
-    if not (d / "traces" / "bert" / "placements-dgx-ext.csv").is_file():
-        pytest.skip("Sia's profiles not present")
-    return d
-
-
-def sia_workload(sia_dir: Path, jobs: int = 40):
-    spec = f"pollux:{sia_dir}/workloads/philly/workload-1.csv,profiles={sia_dir}/traces,max_jobs={jobs}"
-    return build_simulator("sia-hetero", spec, seed=0, interference="none", **SIA_SETTINGS)
+from tests.test_heterogeneous import sia_sim
 
 
 def tiny_config(traces_dir: Path, **kw) -> RemainingWorkConfig:
@@ -51,11 +38,11 @@ def test_the_weights_change_sias_schedule_and_read_no_length(sia_dir: Path) -> N
     net = RemainingWorkNet(hidden=8)
     with torch.no_grad():  # a network whose estimates differ by job, as a trained one's do
         net.mlp[-1].weight.mul_(20.0)
-    sia = sia_workload(sia_dir).run(Sia())
-    learned = sia_workload(sia_dir).run(Guarded(net))
+    sia = sia_sim(sia_dir, 40).run(Sia())
+    learned = sia_sim(sia_dir, 40).run(Guarded(net))
     assert np.isfinite(learned.end).all() and not np.array_equal(learned.end, sia.end)
     # without a network it is Sia itself, bit for bit (the warm start)
-    assert np.array_equal(sia_workload(sia_dir).run(Guarded(None)).end, sia.end)
+    assert np.array_equal(sia_sim(sia_dir, 40).run(Guarded(None)).end, sia.end)
 
 
 def test_fit_is_seeded_and_learns_a_log_linear_rule() -> None:
@@ -89,7 +76,7 @@ def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Pat
         assert torch.allclose(a(x), net.eval()(x), atol=1e-6)
     policy = load_marl_policy(tmp_path / "a", name="learned")
     assert isinstance(policy, LearnedWeightSia) and policy.name == "learned"
-    result = sia_workload(sia_dir, 20).run(policy)
+    result = sia_sim(sia_dir, 20).run(policy)
     assert np.isfinite(result.end).all()
 
 
@@ -117,9 +104,9 @@ def test_shipped_sia_philly_policy_loads_by_name_and_moves_sia(sia_dir: Path) ->
     folder = Path(__file__).resolve().parents[1] / "experiments" / "policies" / "sia-philly"
     policy = make_scheduler_by_name(f"marl:{folder}", 0)
     assert isinstance(policy, LearnedWeightSia)
-    learned = sia_workload(sia_dir).run(policy)
+    learned = sia_sim(sia_dir, 40).run(policy)
     assert np.isfinite(learned.end).all()
-    assert not np.array_equal(learned.end, sia_workload(sia_dir).run(Sia()).end)
+    assert not np.array_equal(learned.end, sia_sim(sia_dir, 40).run(Sia()).end)
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,13 @@ Philly workloads (the ``sia-hetero`` regime, its cluster and settings):
 - **The same weights on what a deployed scheduler knows**: ``las-weights`` (attained service) and
   ``history-weights`` (QSSF's history estimate of remaining time), :class:`EstimateWeightedSia`.
 
+A trained policy folder is a variant too (``marl:DIR``, e.g. ``marl:experiments/policies/sia-philly``, Sia with
+learned job weights). Each variant is paired with Sia per workload: mean ± std of the change, the number of
+workloads where it is below Sia, every workload's change and, with ``--plot PATH``, a PNG of them.
+
 ``--philly N`` replaces Sia's workloads by N windows of Philly's report weeks (a window a day from
-2017-11-02, ``--hours`` long at ``--load``), each job training one of Sia's applications for its trace length
+2017-11-01 + ``--first`` days, default 2017-11-02; ``--hours`` long at ``--load``; windows too quiet for the
+load are left out), each job training one of Sia's applications for its trace length
 (``apps=``): long, heavy-tailed jobs where Sia's eight workloads have short ones. There the restart variants
 (``restarts-free``, ``oracle-restarts``) can run for a long time: on the window of 2017-11-02 both were still
 running after 20 minutes, where ``sia`` and ``sia-oracle`` took 90 s.
@@ -25,6 +30,8 @@ running after 20 minutes, where ``sia`` and ``sia-oracle`` took 90 s.
     python experiments/benchmarks/sia_room.py                          # all variants, 8 workloads (~6 min)
     python experiments/benchmarks/sia_room.py --variants sia sia-oracle --workloads 1 2 3
     python experiments/benchmarks/sia_room.py --philly 4 --hours 6 --variants sia sia-oracle oracle-restarts
+    python experiments/benchmarks/sia_room.py --philly 14 --first 0 --variants sia sia-oracle \
+        marl:experiments/policies/sia-philly --plot results/sia_philly/report.png     # all report windows
 """
 
 from __future__ import annotations
@@ -230,7 +237,8 @@ def plot_changes(changes: dict[str, list[float]], workloads: list[int], path: st
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    save_figure(fig, path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    save_figure(fig, Path(path))
     print(f"wrote {path}")
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cluster_sim.results import write_dict_rows
 from marl.baselines.dl2 import DL2, DL2Net, pad_steps, save_dl2_policy
 from marl.baselines.training import (
     REWARDS,
@@ -45,7 +46,6 @@ from marl.baselines.training import (
     paired_table,
     returns_at,
     start_config,
-    write_progress,
 )
 from marl.training.config import TrainConfigError, read_yaml_config
 
@@ -394,7 +394,7 @@ class Trainer:
                 + (f", validation {row['validation_avg_jct']:.0f} s" if row["validation_avg_jct"] != "" else "")
                 + f", {row['seconds']:.0f} s"
             )
-            write_progress(rows, out / "progress.csv")
+            write_dict_rows(rows, out / "progress.csv")
             if pg.time_budget_min is not None and time.perf_counter() - started > 60 * pg.time_budget_min:
                 self.log(f"time budget of {pg.time_budget_min} min reached after RL iteration {it}")
                 break
@@ -557,10 +557,10 @@ def train_dl2(
     try:
         warm = trainer.warm_start(rows, started)
         warm_state = trainer.state()
-        write_progress(rows, out / "progress.csv")
+        write_dict_rows(rows, out / "progress.csv")
         best = trainer.run(out, rows, started)
         seconds = round(time.perf_counter() - started, 1)
-        write_progress(rows, out / "progress.csv")
+        write_dict_rows(rows, out / "progress.csv")
         plot_curve(rows, out / "learning_curve.png", trainer.teacher_val)
         meta = {
             "hidden": cfg.model.hidden,

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from cluster_sim.results import write_dict_rows
 from marl.baselines.metaplace import MetaPlace, MetaPlaceWeights, SpeedContext, save_metaplace_policy
 from marl.baselines.training import (
     WindowsConfig,
@@ -44,7 +45,6 @@ from marl.baselines.training import (
     check_positive,
     check_windows,
     start_config,
-    write_progress,
 )
 from marl.training.config import TrainConfigError, read_yaml_config
 from marl.training.es import AntitheticES
@@ -346,7 +346,7 @@ class Trainer:
                 f"ES iteration {it}: {row['cluster']} at load {load}, "
                 f"candidates {row['best_jct']:.0f}..{row['worst_jct']:.0f} s{val_text}, {row['seconds']:.0f} s"
             )
-            write_progress(rows, out / "progress.csv")
+            write_dict_rows(rows, out / "progress.csv")
             if es.time_budget_min is not None and time.perf_counter() - started > 60 * es.time_budget_min:
                 self.log(f"time budget of {es.time_budget_min} min reached after iteration {it}")
                 if row["validation_vs_blind"] == "":

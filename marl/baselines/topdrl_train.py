@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cluster_sim.results import write_dict_rows
 from marl.baselines.topdrl import TopDRL, TopDRLNet, save_topdrl_policy
 from marl.baselines.training import (
     REWARDS,
@@ -43,7 +44,6 @@ from marl.baselines.training import (
     paired_table,
     returns_at,
     start_config,
-    write_progress,
 )
 from marl.training.config import TrainConfigError, read_yaml_config
 
@@ -330,7 +330,7 @@ class Trainer:
                 + (f", validation {row['validation_avg_jct']:.0f} s" if row["validation_avg_jct"] != "" else "")
                 + f", {row['seconds']:.0f} s"
             )
-            write_progress(rows, out / "progress.csv")
+            write_dict_rows(rows, out / "progress.csv")
             if pg.time_budget_min is not None and time.perf_counter() - started > 60 * pg.time_budget_min:
                 self.log(f"time budget of {pg.time_budget_min} min reached after iteration {it}")
                 break

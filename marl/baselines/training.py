@@ -3,11 +3,9 @@ by time, the discounted returns of a simulated episode, progress files and the p
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,15 +97,6 @@ def returns_at(times: np.ndarray, arrival: np.ndarray, end: np.ndarray, reward: 
     return out
 
 
-def write_progress(rows: list[dict[str, Any]], path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
-
-
 def paired_table(results: dict[str, list[float]], reference: str) -> list[dict[str, Any]]:
     """Mean, std and the mean ± std of the per-window ratio to ``reference`` for every scheduler."""
     ref = np.asarray(results[reference])
@@ -137,5 +126,4 @@ __all__ = [
     "paired_table",
     "returns_at",
     "start_config",
-    "write_progress",
 ]

@@ -12,7 +12,6 @@ The folder holds ``policy.pt`` (TorchScript, any number of jobs) and ``metadata.
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.policies.sia import Sia
 from cluster_sim.protocol import SchedulerView
+from cluster_sim.results import write_dict_rows
 from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, job_features
 
@@ -85,12 +85,7 @@ def save_remaining_policy(
         scripted.save(str(tmp / TORCHSCRIPT))
         full = {**meta, "export_max_abs_diff": err}
         (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
-        rows = meta.get("progress", [])
-        with (tmp / "progress.csv").open("w", newline="") as f:
-            if rows:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
+        write_dict_rows(meta.get("progress", []), tmp / "progress.csv")
         if plot is not None:
             plot(full, tmp / "estimates.png")
     return Path(folder)

@@ -3,7 +3,6 @@ its metadata, written atomically by its trainers and loaded as a ``cluster_sim``
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import torch
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
+from cluster_sim.results import write_dict_rows
 from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
 
@@ -33,11 +33,7 @@ def save_rounds_policy(
         scripted.save(str(tmp / TORCHSCRIPT))
         (tmp / METADATA).write_text(json.dumps({**meta, "export_max_abs_diff": err}, indent=2) + "\n")
         rows = meta.get("progress", [])
-        with (tmp / "progress.csv").open("w", newline="") as f:
-            if rows:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
+        write_dict_rows(rows, tmp / "progress.csv")
         if rows and plot is not None:
             plot(rows, tmp / "learning_curve.png", meta.get("teacher", "rounds-oracle"))
     return Path(folder)

@@ -15,7 +15,6 @@ windows (``experiments/benchmarks/heuristic_spread.py --policies marl:OUT/snapsh
 
 from __future__ import annotations
 
-import csv
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from cluster_sim.results import write_dict_rows
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
 from marl.training.local_ray import start_local_ray
 from marl.training.run_folder import train_iteration
@@ -205,7 +205,7 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
                 f"iter {it:3d}  {row['minutes']:5.1f} min  steps {row['env_steps']:>8}  episodes {row['episodes']:>4}  "
                 f"gain over QSSF {100 * row['gain']:+.2f}%  avg JCT {row['avg_jct']:,.0f} s"
             )
-            _write_rows(rows, out / "progress.csv")
+            write_dict_rows(rows, out / "progress.csv")
             plot_curve(rows, out / "learning_curve.png")
             last = row["minutes"] >= float(p["time_budget_min"]) or it == int(p["iterations"])
             every = int(p["snapshot_every"])
@@ -256,12 +256,3 @@ def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], com
         return save_priority_policy(net, folder, meta)
 
     return export
-
-
-def _write_rows(rows: list[dict[str, Any]], path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
