@@ -1,0 +1,92 @@
+"""The priority agents trained on the true remaining time (DAgger): the fit, the folder, determinism, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from marl.deploy.export import load_marl_policy
+from marl.env.priority_agents import PriorityAgents, qssf_scores
+from marl.models.priority_net import PriorityNet
+from marl.training.priority_dagger import PriorityDaggerConfig, _collect, estimates, fit_priority, train
+
+NOV1 = 4_973_359.0
+DAY = 86_400.0
+
+
+def tiny_config(traces_dir: Path, **kw) -> PriorityDaggerConfig:
+    """Two 1-day windows just before 2017-11-01, at a load that queues; a short fit."""
+    base = dict(
+        trace=f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv",
+        interference_data=f"gavel:{traces_dir}/gavel/simulation_throughputs.json",
+        train_start=NOV1 - 1.5 * DAY, train_end=NOV1, days=1.0, stride=0.5, load=0.9,
+        record_every=2, hidden=8, epochs=3, batch=64, tune_factors="4,8", workers=1,
+    )  # fmt: skip
+    return PriorityDaggerConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def rows(traces_dir: Path) -> dict[str, np.ndarray]:
+    cfg = tiny_config(traces_dir)
+    _, data = _collect((cfg, cfg.windows(0)[0], None))
+    assert data is not None
+    return data
+
+
+def test_recorded_observations_are_what_the_deployed_agents_see(rows: dict[str, np.ndarray]) -> None:
+    valid = rows["jobs"][..., 0] > 0
+    assert valid.any(axis=1).all()  # only agents with a job are recorded
+    assert (rows["label"][~valid] == 0).all() and (rows["label"][valid] >= 0).all()
+    # untrained, the network is QSSF: its estimate is the history column, and that is what recorded the states
+    net = PriorityNet(8)
+    pred, hist, true = estimates(net, rows)
+    assert np.allclose(pred, hist, atol=1e-4) and len(true) == int(valid.sum())
+    assert np.allclose(-qssf_scores(rows)[valid], hist, atol=1e-4)
+
+
+def test_the_fit_is_seeded_and_moves_the_estimate_toward_the_truth(rows: dict[str, np.ndarray]) -> None:
+    a, b = (fit_priority(rows, hidden=8, epochs=30, batch=64, lr=3e-3, seed=5) for _ in range(2))
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+    pred, hist, true = estimates(a, rows)
+    assert np.mean((pred - true) ** 2) < 0.8 * np.mean((hist - true) ** 2)
+
+
+def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Path, traces_dir: Path) -> None:
+    cfg = tiny_config(traces_dir)
+    logs: list[str] = []
+    meta = train(cfg, tmp_path / "a", log=logs.append)
+    train(cfg, tmp_path / "b", log=lambda _: None)
+    assert [r["collected_by"] for r in meta["progress"]] == ["qssf", "policy"]
+    assert meta["progress"][1]["observations"] > meta["progress"][0]["observations"] > 0
+    assert -1.0 <= meta["progress"][1]["holdout_corr"] <= 1.0 and "holdout_corr" not in meta["progress"][0]
+    a, b = (torch.jit.load(str(tmp_path / k / "policy.pt")) for k in ("a", "b"))
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())  # same seed, same policy
+    saved = json.loads((tmp_path / "a" / "metadata.json").read_text())
+    assert saved["export_max_abs_diff"] < 1e-5 and saved["config"]["hidden"] == 8
+    assert saved["tuned"]["factors"] == [4.0, 8.0]  # the margin was selected on the training windows
+    assert saved["agents"]["hysteresis"] == pytest.approx(np.log(saved["tuned"]["factor"]))
+    assert any("hysteresis ln" in line for line in logs) and (tmp_path / "a" / "estimates.png").stat().st_size > 0
+    policy = load_marl_policy(tmp_path / "a", name="learned")
+    assert isinstance(policy, PriorityAgents) and policy.name == "learned"
+    assert policy.hysteresis == pytest.approx(saved["agents"]["hysteresis"])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("factor", 0.5, "factor"),
+        ("tune_factors", "4,x", "tune_factors"),
+        ("tune_factors", "0.5", "tune_factors"),
+        ("train_end", NOV1 + DAY, "train_end"),
+        ("days", 10.0, "window"),
+        ("record_every", 0, "record_every"),
+        ("holdout", 1.0, "holdout"),
+    ],
+)
+def test_bad_settings_fail_by_name(traces_dir: Path, field: str, value, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        tiny_config(traces_dir, **{field: value})
