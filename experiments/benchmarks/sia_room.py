@@ -212,8 +212,8 @@ def report(variants: list[str], rows: dict, workloads: list[int], plot: str = ""
         plot_changes(changes, workloads, plot)
 
 
-def plot_changes(changes: dict[str, list[float]], workloads: list[int], path: str) -> None:
-    """Grouped bars: each variant's avg JCT against Sia's on every workload, and their mean."""
+def plot_changes(changes: dict[str, list[float]], workloads: list[int], path: str, reference: str = "sia") -> None:
+    """Grouped bars: each variant's avg JCT against the ``reference``'s on every workload, and their mean."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -221,7 +221,7 @@ def plot_changes(changes: dict[str, list[float]], workloads: list[int], path: st
 
     from cluster_sim.results import save_figure
 
-    shown = [v for v in changes if v != "sia"]
+    shown = [v for v in changes if v != reference]
     labels = [str(w) for w in workloads] + ["mean"]
     x = np.arange(len(labels))
     bar = 0.8 / max(len(shown), 1)
@@ -233,7 +233,7 @@ def plot_changes(changes: dict[str, list[float]], workloads: list[int], path: st
     ax.axhline(0.0, color="grey", lw=1)
     ax.set_xticks(x, labels)
     ax.set_xlabel("workload / window")
-    ax.set_ylabel("avg JCT vs Sia, same workload (%)")
+    ax.set_ylabel(f"avg JCT vs {reference}, same workload (%)")
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

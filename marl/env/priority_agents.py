@@ -254,3 +254,19 @@ class PriorityAgents(PolicyScheduler):
             pool.take(gpus, j)
             out.append(Start(j, gpus))
         return out
+
+
+class OracleKeyAgents(PriorityAgents):
+    """A privileged reference, not a scheduler: the untrained agents (QSSF's scores) with each job's *true*
+    remaining time in place of the history estimate in its observation, everything else unchanged. What it
+    gains over :class:`PriorityAgents` with ``scorer=None`` is the room of the score: what any network that
+    estimates remaining time could win (``experiments/benchmarks/priority_room.py``)."""
+
+    def observe(self, view: SchedulerView) -> PriorityObservation | None:
+        obs = super().observe(view)
+        if obs is not None:
+            ids = obs.job_ids
+            ok = ids >= 0
+            key = obs.arrays["jobs"][..., JobSetLayout.column("log_expected_remaining")]
+            key[ok] = np.log(np.maximum(view.remaining_times(ids[ok]), 1.0)) / JobSetLayout.LOG_SCALE
+        return obs

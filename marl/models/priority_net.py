@@ -55,12 +55,8 @@ class PriorityNet(nn.Module):
         peak = (e - (1.0 - valid) * 1e9).amax(dim=1).clamp(min=0.0)  # all-padding sets pool to 0
         p = torch.relu(self.part(parts))  # (B, K, H)
         ctx = torch.cat([p[:, 0], p.mean(dim=1), mean, peak], dim=-1)  # (B, 4H)
-        # the first layer of ``score`` on [job embedding, context], split so the context's part is computed
-        # once per agent instead of once per slot (the same weights; a third of the cost of the concatenation)
-        first = self.score[0]
-        w = first.weight
-        hidden = e @ w[:, : self.hidden].t() + (ctx @ w[:, self.hidden :].t() + first.bias).unsqueeze(1)
-        residual = self.score[4](torch.relu(self.score[2](torch.relu(hidden)))).squeeze(-1)
+        n = jobs.shape[1]
+        residual = self.score(torch.cat([e, ctx.unsqueeze(1).expand(-1, n, -1)], dim=-1)).squeeze(-1)
         base = -self.log_scale * jobs[..., self.qssf_column]
         return (base + residual) * valid.squeeze(-1), ctx
 

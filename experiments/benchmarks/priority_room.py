@@ -1,0 +1,112 @@
+"""How much the priority agents' score can win, and how much a trained policy takes, paired per window.
+
+The priority agents (:mod:`marl.env.priority_agents`) admit each partition's jobs in score order. Untrained,
+the score is QSSF's ``-ln E[remaining]`` from the tenants' history (``untrained``); with the true remaining
+time in its place (``oracle-key``, :class:`~marl.env.priority_agents.OracleKeyAgents`, privileged: a
+reference, not a scheduler) and everything else unchanged, the difference is the room of the score, what a
+network that estimates remaining time could win. A policy folder (``marl:DIR``) is a variant too, as are
+the heuristics (``qssf``, ``srtf`` with oracle durations, ``tiresias``, ...).
+
+Windows: ``--days``-long, ``--stride`` apart over the held-out weeks 2017-11-01..14 of Philly on ``small``
+(4 agents), ground-truth interference, restart cost 30 s, as ``priority_report.py``. Every variant is
+paired with ``untrained`` and with ``qssf`` per window (mean ± std, windows below), with every window's
+change and, with ``--plot``, a PNG of the changes against ``untrained``.
+
+    python experiments/benchmarks/priority_room.py --variants oracle-key qssf srtf \
+        marl:experiments/policies/philly-small marl:experiments/policies/philly-small-dagger --plot results/room.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+
+from experiments.benchmarks.priority_report import window_specs
+from experiments.benchmarks.sia_room import plot_changes
+from experiments.regimes import DEV_END, DEV_START, GAVEL
+
+AGENT_VARIANTS = ("untrained", "oracle-key")
+REFERENCES = ("untrained", "qssf")
+
+
+def run_one(task: tuple[int, str, str, float, int]) -> tuple[int, str, float, float]:
+    """(window, variant, average JCT, seconds) of one simulation."""
+    import torch
+
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+    from marl.deploy.export import load_marl_policy
+    from marl.env.priority_agents import OracleKeyAgents, PriorityAgents
+
+    torch.set_num_threads(1)
+    window, spec, variant, factor, agents = task
+    sim = build_simulator("small", spec, seed=0, interference="oracle", interference_data=f"gavel:{GAVEL}",
+                          restart_cost=30.0)  # fmt: skip
+    if variant in AGENT_VARIANTS:
+        cls = OracleKeyAgents if variant == "oracle-key" else PriorityAgents
+        sched = cls(None, num_agents=agents, hysteresis=float(np.log(factor)), name=variant)
+    elif variant.startswith("marl:"):
+        sched = load_marl_policy(variant[len("marl:") :], name=variant)
+        sched.agents_wanted = agents
+    else:
+        sched = get_policy(variant, seed=0)
+    t0 = time.perf_counter()
+    jct = float(sim.run(sched).jct.mean())
+    return window, variant, jct, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", nargs="+", default=["oracle-key", "srtf"],
+                    help="untrained, oracle-key, a heuristic (qssf, srtf, tiresias, ...) or marl:DIR")  # fmt: skip
+    ap.add_argument("--load", type=float, default=0.9)
+    ap.add_argument("--days", type=float, default=7.0)
+    ap.add_argument("--stride", type=float, default=1.75)
+    ap.add_argument("--factor", type=float, default=8.0, help="preemption margin ln F of untrained and oracle-key")
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--plot", default="", help="write a PNG of each variant's change against untrained")
+    ap.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="simulations run at once")
+    args = ap.parse_args(argv)
+    from cluster_sim.policies import policy_names
+
+    known = set(policy_names()) | set(AGENT_VARIANTS)
+    if bad := [v for v in args.variants if v not in known and "+" not in v and not v.startswith("marl:")]:
+        ap.error(f"--variants: unknown {bad}; choose from {', '.join(sorted(known))} or marl:DIR")
+    if args.factor < 1.0 or args.agents < 1:
+        ap.error("--factor must be >= 1 and --agents >= 1")
+    specs = window_specs(args.days, args.stride, args.load, DEV_START, DEV_END)
+    if not specs:
+        ap.error(f"--days {args.days}: no such window fits in the held-out weeks (14 days)")
+    variants = list(dict.fromkeys([*REFERENCES, *args.variants]))
+    tasks = [(w, s, v, args.factor, args.agents) for w, s in enumerate(specs) for v in variants]
+    jct: dict[tuple[int, str], float] = {}
+    with ProcessPoolExecutor(max(1, args.procs)) as pool:
+        for w, v, value, seconds in pool.map(run_one, tasks):
+            jct[w, v] = value
+            print(f"window {w} {v:>24}: avg JCT {value:>8,.0f} s ({seconds:.0f} s)", flush=True)
+    windows = list(range(len(specs)))
+    width = max(24, *(len(v) for v in variants))
+    print(f"\n{len(windows)} windows of {args.days:g} days at load {args.load} from {specs[0]}")
+    print(f"{'variant':>{width}} {'avg JCT s':>10} {'vs untrained':>16} {'below':>6} {'vs qssf':>16} {'below':>6}")
+    changes: dict[str, dict[str, list[float]]] = {ref: {} for ref in REFERENCES}
+    for v in variants:
+        cells = []
+        for ref in REFERENCES:
+            c = [jct[w, v] / jct[w, ref] - 1.0 for w in windows]
+            changes[ref][v] = c
+            cells.append(f"{f'{np.mean(c):+.1%} ± {np.std(c):.1%}':>16} {f'{sum(x < 0 for x in c)}/{len(c)}':>6}")
+        print(f"{v:>{width}} {np.mean([jct[w, v] for w in windows]):>10,.0f} " + " ".join(cells))
+    print("\nper window, vs untrained: " + ", ".join(str(w) for w in windows))
+    for v in variants[1:]:
+        print(f"{v:>{width}}: " + " ".join(f"{c:+.1%}" for c in changes["untrained"][v]))
+    if args.plot:
+        plot_changes(changes["untrained"], windows, args.plot, reference="untrained")
+    return {"specs": specs, "avg_jct": {f"{w}/{v}": x for (w, v), x in jct.items()}, "changes": changes}
+
+
+if __name__ == "__main__":
+    main()
