@@ -4,21 +4,26 @@ The priority agents (:mod:`marl.env.priority_agents`) rank each partition's jobs
 scale; the untrained network's score is QSSF's ``-ln E[remaining s]`` from the tenants' history. With the
 true remaining time in that place (``-ln remaining``, the agents and everything else unchanged) the agents
 average 5.8% ± 3.6% less JCT on the held-out Philly weeks (five 7-day windows of 2017-11-01..14, ``small``,
-load 0.9): that is the room of the score. PPO, rewarded by the window's JCT, took 1% of it in 50
-iterations. Here the network learns the score directly, as a regression on a label only training has:
+load 0.9; ``experiments/benchmarks/priority_room.py``): that is the room of the score. PPO, rewarded by the
+window's JCT, took a sixth of it in 50 iterations. Here the network learns the score directly, as a
+regression on a label only training has:
 
 1. **Round 0**: run the untrained agents (QSSF's scores) on 7-day windows of the training period and
    record, every ``record_every``-th round, every agent's observation (exactly what it sees when deployed)
    and, per job slot, the log of the job's true remaining time (read only here). Fit the network so that
-   its score is ``-ln remaining``: the residual learns where the history estimate is wrong.
+   its score is ``-ln remaining``: the residual learns where the history estimate is wrong. The loss is
+   the squared error plus ``rank_weight`` times its spread within each agent's job set: an agent only
+   orders its own jobs, so an error shared by all of them costs nothing.
 2. **DAgger rounds**: run the fitted agents themselves on windows shifted by half a stride, record the
    states *they* visit, fit again on all rows so far.
-3. **Margin**: the preemption margin is selected on the training windows
-   (:func:`marl.training.priority_tune.tune_hysteresis`), as for the PPO-trained policy.
+3. **Margin** (optional, ``tune_factors``): select the preemption margin on the training windows
+   (:func:`marl.training.priority_tune.tune_hysteresis`), as for the PPO-trained policy. By default the
+   policy keeps ``factor`` (ln 8, the margin of the shipped PPO policy and of its untrained comparison).
 
 A random ``holdout`` share of the last round's observations is fitted apart first to report how well the
 network ranks unseen states: the correlation of its estimate with the truth beside that of the history
-estimate. The policy ships the fit on all rows, in the format of ``marlsched export`` (``marl:DIR``).
+estimate. The policy ships the fit on all rows, in the format of ``marlsched export`` (``marl:DIR``), with a
+plot of the held-out estimates (``estimates.png``).
 
     python -m marl.training.priority_dagger --out experiments/policies/philly-small-dagger
 """
@@ -74,7 +79,7 @@ class PriorityDaggerConfig:
     weight_decay: float = 1e-4
     rank_weight: float = 3.0  # weight of the error's spread within each agent's job set (its ranking)
     holdout: float = 0.2
-    tune_factors: str = "4,8,16"  # margins selected from after the fit ("" keeps ``factor``)
+    tune_factors: str = ""  # margins to select from after the fit, e.g. 4,8,16 ("": keep ``factor``)
     workers: int = 2
     seed: int = 0
 
