@@ -36,6 +36,7 @@ from marl.deploy.export import marl_scheduler, read_metadata
 from marl.deploy.scheduler import MarlScheduler
 from marl.env.obs_layout import OBS_KEYS
 from marl.env.priority_agents import PriorityAgents
+from marl.models.inference import cpu_inference
 
 PRIORITY_KEYS: tuple[str, ...] = ("jobs", "parts")  # the priority network's inputs, in order
 
@@ -47,7 +48,7 @@ class PolicyActor:
     def __init__(
         self, policy_bytes: bytes, agents: list[int], num_threads: int = 1, keys: tuple[str, ...] = OBS_KEYS
     ) -> None:
-        torch.set_num_threads(num_threads)
+        cpu_inference(num_threads)
         self.agents = list(agents)
         self.keys = tuple(keys)
         self.module = torch.jit.load(io.BytesIO(policy_bytes), map_location="cpu").eval()

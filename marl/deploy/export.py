@@ -30,6 +30,7 @@ from marl.deploy.policy_files import load_torchscript, read_json
 from marl.deploy.scheduler import MarlScheduler
 from marl.env.obs_layout import OBS_KEYS, ObsLayout
 from marl.models.hgnn import HGNNPolicyNet, example_inputs, trace_policy
+from marl.models.inference import cpu_inference
 
 CKPT_META = "marl_meta.json"  # written by training beside every checkpoint: what export needs
 TORCHSCRIPT_FILE = "policy.pt"
@@ -204,8 +205,7 @@ class TorchScriptPolicy:
     """
 
     def __init__(self, source: str | Path | torch.nn.Module, num_threads: int | None = 1) -> None:
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)
+        cpu_inference(num_threads)
         if isinstance(source, torch.nn.Module):
             self.module = source.eval()
         else:

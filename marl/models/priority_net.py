@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
+from marl.models.inference import cpu_inference
 
 _QSSF_COLUMN = JOB_FEATURES.index("log_expected_remaining")
 
@@ -73,8 +74,7 @@ class NetScorer:
 
     def __init__(self, net: nn.Module, num_threads: int | None = 1) -> None:
         self.net = net.eval()
-        if num_threads:
-            torch.set_num_threads(num_threads)
+        cpu_inference(num_threads or None)
 
     def __call__(self, obs: dict) -> torch.Tensor:
         with torch.no_grad():
