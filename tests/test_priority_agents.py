@@ -52,6 +52,33 @@ def test_untrained_network_scores_equal_qssf_scores(window: str) -> None:
     np.testing.assert_allclose(net_scores[valid], qssf_scores(obs.arrays)[valid], rtol=1e-5)
 
 
+def test_loaded_policy_flushes_subnormals_and_keeps_its_scores(window: str) -> None:
+    """Subnormal activations made the DAgger-trained network ~20x slower; loading a policy flushes them, which
+    must leave every score as it was."""
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush subnormals")
+    from marl.deploy.export import load_marl_policy
+
+    tiny = torch.tensor([1e-39])
+    assert (tiny * 2.0).item() > 0.0  # subnormals are kept before loading
+    sched = load_marl_policy(SHIPPED.parent / "philly-small-dagger")
+    assert (tiny * 2.0).item() == 0.0  # and flushed after
+    sim = build_simulator("small", window, seed=0)
+    sched.reset(sim)
+    sim.advance()
+    obs = None
+    while obs is None and sim.advance():
+        obs = sched.observe(sim)
+    assert obs is not None
+    flushed = sched.scorer(obs.arrays)
+    torch.set_flush_denormal(False)
+    try:
+        kept = sched.scorer(obs.arrays)
+    finally:
+        torch.set_flush_denormal(True)
+    np.testing.assert_array_equal(flushed, kept)
+
+
 class _Recorder:
     """QSSF's scores, remembering every observation before ``until``."""
 
@@ -128,6 +155,33 @@ def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
     assert max(deficits) > 0.0  # the reversed order falls behind the reference, and the critic sees it
     assert info["p0"]["avg_jct"] > info["p0"]["reference_jct"]
     assert total == pytest.approx(-(info["p0"]["avg_jct"] - info["p0"]["reference_jct"]) * info["p0"]["jobs"] / 360000)
+
+
+def test_env_runs_with_the_learned_predictor_which_matters_only_on_shared_gpus(
+    window: str, traces_dir: Path, tmp_path: Path
+) -> None:
+    # `interference: learned` trains against the predictor's file. The predictor learns GPU-sharing pairs; the
+    # server and uplink terms are the ground truth's, so without GPU sharing both worlds are the same.
+    from interference.cli import main as interference_cli
+    from marl.env.priority_env import PriorityEnv
+
+    model = tmp_path / "model.json"
+    data = f"gavel:{traces_dir}/gavel/simulation_throughputs.json"
+    rc = interference_cli(["interference", "train", "--data", data, "--members", "2", "--seed", "3",
+                           "--steps", "100", "--no-calibrate", "--out", str(model)])  # fmt: skip
+    assert rc == 0
+    env = PriorityEnv({"workload": window, "interference": "learned", "interference_data": str(model)})
+    obs, _ = env.reset()
+    obs, *_ = env.step({a: qssf_scores({"jobs": o["jobs"]}) for a, o in obs.items()})
+    assert set(obs) == set(env.agents)
+    runs = {
+        (mode, sharing): build_simulator("small", window, seed=0, interference=mode, gpu_sharing=sharing,
+                                         interference_data=str(model) if mode == "learned" else data).run(
+            get_policy("pack-blind" if sharing else "qssf", seed=0)).jct
+        for mode in ("learned", "oracle") for sharing in (False, True)
+    }  # fmt: skip
+    np.testing.assert_array_equal(runs["learned", False], runs["oracle", False])
+    assert not np.array_equal(runs["learned", True], runs["oracle", True])
 
 
 def test_critic_inputs_move_the_value_and_never_the_scores() -> None:
@@ -275,6 +329,45 @@ def test_same_seed_same_policy(ray_local, tmp_path: Path, traces_dir: Path) -> N
     (a, std_a), (b, std_b) = states
     assert std_a == std_b and all(torch.equal(a[k], b[k]) for k in a)
     assert std_a != -1.0  # and it did learn something: the score noise moved from its initial value
+
+
+@pytest.mark.slow
+def test_training_starts_from_a_policy_folder(ray_local, tmp_path: Path, traces_dir: Path) -> None:
+    # PPO fine-tuning of a trained policy (the DAgger stage's): every module copy starts from its weights and
+    # the env runs with its margin; with a learning rate of 0 the exported network is the start, bit for bit.
+    import yaml
+
+    from marl.deploy.priority_export import save_priority_policy
+    from marl.training.priority_train import load_config, train_priority
+
+    torch.manual_seed(5)
+    start = PriorityNet(16)
+    torch.nn.init.normal_(start.score[-1].weight, std=0.3)  # not the QSSF start: a residual that matters
+    save_priority_policy(start, tmp_path / "start", {"agents": {"hysteresis": float(np.log(4.0))}})
+    cfg = {
+        "env": {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "window_days": 0.1,
+                "load": 0.9, "train_start": 2_592_000, "train_end": 3_600_000},
+        "model": {"init_policy": str(tmp_path / "start")},
+        "ppo": {"iterations": 1, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
+                "num_env_runners": 1, "lr": 0.0},
+    }  # fmt: skip
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    loaded = load_config(path)
+    assert loaded["model"]["hidden"] == 16 and loaded["env"]["hysteresis"] == pytest.approx(np.log(4.0))
+    train_priority(path, tmp_path / "run", log=lambda s: None)
+    got = torch.jit.load(str(tmp_path / "run" / "policy" / "policy.pt")).state_dict()
+    want = start.state_dict()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    # a size that disagrees with the folder, or a folder that is no policy, is named with the fix
+    cfg["model"]["hidden"] = 32
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ValueError, match=r"cfg\.yaml: model\.hidden 32 differs from init_policy's 16"):
+        load_config(path)
+    cfg["model"] = {"init_policy": str(tmp_path / "nowhere")}
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ValueError, match=r"cfg\.yaml: model\.init_policy: .*nowhere is not a policy folder"):
+        load_config(path)
 
 
 def test_quiet_windows_are_drawn_again_and_impossible_settings_say_so(

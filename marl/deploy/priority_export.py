@@ -62,10 +62,9 @@ def is_priority_policy(policy_dir: str | Path) -> bool:
     return path.is_file() and read_json(path).get("agent") == KIND
 
 
-def load_priority_policy(
-    policy_dir: str | Path, *, num_agents: int | None = None, name: str = "marl", num_threads: int | None = 1
-) -> PriorityAgents:
-    """The policy in ``policy_dir`` as a cluster_sim scheduler; ``num_agents`` None: one per rack."""
+def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:
+    """``policy_dir``'s metadata, checked to be a priority policy with this version's features (else an error
+    naming the file and the fix)."""
     path = Path(policy_dir) / METADATA
     if not path.is_file():
         raise FileNotFoundError(f"{policy_dir} is not a policy folder (no {METADATA})")
@@ -75,6 +74,14 @@ def load_priority_policy(
     for key, cols in (("job_features", JOB_FEATURES), ("part_features", PART_FEATURES)):
         if tuple(meta.get(key, ())) != cols:
             raise ValueError(f"{path}: {key} differ from this marlsched's {list(cols)}; retrain or re-export")
+    return meta
+
+
+def load_priority_policy(
+    policy_dir: str | Path, *, num_agents: int | None = None, name: str = "marl", num_threads: int | None = 1
+) -> PriorityAgents:
+    """The policy in ``policy_dir`` as a cluster_sim scheduler; ``num_agents`` None: one per rack."""
+    meta = read_priority_metadata(policy_dir)
     net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
     agents = meta.get("agents", {})
     return PriorityAgents(

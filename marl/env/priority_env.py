@@ -197,7 +197,7 @@ class PriorityEnv(MultiAgentEnv):
             self.spec,
             seed=self.workload_seed,
             interference=cfg.interference,
-            interference_data=cfg.interference_data if cfg.interference == "oracle" else None,
+            interference_data=cfg.interference_data,  # the predictor file in learned mode
             restart_cost=cfg.restart_cost,
         )
 

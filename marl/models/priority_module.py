@@ -23,16 +23,20 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 
 from marl.env.priority_features import CRITIC_FEATURES, JobSetLayout
+from marl.models.inference import cpu_inference
 from marl.models.priority_net import PriorityNet
 
 
-def priority_module_spec(layout: JobSetLayout, hidden: int = 64, init_log_std: float = -1.0) -> RLModuleSpec:
-    """The shared module of all priority agents for ``layout``'s spaces."""
+def priority_module_spec(
+    layout: JobSetLayout, hidden: int = 64, init_log_std: float = -1.0, init_policy: str | None = None
+) -> RLModuleSpec:
+    """The shared module of all priority agents for ``layout``'s spaces. ``init_policy``: a TorchScript
+    ``PriorityNet`` (a policy folder's ``policy.pt``, absolute path) whose weights every copy starts from."""
     return RLModuleSpec(
         module_class=PriorityRLModule,
         observation_space=layout.space(critic=True),
         action_space=layout.action_space(),
-        model_config={"hidden": int(hidden), "init_log_std": float(init_log_std)},
+        model_config={"hidden": int(hidden), "init_log_std": float(init_log_std), "init_policy": init_policy},
     )
 
 
@@ -41,7 +45,10 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
 
     def setup(self) -> None:
         cfg = self.model_config or {}
+        cpu_inference(None)  # learner and env runners: subnormal activations slow a trained network ~20x
         self.net = PriorityNet(int(cfg.get("hidden", 64)))
+        if cfg.get("init_policy"):  # every copy (learner, env runners) loads the same file: no sync needed
+            self.net.load_state_dict(torch.jit.load(cfg["init_policy"], map_location="cpu").state_dict())
         self.log_std = nn.Parameter(torch.tensor(float(cfg.get("init_log_std", -1.0))))
         h = self.net.hidden
         self.critic_extra = nn.Sequential(nn.Linear(len(CRITIC_FEATURES), h), nn.ReLU(), nn.Linear(h, 1))

@@ -50,7 +50,8 @@ PPO_DEFAULTS: dict[str, Any] = {
     "sample_timeout_s": 1800,
     "snapshot_every": 10,  # export OUT/snapshots/iter-NNN every so many iterations (0: never), for selection
 }
-MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0}
+# init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
+MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0, "init_policy": None}
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -72,17 +73,40 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: ppo.num_envs_per_env_runner must be an integer >= 1, got {envs!r}")
     env = dict(raw.get("env") or {})
     env.setdefault("seed", int(raw.get("seed", 0)))
+    model = {**MODEL_DEFAULTS, **(raw.get("model") or {})}
+    if model["init_policy"]:
+        _start_from_policy(path, model, env, "hidden" in (raw.get("model") or {}))
     PriorityEnvConfig.from_dict(env)  # validates, names the bad key
     return {
         "name": raw.get("name", path.stem),
         "seed": int(raw.get("seed", 0)),
         "env": env,
-        "model": {**MODEL_DEFAULTS, **(raw.get("model") or {})},
+        "model": model,
         "ppo": {**PPO_DEFAULTS, **(raw.get("ppo") or {})},
         "ray": {"num_cpus": 2, "object_store_mb": 100, **(raw.get("ray") or {})},
         # None: no margin selection after training (``marlsched tune-priority`` can run it later)
         "tune": {**TUNE_DEFAULTS, **raw["tune"]} if raw.get("tune") is not None else None,
     }
+
+
+def _start_from_policy(path: Path, model: dict[str, Any], env: dict[str, Any], hidden_given: bool) -> None:
+    """Check ``model.init_policy`` and take its network size and, unless the env sets one, the preemption
+    margin it runs with (a policy trained at ln 8 fine-tuned at ln 31 would start from another schedule)."""
+    from marl.deploy.priority_export import read_priority_metadata
+
+    folder = Path(model["init_policy"])
+    try:
+        meta = read_priority_metadata(folder)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: model.init_policy: {e}") from None
+    if hidden_given and int(model["hidden"]) != int(meta["hidden"]):
+        raise ValueError(
+            f"{path}: model.hidden {model['hidden']} differs from init_policy's {meta['hidden']} ({folder}); drop "
+            "model.hidden to take the policy's"
+        )
+    model["hidden"] = int(meta["hidden"])
+    if "hysteresis" in meta.get("agents", {}):
+        env.setdefault("hysteresis", float(meta["agents"]["hysteresis"]))
 
 
 def _callbacks() -> type:
@@ -105,11 +129,15 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
+    from marl.deploy.priority_export import TORCHSCRIPT
     from marl.models.priority_module import priority_module_spec
 
     p = cfg["ppo"]
     layout = PriorityEnv(cfg["env"]).layout
-    spec = priority_module_spec(layout, **cfg["model"])
+    model = dict(cfg["model"])
+    if model["init_policy"]:  # absolute: env runners may not share the driver's working directory
+        model["init_policy"] = str((Path(model["init_policy"]) / TORCHSCRIPT).resolve())
+    spec = priority_module_spec(layout, **model)
     return (
         PPOConfig()
         .environment(
@@ -244,6 +272,7 @@ def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], com
         net.load_state_dict(module.net.state_dict())
         meta = {
             "agents": {"hysteresis": cfg["env"].get("hysteresis", PriorityEnvConfig.hysteresis), "per": "rack"},
+            "warm_start": cfg["model"]["init_policy"] or "QSSF's scores (the untrained network)",
             "trained": {
                 "command": command,
                 "config": cfg,

@@ -60,7 +60,7 @@ def _run(task: tuple[str, dict[str, Any], str, float]) -> float:
         spec,
         seed=0,
         interference=cfg.interference,
-        interference_data=cfg.interference_data if cfg.interference == "oracle" else None,
+        interference_data=cfg.interference_data,  # the predictor file in learned mode
         restart_cost=cfg.restart_cost,
     )
     sched = load_priority_policy(policy_dir, num_agents=cfg.num_agents)
