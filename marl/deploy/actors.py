@@ -36,7 +36,7 @@ from marl.deploy.export import marl_scheduler, read_metadata
 from marl.deploy.scheduler import MarlScheduler
 from marl.env.obs_layout import OBS_KEYS
 from marl.env.priority_agents import PriorityAgents
-from marl.models.inference import cpu_inference
+from marl.models.inference import cpu_inference, subnormals_flushed
 
 PRIORITY_KEYS: tuple[str, ...] = ("jobs", "parts")  # the priority network's inputs, in order
 
@@ -60,7 +60,7 @@ class PolicyActor:
         """The network's first output for B agents' observations stacked on a leading axis: masked logits
         (B, C + 1) of candidate agents, scores (B, N) of priority agents."""
         t0 = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), subnormals_flushed():
             # arrays from the object store are read-only views; torch wants its own writable copy
             out, _ = self.module(*(torch.from_numpy(np.array(obs[k], dtype=np.float32)) for k in self.keys))
         self.calls += 1

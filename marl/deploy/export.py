@@ -30,7 +30,7 @@ from marl.deploy.policy_files import load_torchscript, read_json
 from marl.deploy.scheduler import MarlScheduler
 from marl.env.obs_layout import OBS_KEYS, ObsLayout
 from marl.models.hgnn import HGNNPolicyNet, example_inputs, trace_policy
-from marl.models.inference import cpu_inference
+from marl.models.inference import cpu_inference, subnormals_flushed
 
 CKPT_META = "marl_meta.json"  # written by training beside every checkpoint: what export needs
 TORCHSCRIPT_FILE = "policy.pt"
@@ -214,12 +214,14 @@ class TorchScriptPolicy:
     @torch.no_grad()
     def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
         inputs = [torch.as_tensor(np.asarray(batch[k], dtype=np.float32)) for k in OBS_KEYS]
-        logits, _ = self.module(*inputs)
+        with subnormals_flushed():
+            logits, _ = self.module(*inputs)
         return logits.numpy()
 
     @torch.no_grad()
     def logits_and_values(self, batch: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        logits, values = self.module(*(torch.as_tensor(np.asarray(batch[k], dtype=np.float32)) for k in OBS_KEYS))
+        with subnormals_flushed():
+            logits, values = self.module(*(torch.as_tensor(np.asarray(batch[k], dtype=np.float32)) for k in OBS_KEYS))
         return logits.numpy(), values.numpy()
 
 

@@ -31,16 +31,12 @@ def read_json(path: str | Path) -> dict[str, Any]:
 
 
 def load_torchscript(path: str | Path):
-    """A TorchScript module from ``path`` on the CPU, this process set to flush subnormals (it will run the
-    module: :func:`~marl.models.inference.cpu_inference`); FileNotFoundError or ValueError naming the file."""
+    """A TorchScript module from ``path`` on the CPU; FileNotFoundError or ValueError naming the file."""
     import torch
-
-    from marl.models.inference import cpu_inference
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; {FIX}")
-    cpu_inference(None)
     try:
         return torch.jit.load(str(path), map_location="cpu")
     except (RuntimeError, ValueError, EOFError) as e:

@@ -25,6 +25,7 @@ from cluster_sim.policies.sia import Sia
 from cluster_sim.protocol import SchedulerView
 from cluster_sim.results import write_dict_rows
 from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.models.inference import subnormals_flushed
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, job_features
 
 KIND = "sia-remaining"
@@ -58,7 +59,7 @@ class LearnedWeightSia(Sia):
     def estimate(self, x: np.ndarray) -> np.ndarray:
         """Estimated remaining seconds of the rows ``x``."""
         assert self.net is not None
-        with torch.no_grad():
+        with torch.no_grad(), subnormals_flushed():
             out = self.net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
         return np.exp(out.numpy().astype(np.float64))
 

@@ -23,7 +23,7 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from torch import nn
 
 from marl.env.priority_features import CRITIC_FEATURES, JobSetLayout
-from marl.models.inference import cpu_inference
+from marl.models.inference import subnormals_flushed
 from marl.models.priority_net import PriorityNet
 
 
@@ -45,7 +45,6 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
 
     def setup(self) -> None:
         cfg = self.model_config or {}
-        cpu_inference(None)  # learner and env runners: subnormal activations slow a trained network ~20x
         self.net = PriorityNet(int(cfg.get("hidden", 64)))
         if cfg.get("init_policy"):  # every copy (learner, env runners) loads the same file: no sync needed
             self.net.load_state_dict(torch.jit.load(cfg["init_policy"], map_location="cpu").state_dict())
@@ -55,7 +54,8 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
 
     def _encode(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         obs = batch[Columns.OBS]
-        return self.net.encode(obs["jobs"], obs["parts"])
+        with subnormals_flushed():  # env runners; the learner's backward pass: train_priority flushes
+            return self.net.encode(obs["jobs"], obs["parts"])
 
     def _dist_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         scores, ctx = self._encode(batch)

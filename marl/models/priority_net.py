@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
-from marl.models.inference import cpu_inference
+from marl.models.inference import cpu_inference, subnormals_flushed
 
 _QSSF_COLUMN = JOB_FEATURES.index("log_expected_remaining")
 
@@ -77,6 +77,6 @@ class NetScorer:
         cpu_inference(num_threads or None)
 
     def __call__(self, obs: dict) -> torch.Tensor:
-        with torch.no_grad():
+        with torch.no_grad(), subnormals_flushed():
             scores, _ = self.net(torch.as_tensor(obs["jobs"]), torch.as_tensor(obs["parts"]))
         return scores.numpy()

@@ -31,6 +31,7 @@ from torch import nn
 from cluster_sim.policies.gavel import LAS_WEIGHT, GavelPriorityScore
 from cluster_sim.policies.rigid_rounds import attained_hours, type_capacity
 from cluster_sim.protocol import SchedulerView
+from marl.models.inference import subnormals_flushed
 
 FEATURES = (
     "rel_speed",
@@ -144,7 +145,7 @@ class NetRoundsScorer:
         mask = rates > 0
         if self.record is not None:
             self.record.append((view.now, x, mask))
-        with torch.no_grad():
+        with torch.no_grad(), subnormals_flushed():
             return self.net(torch.from_numpy(x), torch.from_numpy(mask)).double().numpy()
 
 

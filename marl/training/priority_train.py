@@ -25,6 +25,7 @@ import yaml
 
 from cluster_sim.results import write_dict_rows
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
+from marl.models.inference import subnormals_flushed
 from marl.training.local_ray import start_local_ray
 from marl.training.run_folder import train_iteration
 
@@ -217,7 +218,8 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
     export = _exporter(algo, cfg, rows, command)
     try:
         for it in range(1, int(p["iterations"]) + 1):
-            res = train_iteration(algo, it)
+            with subnormals_flushed():  # the learner's passes run here: a trained start reaches subnormals
+                res = train_iteration(algo, it)
             runners = res.get("env_runners", {})
             row = {
                 "iteration": it,
