@@ -31,6 +31,18 @@ def _run(spec: str, policy, cluster: str = "small"):
     return build_simulator(cluster, spec, seed=0, restart_cost=30.0).run(policy)
 
 
+def _first_choice(agents: PriorityAgents, window: str):
+    """The agents' observation at the first round of ``window`` in which they have a choice."""
+    sim = build_simulator("small", window, seed=0)
+    agents.reset(sim)
+    sim.advance()
+    obs = None
+    while obs is None and sim.advance():
+        obs = agents.observe(sim)
+    assert obs is not None
+    return obs
+
+
 def test_one_agent_with_qssf_scores_is_qssf(window: str) -> None:
     qssf = _run(window, get_policy("qssf", seed=0))
     ours = _run(window, PriorityAgents(qssf_scores, num_agents=1))
@@ -39,14 +51,7 @@ def test_one_agent_with_qssf_scores_is_qssf(window: str) -> None:
 
 
 def test_untrained_network_scores_equal_qssf_scores(window: str) -> None:
-    sim = build_simulator("small", window, seed=0)
-    agents = PriorityAgents(num_agents=4)
-    agents.reset(sim)
-    sim.advance()
-    obs = None
-    while obs is None and sim.advance():
-        obs = agents.observe(sim)
-    assert obs is not None
+    obs = _first_choice(PriorityAgents(num_agents=4), window)
     net_scores = NetScorer(PriorityNet(32))(obs.arrays)
     valid = obs.job_ids >= 0
     np.testing.assert_allclose(net_scores[valid], qssf_scores(obs.arrays)[valid], rtol=1e-5)
@@ -63,13 +68,7 @@ def test_policy_flushes_subnormals_only_while_it_scores_and_keeps_its_scores(win
         if (tiny * 2.0).item() != 0.0:
             pytest.skip("this CPU cannot flush subnormals")
     sched = load_marl_policy(SHIPPED.parent / "philly-small-dagger")
-    sim = build_simulator("small", window, seed=0)
-    sched.reset(sim)
-    sim.advance()
-    obs = None
-    while obs is None and sim.advance():
-        obs = sched.observe(sim)
-    assert obs is not None
+    obs = _first_choice(sched, window)
     flushed = sched.scorer(obs.arrays)
     assert (tiny * 2.0).item() > 0.0  # restored after scoring
     with torch.no_grad():
