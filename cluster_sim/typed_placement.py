@@ -82,11 +82,22 @@ def _typed(
     for t in ranked.tolist():
         if free_by_type[t] < n:
             continue
-        sub = FreePool(_OneTypeView(view, pool, np.flatnonzero(stype == t), job))  # type: ignore[arg-type]
-        gpus = place(view, job, n, sub)
+        gpus = place_on_type(view, job, n, pool, t, place)
         if gpus is not None:
             return gpus
     return None
+
+
+def place_on_type(
+    view: SchedulerView, job: int, n: int, pool: FreePool, gpu_type: int, place: Placement
+) -> np.ndarray | None:
+    """``place`` on the free GPUs of ``pool`` of one GPU type (an index into ``pool.topo.gpu_types``); None
+    when they do not hold the job. Ids are the pool's."""
+    stype = np.asarray(pool.topo.server_gpu_type)
+    servers = np.flatnonzero(stype == gpu_type)
+    if int(pool.server_free[servers].sum()) < n:
+        return None
+    return place(view, job, n, FreePool(_OneTypeView(view, pool, servers, job)))  # type: ignore[arg-type]
 
 
 _SINGLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # topology -> it has one GPU type
@@ -111,4 +122,4 @@ def one_type_placement(place: Placement, topo=None, order: str = "any") -> Place
     return partial(_typed, place=place, order=order)
 
 
-__all__ = ["GPU_TYPE_ORDERS", "one_type_placement", "type_speeds"]
+__all__ = ["GPU_TYPE_ORDERS", "one_type_placement", "place_on_type", "type_speeds"]

@@ -8,12 +8,18 @@ network that estimates remaining time could win. A policy folder (``marl:DIR``) 
 the heuristics (``qssf``, ``srtf`` with oracle durations, ``tiresias``, ...).
 
 Windows: ``--days``-long, ``--stride`` apart over the held-out weeks 2017-11-01..14 of Philly on ``small``
-(4 agents), ground-truth interference, restart cost 30 s, as ``priority_report.py``. Every variant is
+(4 agents), ground-truth interference, restart cost 30 s, as ``priority_report.py``; or a named regime's
+cluster and windows (``--regime hetero``: ``small-hetero``, where the agents also choose GPU types: the
+variants ``untrained@any`` and ``untrained@slowest`` put each job on the type with the most free GPUs or on
+its slowest instead of its fastest, the room of that choice; ``untrained@moveF`` also moves a running job to
+a type F times faster when it has room). Every variant is
 paired with ``untrained`` and with ``qssf`` per window (mean ± std, windows below), with every window's
 change and, with ``--plot``, a PNG of the changes against ``untrained``.
 
     python experiments/benchmarks/priority_room.py --variants oracle-key qssf srtf \
         marl:experiments/policies/philly-small marl:experiments/policies/philly-small-dagger --plot results/room.png
+    python experiments/benchmarks/priority_room.py --regime hetero --factor 31 \
+        --variants untrained@any untrained@slowest oracle-key gavel gavel-las
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ AGENT_VARIANTS = ("untrained", "oracle-key")
 REFERENCES = ("untrained", "qssf")
 
 
-def run_one(task: tuple[int, str, str, float, int]) -> tuple[int, str, float, float]:
-    """(window, variant, average JCT, seconds) of one simulation."""
+def run_one(task: tuple[int, str, str, float, int, str]) -> tuple[int, str, float, float]:
+    """(window, variant, average JCT, seconds) of one simulation (``regime``: "" for ``small``)."""
     import torch
 
     from cluster_sim.build import build_simulator
@@ -43,12 +49,21 @@ def run_one(task: tuple[int, str, str, float, int]) -> tuple[int, str, float, fl
     from marl.env.priority_agents import OracleKeyAgents, PriorityAgents
 
     torch.set_num_threads(1)
-    window, spec, variant, factor, agents = task
-    sim = build_simulator("small", spec, seed=0, interference="oracle", interference_data=f"gavel:{GAVEL}",
-                          restart_cost=30.0)  # fmt: skip
-    if variant in AGENT_VARIANTS:
-        cls = OracleKeyAgents if variant == "oracle-key" else PriorityAgents
-        sched = cls(None, num_agents=agents, hysteresis=float(np.log(factor)), name=variant)
+    from experiments.regimes import REGIMES
+
+    window, spec, variant, factor, agents, regime = task
+    cluster, options = "small", {"restart_cost": 30.0}
+    if regime:
+        reg = REGIMES[regime]
+        cluster, options = reg.cluster, {"gpu_sharing": reg.gpu_sharing, **options, **reg.sim_options}
+    sim = build_simulator(cluster, spec, seed=0, interference="oracle", interference_data=f"gavel:{GAVEL}", **options)
+    base, _, gpu_type = variant.partition("@")
+    if base in AGENT_VARIANTS:
+        cls = OracleKeyAgents if base == "oracle-key" else PriorityAgents
+        move = gpu_type.startswith("move")  # untrained@move2: fastest type, moved up when one is 2x faster
+        sched = cls(None, num_agents=agents, hysteresis=float(np.log(factor)), name=variant,
+                    gpu_type="fastest" if move or not gpu_type else gpu_type,
+                    migrate=float(np.log(float(gpu_type[4:] or 2))) if move else None)  # fmt: skip
     elif variant.startswith("marl:"):
         sched = load_marl_policy(variant[len("marl:") :], name=variant)
         sched.agents_wanted = agents
@@ -68,21 +83,30 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--stride", type=float, default=1.75)
     ap.add_argument("--factor", type=float, default=8.0, help="preemption margin ln F of untrained and oracle-key")
     ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--regime", choices=["hetero"], default=None,
+                    help="a named regime's cluster and windows (experiments/regimes.py), not small's")  # fmt: skip
     ap.add_argument("--plot", default="", help="write a PNG of each variant's change against untrained")
     ap.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="simulations run at once")
     args = ap.parse_args(argv)
     from cluster_sim.policies import policy_names
 
     known = set(policy_names()) | set(AGENT_VARIANTS)
-    if bad := [v for v in args.variants if v not in known and "+" not in v and not v.startswith("marl:")]:
+    bad = [v for v in args.variants if v not in known and "+" not in v and not v.startswith("marl:")
+           and v.partition("@")[0] not in AGENT_VARIANTS]  # fmt: skip
+    if bad:
         ap.error(f"--variants: unknown {bad}; choose from {', '.join(sorted(known))} or marl:DIR")
     if args.factor < 1.0 or args.agents < 1:
         ap.error("--factor must be >= 1 and --agents >= 1")
-    specs = window_specs(args.days, args.stride, args.load, DEV_START, DEV_END)
+    if args.regime:
+        from experiments.regimes import REGIMES
+
+        specs = [spec for spec, _ in REGIMES[args.regime].workloads()]
+    else:
+        specs = window_specs(args.days, args.stride, args.load, DEV_START, DEV_END)
     if not specs:
         ap.error(f"--days {args.days}: no such window fits in the held-out weeks (14 days)")
     variants = list(dict.fromkeys([*REFERENCES, *args.variants]))
-    tasks = [(w, s, v, args.factor, args.agents) for w, s in enumerate(specs) for v in variants]
+    tasks = [(w, s, v, args.factor, args.agents, args.regime or "") for w, s in enumerate(specs) for v in variants]
     jct: dict[tuple[int, str], float] = {}
     with ProcessPoolExecutor(max(1, args.procs)) as pool:
         for w, v, value, seconds in pool.map(run_one, tasks):
@@ -90,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"window {w} {v:>24}: avg JCT {value:>8,.0f} s ({seconds:.0f} s)", flush=True)
     windows = list(range(len(specs)))
     width = max(24, *(len(v) for v in variants))
-    print(f"\n{len(windows)} windows of {args.days:g} days at load {args.load} from {specs[0]}")
+    print(f"\n{len(windows)} windows from {specs[0]}" + (f" (regime {args.regime})" if args.regime else ""))
     print(f"{'variant':>{width}} {'avg JCT s':>10} {'vs untrained':>16} {'below':>6} {'vs qssf':>16} {'below':>6}")
     changes: dict[str, dict[str, list[float]]] = {ref: {} for ref in REFERENCES}
     for v in variants:

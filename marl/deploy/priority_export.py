@@ -17,19 +17,30 @@ import torch
 
 from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
 from marl.env.priority_agents import PriorityAgents
-from marl.env.priority_features import JOB_FEATURES, PART_FEATURES
-from marl.models.priority_net import NetScorer, PriorityNet
+from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
+from marl.env.topology_obs import CAND_FEATURES, GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES
+from marl.models.priority_net import PLACING_INPUTS, NetScorer, PlacingPriorityNet, PriorityNet
 
 KIND = "priority"
 TORCHSCRIPT = "policy.pt"
 METADATA = "metadata.json"
 
 
-def _example(n: int = 8, k: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
-    jobs = torch.rand(1, n, len(JOB_FEATURES))
-    jobs[..., 0] = 1.0
-    jobs[:, n // 2 :, :] = 0.0
-    return jobs, torch.rand(1, k, len(PART_FEATURES))
+TOPOLOGY_FEATURES = {"gpu_features": GPU_FEATURES, "server_features": SERVER_FEATURES,
+                     "rack_features": RACK_FEATURES, "cand_features": CAND_FEATURES}  # fmt: skip
+
+
+def _example(net: PriorityNet, n: int = 8, k: int = 2) -> tuple[torch.Tensor, ...]:
+    """A random observation batch for ``net``'s inputs (half the job slots padded)."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = JobSetLayout(N=n, K=k, R=2, S=2, G=4, T=3).shapes()
+    keys = PLACING_INPUTS if isinstance(net, PlacingPriorityNet) else ("jobs", "parts")
+    out = {key: torch.rand((1, *shapes[key]), generator=gen) for key in keys}
+    out["jobs"][..., 0] = 1.0
+    out["jobs"][:, n // 2 :, :] = 0.0
+    if "cands" in out:
+        out["cands"][..., 0] = (out["cands"][..., 0] > 0.3).float()
+    return tuple(out[key] for key in keys)
 
 
 def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str, Any]) -> Path:
@@ -37,16 +48,19 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
     into ``folder`` atomically (a temporary folder renamed into place)."""
     folder = Path(folder)
     net = net.eval()
+    placing = isinstance(net, PlacingPriorityNet)
     with torch.no_grad():
         scripted = torch.jit.script(net)
-        jobs, parts = _example()
-        err = float((scripted(jobs, parts)[0] - net(jobs, parts)[0]).abs().max())
+        example = _example(net)
+        err = max(float((a - b).abs().max()) for a, b in zip(scripted(*example), net(*example), strict=True))
     full = {
         "format": "marlsched-policy",
         "agent": KIND,
+        "placing": placing,
         "hidden": net.hidden,
         "job_features": list(JOB_FEATURES),
         "part_features": list(PART_FEATURES),
+        **({key: list(cols) for key, cols in TOPOLOGY_FEATURES.items()} if placing else {}),
         "export_max_abs_diff": err,
         "torch": torch.__version__,
         **dict(meta),
@@ -71,7 +85,8 @@ def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:
     meta = read_json(path)
     if meta.get("agent") != KIND:
         raise ValueError(f"{path}: agent {meta.get('agent')!r} is not {KIND!r}")
-    for key, cols in (("job_features", JOB_FEATURES), ("part_features", PART_FEATURES)):
+    columns = {"job_features": JOB_FEATURES, "part_features": PART_FEATURES}
+    for key, cols in (columns | (TOPOLOGY_FEATURES if meta.get("placing") else {})).items():
         if tuple(meta.get(key, ())) != cols:
             raise ValueError(f"{path}: {key} differ from this marlsched's {list(cols)}; retrain or re-export")
     return meta
@@ -80,13 +95,20 @@ def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:
 def load_priority_policy(
     policy_dir: str | Path, *, num_agents: int | None = None, name: str = "marl", num_threads: int | None = 1
 ) -> PriorityAgents:
-    """The policy in ``policy_dir`` as a cluster_sim scheduler; ``num_agents`` None: one per rack."""
+    """The policy in ``policy_dir`` as a cluster_sim scheduler; ``num_agents`` None: as many as it was trained
+    with when its metadata says (placing policies: an agent must hold several GPU types to choose among
+    them), else one per rack."""
     meta = read_priority_metadata(policy_dir)
     net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
     agents = meta.get("agents", {})
+    if num_agents is None and agents.get("num_agents"):
+        num_agents = int(agents["num_agents"])
+    placing = bool(meta.get("placing"))
     return PriorityAgents(
-        NetScorer(net, num_threads=num_threads),
+        NetScorer(net, num_threads=num_threads, placing=placing),
         num_agents=num_agents,
+        placing=placing,
+        migrate=agents.get("migrate"),
         hysteresis=float(agents.get("hysteresis", PriorityAgents.__init__.__kwdefaults__["hysteresis"])),
         name=name,
     )

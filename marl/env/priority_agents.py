@@ -3,10 +3,17 @@
 Each round (scheduling point) every agent scores the jobs of its partition: the jobs running on its
 GPUs and the jobs queued at it. Jobs are admitted greedily in score order while the partition's GPUs
 last; running jobs left out are preempted (their restart cost is the simulator's), admitted waiting jobs
-start on the partition with the ``consolidate`` placement. This is Decima's "pick the next job, or stop;
-what is left out does not run", taken in one shot per round: a score per job instead of one step per
-pick, so a round is one forward pass whatever the queue. Tiresias, SRTF and QSSF are points of this
-policy space (their rank keys as scores), so a warm start can copy the strongest of them exactly.
+start on the partition with the ``consolidate`` placement (the most compact GPUs), on one GPU type. Where a
+partition holds several types, placing agents (``placing=True``) also score every (job, type) pair, and a
+job takes its best-scored type that holds it; other agents take the job's fastest type (``gpu_type``:
+``any`` and ``slowest`` are references). Within a type the server choice is the compact rule's: over
+oversubscribed uplinks any compact placement is as good as the best measured and scattering costs 13%
+(README, regime ``uplinks``), so the learned choice is where the room is, the type.
+
+This is Decima's "pick the next job, or stop; what is left out does not run", taken in one shot per round: a
+score per job instead of one step per pick, so a round is one forward pass whatever the queue. Tiresias,
+SRTF and QSSF are points of this policy space (their rank keys as scores), so a warm start can copy the
+strongest of them exactly.
 
 A waiting job's score is lowered by ``hysteresis`` before ranking, so a preemption needs a clear win:
 scores are on a log-time scale (the warm start copies QSSF's ``-ln E[remaining s]``), and the default
@@ -32,9 +39,11 @@ import numpy as np
 from cluster_sim.placement import FreePool, consolidate
 from cluster_sim.policies.base import PolicyScheduler, admitted_by_budget
 from cluster_sim.policies.run_history import TenantHistory
-from cluster_sim.protocol import Decision, Preempt, SchedulerView, Start
+from cluster_sim.protocol import Decision, Preempt, Resize, SchedulerView, Start
+from cluster_sim.typed_placement import GPU_TYPE_ORDERS, one_type_placement, place_on_type
 from marl.env.candidates import partition_pool
 from marl.env.priority_features import JobSetLayout, PriorityObservation, observe_partitions
+from marl.env.topology_obs import SpeedCache, cand_column, observe_topology, partition_grid
 from topology.partition import partition
 
 HYSTERESIS = float(np.log(31.0))  # QSSF's margin of 30 on a log-time scale
@@ -67,6 +76,9 @@ class PriorityAgents(PolicyScheduler):
         hysteresis: float = HYSTERESIS,
         partition_unit: str = "rack",
         min_history: int = 3,
+        placing: bool = False,
+        gpu_type: str = "fastest",
+        migrate: float | None = None,
         **kw,
     ) -> None:
         super().__init__("consolidate", **kw)
@@ -81,6 +93,14 @@ class PriorityAgents(PolicyScheduler):
         self.hysteresis = float(hysteresis)
         self.partition_unit = partition_unit
         self.history = TenantHistory(min_history)
+        self.placing = bool(placing)
+        if gpu_type not in GPU_TYPE_ORDERS:
+            raise ValueError(f"gpu_type {gpu_type!r} is not one of: {', '.join(GPU_TYPE_ORDERS)}")
+        self.gpu_type = gpu_type
+        if migrate is not None and (migrate < 0 or gpu_type != "fastest"):
+            raise ValueError(f"migrate: a margin >= 0 with gpu_type fastest (or None: never move), got {migrate}")
+        self.migrate = migrate
+        self.speeds = SpeedCache()
         self.name = kw.get("name") or "marl-priority"
 
     # ------------------------------------------------------------ lifecycle
@@ -96,7 +116,13 @@ class PriorityAgents(PolicyScheduler):
         n_slots = self.slots if self.slots is not None else most + max(32, most // 2)
         if n_slots < 2:
             raise ValueError(f"slots must be >= 2, got {n_slots}")
-        self.layout = JobSetLayout(N=int(n_slots), K=self.num_agents)
+        self.grid = partition_grid(topo, self.parts) if self.placing else None
+        r, s, g, t = self.grid.shape if self.grid is not None else (0, 0, 0, 0)
+        self.layout = JobSetLayout(N=int(n_slots), K=self.num_agents, R=r, S=s, G=g, T=t)
+        stype = np.asarray(topo.server_gpu_type)
+        self.mixed = [bool(np.ptp(stype[p.servers.start : p.servers.stop]) > 0) for p in self.parts]
+        self.spill_place = one_type_placement(consolidate, topo, "fastest")
+        self.speeds.reset()
         self.history.reset(view)
         n = len(view.jobs)
         self.agent_of = np.full(n, -1, dtype=np.int64)  # queue owner of each waiting job (-2: spill)
@@ -122,16 +148,29 @@ class PriorityAgents(PolicyScheduler):
         if not len(queue):
             self.last_obs = None
             return None
-        self.last_obs = observe_partitions(self, view, queue)
-        return self.last_obs
+        obs = observe_partitions(self, view, queue)
+        if self.grid is not None:
+            topo = observe_topology(self.grid, view, obs.job_ids, obs.running, self.speeds,
+                                    self.history.expected_remaining, self.layout.LOG_SCALE)  # fmt: skip
+            obs.arrays.update(topo)
+        self.last_obs = obs
+        return obs
 
     def apply(self, view: SchedulerView, scores: np.ndarray) -> list[Decision]:
         """The round's decisions from per-slot scores ``(K, N)`` of the last observation (none: only jobs
-        larger than a partition may start)."""
+        larger than a partition may start); placing agents' ``(K, N * (1 + T))`` add each slot's GPU-type
+        scores (without them a job takes its fastest type that holds it)."""
         obs = self.last_obs
         if obs is None:
             return self._start_spill(view, [])
-        scores = np.asarray(scores, dtype=np.float64).reshape(self.num_agents, self.layout.N)
+        lay = self.layout
+        scores = np.asarray(scores, dtype=np.float64).reshape(self.num_agents, -1)
+        if scores.shape[1] not in (lay.N, lay.N * (1 + lay.T)):
+            raise ValueError(f"scores: {scores.shape[1]} per agent, expected {lay.N} or {lay.N * (1 + lay.T)}")
+        type_scores = scores[:, lay.N :].reshape(self.num_agents, lay.N, lay.T) if scores.shape[1] > lay.N else None
+        scores = scores[:, : lay.N]
+        self._type_rows: dict[int, np.ndarray] = {}
+        self._type_key_of: dict[int, np.ndarray] = {}
         need = view.jobs.num_gpus
         decisions: list[Decision] = []
         pools: list[FreePool] = []
@@ -153,15 +192,22 @@ class PriorityAgents(PolicyScheduler):
                 decisions.append(Preempt(v))
                 self.agent_of[v] = k  # back to this agent's queue
             w = ~is_run
+            if self.mixed[k]:
+                self._type_keys(view, obs, k, order[w], ids_v[order][w], type_scores)
+            kept = is_run & admitted
+            if self.migrate is not None and self.mixed[k] and kept.any():
+                self._type_keys(view, obs, k, order[kept], ids_v[order][kept], type_scores)
             for j, ok, s in zip(ranked[w].tolist(), admitted[w].tolist(), key[order][w].tolist(), strict=True):
                 if ok and int(need[j]) <= pool.num_free:
-                    gpus = consolidate(local, j, int(need[j]), pool)
+                    gpus = self._place(view, k, local, pool, j, int(need[j]))
                     if gpus is not None:
                         pool.take(gpus, j)
                         decisions.append(Start(j, (gpus + g0).astype(np.int32)))
                         self.agent_of[j] = -1
                         continue
                 leftovers.append((s, j, k))
+            if self.migrate is not None and self.mixed[k]:
+                decisions += self._moves(view, k, local, pool, ranked[kept].tolist())
             pools.append(pool)
         decisions += self._hand_off(view, pools, leftovers)
         decisions += self._start_spill(view, decisions)
@@ -169,6 +215,80 @@ class PriorityAgents(PolicyScheduler):
         return decisions
 
     # ------------------------------------------------------------ internals
+    def _type_keys(
+        self, view: SchedulerView, obs: PriorityObservation, k: int, slots: np.ndarray, jobs: np.ndarray,
+        type_scores: np.ndarray | None,
+    ) -> None:  # fmt: skip
+        """Each waiting job's GPU types from best to worst (types that cannot hold it left out), kept for
+        this round's placements: the placing scores of its slot, else the job's speeds (fastest first)."""
+        valid_slots = np.flatnonzero(obs.job_ids[k] >= 0)
+        if type_scores is not None:
+            keys = type_scores[k, valid_slots[slots]]
+            ok = obs.arrays["cands"][k, valid_slots[slots], :, cand_column("valid")] > 0
+        else:
+            keys, ok = self._type_prior(view, jobs, k)
+        t_n = keys.shape[1]
+        for j, key, fine in zip(jobs.tolist(), keys, ok, strict=True):
+            rank = np.lexsort((np.arange(t_n), -key))
+            self._type_rows[j] = rank[fine[rank]]
+            self._type_key_of[j] = key
+
+    def _moves(self, view: SchedulerView, k: int, local, pool: FreePool, jobs: list[int]) -> list[Decision]:
+        """Running jobs (in score order) moved to a better type with room, after this round's starts: a move
+        costs a restart, so the type's key must beat the current one's by more than ``migrate``."""
+        out: list[Decision] = []
+        g0 = self.parts[k].gpus.start
+        stype = np.asarray(local.topo.server_gpu_type)[np.asarray(local.topo.gpu_server)]
+        for j in jobs:
+            rank = self._type_rows.get(j)
+            if rank is None or not len(rank):
+                continue
+            held = np.asarray(view.placement(j)) - g0
+            cur, best = int(stype[held[0]]), int(rank[0])
+            key = self._type_key_of[j]
+            if best == cur or key[best] - key[cur] <= self.migrate:
+                continue
+            gpus = place_on_type(local, j, len(held), pool, best, consolidate)
+            if gpus is None:
+                continue
+            pool.release(held, j)
+            pool.take(gpus, j)
+            out.append(Resize(j, (gpus + g0).astype(np.int32)))
+        return out
+
+    def _type_prior(self, view: SchedulerView, jobs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Type keys (higher first) and which types can hold each job, without type scores: by the jobs'
+        speeds (``gpu_type`` fastest or slowest), or by the partition's free GPUs of each type (``any``, the
+        type-blind order of :func:`cluster_sim.typed_placement.one_type_placement`)."""
+        rel = self.speeds.relative(view, jobs)
+        ok = rel > 0
+        if self.gpu_type == "fastest":
+            return np.log(np.maximum(rel, 1e-300)), ok
+        if self.gpu_type == "slowest":
+            return -rel, ok
+        part = self.parts[k]
+        stype = np.asarray(view.topo.server_gpu_type)[part.servers.start : part.servers.stop]
+        free = np.bincount(stype, weights=np.asarray(view.server_free)[part.servers.start : part.servers.stop],
+                           minlength=rel.shape[1])  # fmt: skip
+        return np.broadcast_to(free, rel.shape).astype(np.float64), ok
+
+    def _place(self, view: SchedulerView, k: int, local, pool: FreePool, job: int, n: int) -> np.ndarray | None:
+        """GPUs of partition ``k`` (local ids) for ``job``: the compact placement (``consolidate``) on one GPU
+        type, trying the types in the round's order for the job (fastest first for a job handed over from a
+        partition of one type)."""
+        if not self.mixed[k]:
+            return consolidate(local, job, n, pool)
+        rank = self._type_rows.get(job)
+        if rank is None:
+            key, ok = self._type_prior(view, np.array([job]), k)
+            rank = np.lexsort((np.arange(key.shape[1]), -key[0]))
+            rank = rank[ok[0][rank]]
+        for t in rank:
+            gpus = place_on_type(local, job, n, pool, int(t), consolidate)
+            if gpus is not None:
+                return gpus
+        return None
+
     def _dispatch(self, view: SchedulerView) -> None:
         """Queue each new arrival at the partition with the least estimated outstanding work per GPU."""
         first, stop = self._next_job, view.num_arrived
@@ -226,7 +346,7 @@ class PriorityAgents(PolicyScheduler):
             k = max(cands, key=lambda c: (pools[c].num_free, -c))
             part = self.parts[k]
             local, _ = partition_pool(view, part, self.subs[k])
-            gpus = consolidate(local, j, n, pools[k])
+            gpus = self._place(view, k, local, pools[k], j, n)
             if gpus is None:
                 continue
             pools[k].take(gpus, j)
@@ -247,7 +367,7 @@ class PriorityAgents(PolicyScheduler):
         out: list[Decision] = []
         while self.spill and int(view.jobs.num_gpus[self.spill[0]]) <= pool.num_free:
             j = self.spill[0]
-            gpus = consolidate(view, j, int(view.jobs.num_gpus[j]), pool)
+            gpus = self.spill_place(view, j, int(view.jobs.num_gpus[j]), pool)
             if gpus is None:
                 break
             self.spill.pop(0)

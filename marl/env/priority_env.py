@@ -56,6 +56,8 @@ class PriorityEnvConfig:
     relative: bool = True  # reward relative to the reference schedule
     seed: int = 0
     envs_per_runner: int = 1  # set by training: with several, each runner's copies draw their own seeds
+    placing: bool = False  # the agents also choose each started job's GPU type (type scores in the action)
+    migrate: float | None = None  # move a running job to a type whose score beats its own by this (None: never)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PriorityEnvConfig:
@@ -113,7 +115,14 @@ class PriorityEnv(MultiAgentEnv):
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.config = cfg = PriorityEnvConfig.from_dict(config)
-        self.agents_policy = PriorityAgents(None, num_agents=cfg.num_agents, slots=cfg.slots, hysteresis=cfg.hysteresis)
+        self.agents_policy = PriorityAgents(
+            None,
+            num_agents=cfg.num_agents,
+            slots=cfg.slots,
+            hysteresis=cfg.hysteresis,
+            placing=cfg.placing,
+            migrate=cfg.migrate,
+        )
         self.possible_agents = [f"p{k}" for k in range(cfg.num_agents)]
         self.agents = list(self.possible_agents)
         # The layout's N depends on the partition size: build one simulator-free probe of the cluster.
@@ -142,7 +151,8 @@ class PriorityEnv(MultiAgentEnv):
         self.reference = None
         if cfg.relative:
             ref_sim = self._simulator()
-            ref = ref_sim.run(PriorityAgents(qssf_scores, num_agents=cfg.num_agents, slots=cfg.slots))
+            ref = ref_sim.run(PriorityAgents(qssf_scores, num_agents=cfg.num_agents, slots=cfg.slots,
+                                             migrate=cfg.migrate))  # fmt: skip
             self.reference = InSystemIntegral(ref.workload.arrival, ref.end)
             self.reference_jct = float(ref.jct.mean())
         self.agents_policy.reset(self.sim)
@@ -155,7 +165,7 @@ class PriorityEnv(MultiAgentEnv):
         if self.sim is None:
             raise RuntimeError("call reset() before step()")
         if not self._done:
-            n = self.layout.N
+            n = self.layout.N * (1 + self.layout.T)
             scores = np.stack([np.asarray(action_dict.get(a, np.zeros(n)), dtype=np.float64) for a in self.agents])
             decisions = self.agents_policy.apply(self.sim, scores)
             if decisions:

@@ -27,6 +27,7 @@ import numpy as np
 
 from cluster_sim.protocol import SchedulerView
 from marl.env.features import log_hours
+from marl.env.topology_obs import CAND_FEATURES, GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES
 
 JOB_FEATURES: tuple[str, ...] = (
     "valid",  # structural: 1 for a job, 0 for padding
@@ -61,18 +62,37 @@ CRITIC_FEATURES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class JobSetLayout:
-    """Shapes of one agent's observation: ``N`` job slots, ``K`` partitions."""
+    """Shapes of one agent's observation: ``N`` job slots, ``K`` partitions; for agents that also place
+    (``T`` > 0), the partition's grid of ``R`` racks x ``S`` servers x ``G`` GPUs and ``T`` GPU types
+    (:mod:`marl.env.topology_obs`)."""
 
     N: int
     K: int
+    R: int = 0
+    S: int = 0
+    G: int = 0
+    T: int = 0
     LOG_SCALE = 10.0  # ln(seconds) / 10: ln(1 s) = 0, ln(1 day) = 11.4
+
+    @property
+    def placing(self) -> bool:
+        return self.T > 0
 
     @staticmethod
     def column(name: str) -> int:
         return JOB_FEATURES.index(name)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"jobs": (self.N, len(JOB_FEATURES)), "parts": (self.K, len(PART_FEATURES))}
+        out = {"jobs": (self.N, len(JOB_FEATURES)), "parts": (self.K, len(PART_FEATURES))}
+        if self.placing:
+            out |= {
+                "gpus": (self.R, self.S, self.G, len(GPU_FEATURES)),
+                "servers": (self.R, self.S, len(SERVER_FEATURES)),
+                "racks": (self.R, len(RACK_FEATURES)),
+                "server_type": (self.R, self.S, self.T),
+                "cands": (self.N, self.T, len(CAND_FEATURES)),
+            }
+        return out
 
     def space(self, critic: bool = False) -> gym.spaces.Dict:
         """The observation space; ``critic`` adds the training-only ``critic`` key."""
@@ -82,8 +102,10 @@ class JobSetLayout:
         )
 
     def action_space(self) -> gym.spaces.Box:
-        """One score per job slot (higher runs first); padded slots' scores are ignored."""
-        return gym.spaces.Box(-np.inf, np.inf, shape=(self.N,), dtype=np.float32)
+        """One score per job slot (higher runs first); padded slots' scores are ignored. Placing agents
+        add one score per (slot, GPU type), flattened after them: a started job takes its best-scored
+        type that holds it."""
+        return gym.spaces.Box(-np.inf, np.inf, shape=(self.N * (1 + self.T),), dtype=np.float32)
 
 
 @dataclass(frozen=True, eq=False)

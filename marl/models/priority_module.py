@@ -24,7 +24,7 @@ from torch import nn
 
 from marl.env.priority_features import CRITIC_FEATURES, JobSetLayout
 from marl.models.inference import subnormals_flushed
-from marl.models.priority_net import PriorityNet
+from marl.models.priority_net import PLACING_INPUTS, PlacingPriorityNet, PriorityNet
 
 
 def priority_module_spec(
@@ -36,7 +36,12 @@ def priority_module_spec(
         module_class=PriorityRLModule,
         observation_space=layout.space(critic=True),
         action_space=layout.action_space(),
-        model_config={"hidden": int(hidden), "init_log_std": float(init_log_std), "init_policy": init_policy},
+        model_config={
+            "hidden": int(hidden),
+            "init_log_std": float(init_log_std),
+            "init_policy": init_policy,
+            "placing": layout.placing,
+        },
     )
 
 
@@ -45,23 +50,51 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
 
     def setup(self) -> None:
         cfg = self.model_config or {}
-        self.net = PriorityNet(int(cfg.get("hidden", 64)))
+        self.placing = bool(cfg.get("placing", False))
+        self.net = (PlacingPriorityNet if self.placing else PriorityNet)(int(cfg.get("hidden", 64)))
         if cfg.get("init_policy"):  # every copy (learner, env runners) loads the same file: no sync needed
-            self.net.load_state_dict(torch.jit.load(cfg["init_policy"], map_location="cpu").state_dict())
+            state = torch.jit.load(cfg["init_policy"], map_location="cpu").state_dict()
+            placing_state = any(k.startswith("topology.") for k in state)
+            if isinstance(self.net, PlacingPriorityNet) and not placing_state:
+                self.net.load_order_head(state)  # a priority policy's order, each job on its fastest type
+            elif placing_state != self.placing:
+                raise ValueError(f"{cfg['init_policy']}: a placing policy cannot start agents that do not place")
+            else:
+                self.net.load_state_dict(state)
         self.log_std = nn.Parameter(torch.tensor(float(cfg.get("init_log_std", -1.0))))
+        # the type scores' own spread: their prior (log speed ratios) is on another scale than the order's
+        self.type_log_std = nn.Parameter(torch.tensor(float(cfg.get("init_log_std", -1.0))))
         h = self.net.hidden
         self.critic_extra = nn.Sequential(nn.Linear(len(CRITIC_FEATURES), h), nn.ReLU(), nn.Linear(h, 1))
 
-    def _encode(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _encode(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The action's means, its log-stds (constant 0 on padding) and the critic's context."""
         obs = batch[Columns.OBS]
+        valid = obs["jobs"][..., 0] > 0
         with subnormals_flushed():  # env runners; the learner's backward pass: train_priority flushes
-            return self.net.encode(obs["jobs"], obs["parts"])
+            if isinstance(self.net, PlacingPriorityNet):
+                scores, types, ctx = self.net.encode_all(*(obs[k] for k in PLACING_INPUTS))
+                means = torch.cat([scores, types.flatten(1)], dim=-1)
+                type_valid = (obs["cands"][..., 0] > 0).flatten(1)
+                log_std = torch.cat(
+                    [
+                        torch.where(valid, self.log_std.expand_as(scores), torch.zeros_like(scores)),
+                        torch.where(
+                            type_valid,
+                            self.type_log_std.expand_as(type_valid),
+                            torch.zeros_like(means[:, scores.shape[1] :]),
+                        ),
+                    ],
+                    dim=-1,
+                )
+                return means, log_std, ctx
+            scores, ctx = self.net.encode(obs["jobs"], obs["parts"])
+        log_std = torch.where(valid, self.log_std.expand_as(scores), torch.zeros_like(scores))
+        return scores, log_std, ctx
 
     def _dist_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        scores, ctx = self._encode(batch)
-        valid = batch[Columns.OBS]["jobs"][..., 0] > 0
-        log_std = torch.where(valid, self.log_std.expand_as(scores), torch.zeros_like(scores))
-        return torch.cat([scores, log_std], dim=-1), ctx
+        means, log_std, ctx = self._encode(batch)
+        return torch.cat([means, log_std], dim=-1), ctx
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         inputs, _ = self._dist_inputs(batch)
@@ -73,7 +106,7 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         if embeddings is None:
-            _, embeddings = self._encode(batch)
+            _, _, embeddings = self._encode(batch)
         value = self.net.value(embeddings)
         critic = batch[Columns.OBS].get("critic")
         return value if critic is None else value + self.critic_extra(critic).squeeze(-1)

@@ -18,11 +18,14 @@ critic, shared by all agents (they share one reward).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
 from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
+from marl.env.topology_obs import CAND_FEATURES, cand_column
 from marl.models.inference import cpu_inference, subnormals_flushed
+from marl.models.topology_encoder import TopologyEncoder
 
 _QSSF_COLUMN = JOB_FEATURES.index("log_expected_remaining")
 
@@ -47,19 +50,27 @@ class PriorityNet(nn.Module):
         nn.init.zeros_(self.score[-1].bias)
         self.value_head = _mlp(4 * h, h, 1)
 
-    def encode(self, jobs: torch.Tensor, parts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-slot scores (B, N) and the critic's context (B, 4H)."""
+    def job_context(self, jobs: torch.Tensor, parts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every slot's embedding (B, N, H) and the job-set and partitions context (B, 4H)."""
         valid = jobs[..., :1]  # (B, N, 1)
         e = torch.relu(self.job(jobs)) * valid
         count = valid.sum(dim=1).clamp(min=1.0)
         mean = e.sum(dim=1) / count
         peak = (e - (1.0 - valid) * 1e9).amax(dim=1).clamp(min=0.0)  # all-padding sets pool to 0
         p = torch.relu(self.part(parts))  # (B, K, H)
-        ctx = torch.cat([p[:, 0], p.mean(dim=1), mean, peak], dim=-1)  # (B, 4H)
+        return e, torch.cat([p[:, 0], p.mean(dim=1), mean, peak], dim=-1)
+
+    def job_scores(self, jobs: torch.Tensor, e: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+        """QSSF's key plus the learned residual of each slot's embedding and the context (B, N)."""
         n = jobs.shape[1]
         residual = self.score(torch.cat([e, ctx.unsqueeze(1).expand(-1, n, -1)], dim=-1)).squeeze(-1)
         base = -self.log_scale * jobs[..., self.qssf_column]
-        return (base + residual) * valid.squeeze(-1), ctx
+        return (base + residual) * jobs[..., 0]
+
+    def encode(self, jobs: torch.Tensor, parts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-slot scores (B, N) and the critic's context (B, 4H)."""
+        e, ctx = self.job_context(jobs, parts)
+        return self.job_scores(jobs, e, ctx), ctx
 
     def value(self, ctx: torch.Tensor) -> torch.Tensor:
         return self.value_head(ctx).squeeze(-1)
@@ -69,14 +80,109 @@ class PriorityNet(nn.Module):
         return scores, self.value(ctx)
 
 
+class PlacingPriorityNet(PriorityNet):
+    """The priority network of agents that also choose each started job's GPU type (one network, one encoder).
+
+    ``forward(jobs, parts, gpus, servers, racks, server_type, cands)`` (:data:`PLACING_INPUTS`, the keys of
+    :mod:`marl.env.topology_obs` after the job set's) returns ``(scores (B, N), type_scores (B, N, T), value
+    (B,))``. The partition's topology goes through :class:`~marl.models.topology_encoder.TopologyEncoder`;
+    its partition embedding joins the job scores' context, and each (slot, type) pair is scored from the
+    job's embedding, the type's embedding, the partition's and the pair's features. Both heads start at
+    their priors, the type head at the job's log speed on the type relative to its fastest: untrained, the
+    agents are QSSF's order with each job on its fastest type that holds it (``@fastest``), and
+    :meth:`load_order_head` starts the order head from a :class:`PriorityNet` exactly.
+    """
+
+    def __init__(self, hidden: int = 64) -> None:
+        super().__init__(hidden)
+        h = hidden
+        self.topology = TopologyEncoder(h)
+        self.score = nn.Sequential(nn.Linear(6 * h, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
+        self.place = nn.Sequential(
+            nn.Linear(3 * h + len(CAND_FEATURES), h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1)
+        )
+        for head in (self.score, self.place):
+            nn.init.zeros_(head[-1].weight)
+            nn.init.zeros_(head[-1].bias)
+        self.value_head = _mlp(5 * h, h, 1)
+        self.speed_column = cand_column("log_speed")
+
+    def encode_all(
+        self,
+        jobs: torch.Tensor,
+        parts: torch.Tensor,
+        gpus: torch.Tensor,
+        servers: torch.Tensor,
+        racks: torch.Tensor,
+        server_type: torch.Tensor,
+        cands: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Job scores (B, N), type scores (B, N, T; 0 where the type cannot hold the job) and the context (B, 5H)."""
+        e, ctx = self.job_context(jobs, parts)
+        part, types = self.topology(gpus, servers, racks, server_type)
+        ctx = torch.cat([ctx, part], dim=-1)
+        scores = self.job_scores(jobs, e, ctx)
+        n, t = cands.shape[1], cands.shape[2]
+        pair = torch.cat(
+            [
+                e.unsqueeze(2).expand(-1, -1, t, -1),
+                types.unsqueeze(1).expand(-1, n, -1, -1),
+                part.unsqueeze(1).unsqueeze(1).expand(-1, n, t, -1),
+                cands,
+            ],
+            dim=-1,
+        )
+        type_scores = (cands[..., self.speed_column] + self.place(pair).squeeze(-1)) * cands[..., 0]
+        return scores, type_scores, ctx
+
+    def forward(  # type: ignore[override]
+        self,
+        jobs: torch.Tensor,
+        parts: torch.Tensor,
+        gpus: torch.Tensor,
+        servers: torch.Tensor,
+        racks: torch.Tensor,
+        server_type: torch.Tensor,
+        cands: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        scores, type_scores, ctx = self.encode_all(jobs, parts, gpus, servers, racks, server_type, cands)
+        return scores, type_scores, self.value(ctx)
+
+    @torch.jit.unused
+    def load_order_head(self, state: dict[str, torch.Tensor]) -> None:
+        """Start the order head and the critic from a :class:`PriorityNet`'s ``state``: the context's new
+        columns (the topology's) get zero weights, so the job scores are that network's exactly."""
+        own = self.state_dict()
+        for key, value in state.items():
+            if key not in own:
+                raise ValueError(f"{key!r} is not a parameter of the placing network; give a PriorityNet's state")
+            if own[key].shape == value.shape:
+                own[key] = value.clone()
+            elif key in ("score.0.weight", "value_head.0.weight") and own[key].shape[0] == value.shape[0]:
+                own[key] = torch.cat([value, value.new_zeros(value.shape[0], own[key].shape[1] - value.shape[1])], 1)
+            else:
+                raise ValueError(
+                    f"{key}: shape {tuple(value.shape)} does not fit {tuple(own[key].shape)} (hidden size?)"
+                )
+        self.load_state_dict(own)
+
+
+PLACING_INPUTS: tuple[str, ...] = ("jobs", "parts", "gpus", "servers", "racks", "server_type", "cands")
+
+
 class NetScorer:
     """A :class:`PriorityNet` (or its TorchScript) as the scorer of :class:`marl.env.priority_agents.PriorityAgents`."""
 
-    def __init__(self, net: nn.Module, num_threads: int | None = 1) -> None:
+    def __init__(self, net: nn.Module, num_threads: int | None = 1, placing: bool | None = None) -> None:
         self.net = net.eval()
+        self.placing = isinstance(net, PlacingPriorityNet) if placing is None else placing
         cpu_inference(num_threads or None)
 
-    def __call__(self, obs: dict) -> torch.Tensor:
+    def __call__(self, obs: dict) -> np.ndarray:
+        """(K, N) job scores; a placing network's (K, N * (1 + T)): job scores, then type scores by slot."""
         with torch.no_grad(), subnormals_flushed():
+            if self.placing:
+                scores, types, _ = self.net(*(torch.as_tensor(obs[k]) for k in PLACING_INPUTS))
+                return torch.cat([scores, types.flatten(1)], dim=1).numpy()
             scores, _ = self.net(torch.as_tensor(obs["jobs"]), torch.as_tensor(obs["parts"]))
         return scores.numpy()

@@ -266,14 +266,19 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
 def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], command: str) -> Callable[[Path], Path]:
     """``export(folder)``: the shared module's network as a policy folder, with how it was made."""
     from marl.deploy.priority_export import save_priority_policy
-    from marl.models.priority_net import PriorityNet
+    from marl.models.priority_net import PlacingPriorityNet, PriorityNet
 
     def export(folder: Path) -> Path:
         module = algo.get_module(POLICY_ID)
-        net = PriorityNet(int(cfg["model"]["hidden"]))
+        net = (PlacingPriorityNet if cfg["env"].get("placing") else PriorityNet)(int(cfg["model"]["hidden"]))
         net.load_state_dict(module.net.state_dict())
+        env = cfg["env"]
+        agents = {"hysteresis": env.get("hysteresis", PriorityEnvConfig.hysteresis), "per": "rack"}
+        if env.get("placing"):  # an agent must hold several GPU types to choose: run as many as trained
+            agents = {"hysteresis": agents["hysteresis"], "num_agents": env.get("num_agents", 4),
+                      "migrate": env.get("migrate")}  # fmt: skip
         meta = {
-            "agents": {"hysteresis": cfg["env"].get("hysteresis", PriorityEnvConfig.hysteresis), "per": "rack"},
+            "agents": agents,
             "warm_start": cfg["model"]["init_policy"] or "QSSF's scores (the untrained network)",
             "trained": {
                 "command": command,
@@ -281,6 +286,7 @@ def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], com
                 "iterations": len(rows),
                 "minutes": rows[-1]["minutes"] if rows else 0.0,
                 "log_std": float(module.log_std.detach()),
+                "type_log_std": float(module.type_log_std.detach()),
                 "python": sys.version.split()[0],
             },
         }

@@ -1,0 +1,223 @@
+"""What a placing priority agent sees of its partition's topology, and of each job on each GPU type.
+
+The partition is laid out on a padded grid ``(R racks, S servers per rack, G GPUs per server)`` so that the
+hierarchical encoder (:class:`marl.models.topology_encoder.TopologyEncoder`) pools GPUs into servers, servers
+into racks and racks into the partition with no weight depending on any of these sizes:
+
+- ``gpus`` ``(R, S, G, Fg)``: :data:`GPU_FEATURES`: whether the GPU is free, and what holds it (the running
+  job's size, attained service and history estimate of remaining time);
+- ``servers`` ``(R, S, Fs)``: :data:`SERVER_FEATURES`: free share, size, NVLink/PCIe and NIC bandwidth;
+- ``racks`` ``(R, Fr)``: :data:`RACK_FEATURES`: free share and the uplink bandwidth per GPU after
+  oversubscription;
+- ``server_type`` ``(R, S, T)``: each server's GPU type, one-hot over the cluster's ``T`` types (the encoder
+  pools the servers of each type into that type's embedding);
+- ``cands`` ``(N, T, Fc)``: :data:`CAND_FEATURES` of every job slot on every GPU type: the job's measured
+  speed there relative to its fastest type (profiled throughputs per model and type, as Gavel and Sia use;
+  nothing from its duration), whether it fits, and the type's free share, size and demand.
+
+Column 0 of each is ``valid`` (1 for a real element, 0 for padding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cluster_sim.protocol import SchedulerView
+from cluster_sim.typed_placement import type_speeds
+from marl.env.features import log_hours
+from topology.partition import Partition
+from topology.view import ClusterView
+
+GPU_FEATURES: tuple[str, ...] = (
+    "valid",
+    "free",
+    "holder_log_gpus",  # log2(GPUs) / 7 of the job holding it (0 when free)
+    "holder_attained",  # its GPU-time so far (log hours)
+    "holder_expected_remaining",  # its ln(E[remaining s]) / LOG_SCALE from its tenant's history
+)
+SERVER_FEATURES: tuple[str, ...] = (
+    "valid",
+    "free_frac",
+    "gpus",  # GPUs / 8
+    "intra_bw",  # log1p(GPU-GPU GB/s) / 8: NVLink/NVSwitch or PCIe
+    "nic_bw",  # log1p(server-rack GB/s) / 8
+)
+RACK_FEATURES: tuple[str, ...] = (
+    "valid",
+    "free_frac",
+    "uplink_per_gpu",  # log1p(rack uplink GB/s after oversubscription / the rack's GPUs) / 8
+)
+CAND_FEATURES: tuple[str, ...] = (
+    "valid",  # the type has enough GPUs in the partition for the job
+    "log_speed",  # ln(speed on the type / speed on its fastest type), >= -3
+    "fits_now",  # the partition has that many GPUs of the type free now
+    "free_frac",  # free GPUs of the type / the partition's GPUs of the type
+    "share",  # GPUs of the type / the partition's GPUs
+    "current",  # the job runs on this type now
+    "pressure",  # log1p(GPUs asked by waiting jobs whose fastest type it is / the type's GPUs)
+)
+LOG_SPEED_FLOOR = -3.0
+
+
+def cand_column(name: str) -> int:
+    return CAND_FEATURES.index(name)
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionGrid:
+    """Every partition's racks, servers and GPUs on the padded grid (global ids, -1 for padding)."""
+
+    gpu: np.ndarray  # (K, R, S, G)
+    server: np.ndarray  # (K, R, S)
+    rack: np.ndarray  # (K, R)
+    server_static: np.ndarray  # (K, R, S, 3): gpus, intra_bw, nic_bw
+    rack_uplink: np.ndarray  # (K, R)
+    server_type: np.ndarray  # (K, R, S, T) float32 one-hot
+    type_gpus: np.ndarray  # (K, T) GPUs of each type per partition
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(R, S, G, T)."""
+        _, r, s, g = self.gpu.shape
+        return r, s, g, self.server_type.shape[-1]
+
+
+def partition_grid(topo: ClusterView, parts: list[Partition]) -> PartitionGrid:
+    """The grid of ``parts`` (contiguous blocks of racks of ``topo``)."""
+    k_n = len(parts)
+    r_n = max(len(p.racks) for p in parts)
+    s_n = int(np.asarray(topo.rack_num_servers).max())
+    g_n = int(np.asarray(topo.server_num_gpus).max())
+    t_n = len(topo.gpu_types)
+    gpu = np.full((k_n, r_n, s_n, g_n), -1, dtype=np.int64)
+    server = np.full((k_n, r_n, s_n), -1, dtype=np.int64)
+    rack = np.full((k_n, r_n), -1, dtype=np.int64)
+    for k, p in enumerate(parts):
+        for i, r in enumerate(p.racks):
+            rack[k, i] = r
+            first = int(topo.rack_first_server[r])
+            for j in range(int(topo.rack_num_servers[r])):
+                s = first + j
+                server[k, i, j] = s
+                g0, gn = int(topo.server_first_gpu[s]), int(topo.server_num_gpus[s])
+                gpu[k, i, j, :gn] = np.arange(g0, g0 + gn)
+    sv = server >= 0
+    si = np.where(sv, server, 0)
+    static = (
+        np.stack(
+            [
+                topo.server_num_gpus[si] / 8.0,
+                np.log1p(topo.server_intra_bw[si]) / 8.0,
+                np.log1p(topo.server_nic_bw[si]) / 8.0,
+            ],
+            axis=-1,
+        )
+        * sv[..., None]
+    )
+    ri = np.where(rack >= 0, rack, 0)
+    rack_gpus = np.add.reduceat(topo.server_num_gpus, topo.rack_first_server)[ri]
+    uplink = np.log1p(topo.rack_uplink_bw[ri] / np.maximum(rack_gpus, 1)) / 8.0 * (rack >= 0)
+    stype = np.eye(t_n, dtype=np.float32)[np.asarray(topo.server_gpu_type)[si]] * sv[..., None]
+    type_gpus = np.einsum("krst,krs->kt", stype, topo.server_num_gpus[si] * sv).astype(np.int64)
+    return PartitionGrid(gpu, server, rack, static, uplink, stype, type_gpus)
+
+
+class SpeedCache:
+    """Each job's speed on every GPU type relative to its fastest (constant for a rigid job: computed once)."""
+
+    def __init__(self) -> None:
+        self._rel: dict[int, np.ndarray] = {}
+
+    def reset(self) -> None:
+        self._rel.clear()
+
+    def relative(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
+        """(len(jobs), T) relative speeds (0: the cluster has too few GPUs of the type for the job)."""
+        t_n = len(view.topo.gpu_types)
+        out = np.ones((len(jobs), t_n))
+        if t_n == 1:
+            return out
+        need = view.jobs.num_gpus
+        for i, j in enumerate(jobs.tolist()):
+            rel = self._rel.get(j)
+            if rel is None:
+                speed = type_speeds(view, j, int(need[j]))
+                rel = self._rel[j] = speed / max(float(speed.max()), 1e-12)
+            out[i] = rel
+        return out
+
+
+def observe_topology(
+    grid: PartitionGrid,
+    view: SchedulerView,
+    job_ids: np.ndarray,
+    running: np.ndarray,
+    speeds: SpeedCache,
+    expected_remaining: Any,
+    log_scale: float,
+) -> dict[str, np.ndarray]:
+    """The topology arrays of every agent (leading axis K) at this scheduling point. ``job_ids``/``running``:
+    the job slots ``(K, N)`` of :func:`marl.env.priority_features.observe_partitions`;
+    ``expected_remaining(view, ids)``: the tenants' history estimate (seconds)."""
+    jobs = view.jobs
+    need = jobs.num_gpus.astype(np.int64)
+    gpu_job = np.asarray(view.gpu_job)
+    gv = grid.gpu >= 0
+    holder = np.where(gv, gpu_job[np.where(gv, grid.gpu, 0)], -1)
+    held = holder >= 0
+    feats = np.zeros((*grid.gpu.shape, len(GPU_FEATURES)), dtype=np.float64)
+    feats[..., 0] = gv
+    feats[..., 1] = gv & ~held
+    if held.any():
+        ids, inv = np.unique(holder[held], return_inverse=True)
+        rem = np.log(np.maximum(expected_remaining(view, ids), 1.0)) / log_scale
+        feats[..., 2][held] = (np.log2(need[ids]) / 7.0)[inv]
+        feats[..., 3][held] = log_hours(view.attained_services(ids))[inv]
+        feats[..., 4][held] = rem[inv]
+
+    sv = grid.server >= 0
+    free_gpus = (gv & ~held).sum(axis=-1)  # (K, R, S)
+    size = np.maximum(gv.sum(axis=-1), 1)
+    servers = np.concatenate([sv[..., None], (free_gpus / size * sv)[..., None], grid.server_static], axis=-1)
+    rv = grid.rack >= 0
+    rack_free = free_gpus.sum(axis=-1) / np.maximum(gv.sum(axis=(-1, -2)), 1)
+    racks = np.stack([rv, rack_free * rv, grid.rack_uplink], axis=-1)
+
+    # candidates: every job slot on every type
+    k_n, n_n = job_ids.shape
+    t_n = grid.server_type.shape[-1]
+    valid = job_ids >= 0
+    flat = np.where(valid, job_ids, 0).reshape(-1)
+    rel = speeds.relative(view, flat).reshape(k_n, n_n, t_n)
+    g = need[flat].reshape(k_n, n_n)
+    type_free = np.einsum("krst,krs->kt", grid.server_type, free_gpus)  # (K, T)
+    tg = grid.type_gpus.astype(np.float64)
+    ok = valid[..., None] & (tg[:, None, :] >= g[..., None]) & (rel > 0)
+    current = np.zeros((k_n, n_n, t_n), dtype=bool)
+    if running.any():
+        first = np.array([int(view.placement(j)[0]) for j in job_ids[running].tolist()], dtype=np.int64)
+        cur_type = np.asarray(view.topo.server_gpu_type)[np.asarray(view.topo.gpu_server)[first]]
+        current[running] = np.eye(t_n, dtype=bool)[cur_type]
+    waiting = valid & ~running
+    fastest = np.argmax(rel, axis=-1)
+    demand = np.zeros((k_n, t_n))
+    np.add.at(demand, (np.nonzero(waiting)[0], fastest[waiting]), g[waiting])
+    cands = np.zeros((k_n, n_n, t_n, len(CAND_FEATURES)), dtype=np.float64)
+    cands[..., 0] = ok
+    cands[..., 1] = np.maximum(np.log(np.maximum(rel, 1e-12)), LOG_SPEED_FLOOR)
+    cands[..., 2] = type_free[:, None, :] >= g[..., None]
+    cands[..., 3] = (type_free / np.maximum(tg, 1))[:, None, :]
+    cands[..., 4] = (tg / tg.sum(axis=1, keepdims=True))[:, None, :]
+    cands[..., 5] = current
+    cands[..., 6] = np.log1p(demand / np.maximum(tg, 1))[:, None, :]
+    cands[~ok] = 0.0
+    return {
+        "gpus": feats.astype(np.float32),
+        "servers": servers.astype(np.float32),
+        "racks": racks.astype(np.float32),
+        "server_type": grid.server_type,
+        "cands": cands.astype(np.float32),
+    }
