@@ -57,12 +57,13 @@ class PolicyActor:
         self.busy_s = 0.0
 
     def logits(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The network's first output for B agents' observations stacked on a leading axis: masked logits
-        (B, C + 1) of candidate agents, scores (B, N) of priority agents."""
+        """The network's decisions for B agents' observations stacked on a leading axis: masked logits
+        (B, C + 1) of candidate agents, scores (B, N) of priority agents, (B, N * (1 + T)) of placing ones."""
         t0 = time.perf_counter()
         with torch.no_grad(), subnormals_flushed():
             # arrays from the object store are read-only views; torch wants its own writable copy
-            out, _ = self.module(*(torch.from_numpy(np.array(obs[k], dtype=np.float32)) for k in self.keys))
+            outs = self.module(*(torch.from_numpy(np.array(obs[k], dtype=np.float32)) for k in self.keys))
+            out = outs[0] if len(outs) == 2 else torch.cat([outs[0], outs[1].flatten(1)], dim=1)
         self.calls += 1
         self.decisions += len(out)
         self.busy_s += time.perf_counter() - t0
@@ -177,15 +178,17 @@ class RayActorScorer(RayActorPolicy):
         num_cpus: float | None = None,
         num_threads: int = 1,
     ) -> None:
-        from marl.deploy.priority_export import TORCHSCRIPT, is_priority_policy
+        from marl.deploy.priority_export import TORCHSCRIPT, is_priority_policy, read_priority_metadata
+        from marl.models.priority_net import PLACING_INPUTS
 
         if not is_priority_policy(policy_dir):
             raise ValueError(f"{policy_dir} is not a priority-agent policy folder; use RayActorPolicy")
         self.policy_dir = Path(policy_dir)
         self.num_agents = int(num_agents)
+        self.keys = PLACING_INPUTS if read_priority_metadata(policy_dir).get("placing") else PRIORITY_KEYS
         blob = (self.policy_dir / TORCHSCRIPT).read_bytes()
         self._blob, self.groups, self.actors = _start_actors(
-            blob, self.num_agents, num_actors, num_cpus, num_threads, keys=PRIORITY_KEYS
+            blob, self.num_agents, num_actors, num_cpus, num_threads, keys=self.keys
         )
         self.calls = 0
         self.agent_calls = 0
@@ -194,7 +197,7 @@ class RayActorScorer(RayActorPolicy):
         if len(obs["jobs"]) != self.num_agents:
             raise ValueError(f"{len(obs['jobs'])} agents observed; these actors serve {self.num_agents}")
         futures = [
-            actor.logits.remote({k: obs[k][g] for k in PRIORITY_KEYS})
+            actor.logits.remote({k: obs[k][g] for k in self.keys})
             for actor, g in zip(self.actors, self.groups, strict=True)
         ]
         self.calls += 1

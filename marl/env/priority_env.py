@@ -3,6 +3,9 @@
 Every step is one scheduling point at which some agent has a waiting job: each agent ``p{k}`` observes its
 partition (:mod:`marl.env.priority_features`) and acts with one score per job slot; the scores go through
 :meth:`marl.env.priority_agents.PriorityAgents.apply`, and the simulator advances to the next such point.
+With ``placing``, agents also see their partition's topology (:mod:`marl.env.topology_obs`) and score every
+(job slot, GPU type) pair after the job scores: where a started job runs and, with ``migrate``, where a
+running job moves.
 
 Episodes replay a window of a trace, drawn per episode (seeded) between ``train_start`` and
 ``train_end`` (seconds from the trace's start) at a load drawn from ``load``; a window of the held-out
@@ -10,12 +13,13 @@ period is a fixed ``workload`` spec instead (evaluation). A drawn window too qui
 drawn again (counted in ``quiet_windows``), as an operator would pick another day to replay.
 
 Reward, shared by all agents: minus the jobs in the system integrated over the time since the last step,
-*relative to a reference schedule of the same window* (QSSF's scores through the same agents, run once at
-reset), divided by ``reward_scale`` seconds. Summed over an episode it is ``-(total JCT - total JCT of
-the reference) / reward_scale``: the workload's own weight, which dominates returns in scheduling,
-cancels, and what is left is what the policy changed (an input-dependent baseline in reward form; it
-does not depend on the actions, so the policy gradient stays unbiased). Observations carry the
-reference's state beside the agents' own (``critic``, read by the value function only).
+*relative to a reference schedule of the same window* (QSSF's scores through the same agents, each job on
+its fastest type and moved as ``migrate`` says, run once at reset), divided by ``reward_scale`` seconds.
+Summed over an episode it is ``-(total JCT - total JCT of the reference) / reward_scale``: the workload's
+own weight, which dominates returns in scheduling, cancels, and what is left is what the policy changed (an
+input-dependent baseline in reward form; it does not depend on the actions, so the policy gradient stays
+unbiased). Observations carry the reference's state beside the agents' own (``critic``, read by the value
+function only).
 """
 
 from __future__ import annotations

@@ -28,7 +28,11 @@ from marl.models.priority_net import PLACING_INPUTS, PlacingPriorityNet, Priorit
 
 
 def priority_module_spec(
-    layout: JobSetLayout, hidden: int = 64, init_log_std: float = -1.0, init_policy: str | None = None
+    layout: JobSetLayout,
+    hidden: int = 64,
+    init_log_std: float = -1.0,
+    init_policy: str | None = None,
+    init_type_log_std: float | None = None,
 ) -> RLModuleSpec:
     """The shared module of all priority agents for ``layout``'s spaces. ``init_policy``: a TorchScript
     ``PriorityNet`` (a policy folder's ``policy.pt``, absolute path) whose weights every copy starts from."""
@@ -41,6 +45,7 @@ def priority_module_spec(
             "init_log_std": float(init_log_std),
             "init_policy": init_policy,
             "placing": layout.placing,
+            "init_type_log_std": float(init_log_std if init_type_log_std is None else init_type_log_std),
         },
     )
 
@@ -63,7 +68,7 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
                 self.net.load_state_dict(state)
         self.log_std = nn.Parameter(torch.tensor(float(cfg.get("init_log_std", -1.0))))
         # the type scores' own spread: their prior (log speed ratios) is on another scale than the order's
-        self.type_log_std = nn.Parameter(torch.tensor(float(cfg.get("init_log_std", -1.0))))
+        self.type_log_std = nn.Parameter(torch.tensor(float(cfg.get("init_type_log_std", -1.0))))
         h = self.net.hidden
         self.critic_extra = nn.Sequential(nn.Linear(len(CRITIC_FEATURES), h), nn.ReLU(), nn.Linear(h, 1))
 

@@ -52,7 +52,8 @@ PPO_DEFAULTS: dict[str, Any] = {
     "snapshot_every": 10,  # export OUT/snapshots/iter-NNN every so many iterations (0: never), for selection
 }
 # init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
-MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0, "init_policy": None}
+# init_type_log_std: the placing agents' type-score noise (None: init_log_std); a move needs only ln 1.2
+MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0, "init_policy": None, "init_type_log_std": None}
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
