@@ -245,3 +245,36 @@ def test_placing_policy_on_ray_actors_matches_in_process(
         policy.shutdown()
     fastest = _sim(hetero_window, traces_dir).run(PriorityAgents(num_agents=4, migrate=float(np.log(1.2))))
     assert not np.array_equal(ref.jct, fastest.jct)  # the type head changed where jobs ran
+
+
+@pytest.mark.slow
+def test_evolution_strategies_on_the_type_head_export_a_placing_policy(tmp_path: Path, traces_dir: Path) -> None:
+    import json
+
+    from marl.training.placing_es import PlacingESConfig, train
+
+    nov1 = 4_973_359.0
+    cfg = PlacingESConfig(
+        trace=f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,model_rule=gavel",
+        interference_data=GAVEL.format(traces_dir),
+        load=0.15,
+        days=0.25,
+        train_first=nov1 - 12 * 86400.0,
+        train_last=nov1 - 10 * 86400.0,
+        validation_first=nov1 - 2 * 86400.0,
+        validation_windows=1,
+        validation_days=0.25,
+        hidden=8,
+        pairs=1,
+        iterations=2,
+        eval_every=1,
+    )
+    meta = train(cfg, tmp_path / "es", log=lambda s: None)
+    assert len(meta["progress"]) == 3 and meta["progress"][0]["validation_vs_warm"] == 0.0
+    saved = json.loads((tmp_path / "es" / "metadata.json").read_text())
+    assert saved["placing"] and saved["agents"]["migrate"] == pytest.approx(0.1823)
+    last = torch.jit.load(str(tmp_path / "es" / "policy.pt")).state_dict()["place.4.weight"]
+    assert bool(last.abs().sum() > 0) == (meta["selected_iteration"] > 0)  # the selected θ is what ships
+    assert (tmp_path / "es" / "learning_curve.png").stat().st_size > 1000
+    agents = load_priority_policy(tmp_path / "es")
+    assert agents.placing and agents.num_agents == 4 and agents.migrate == pytest.approx(0.1823)

@@ -27,8 +27,10 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -77,9 +79,11 @@ class RoundsESConfig:
     workers: int = 2
     seed: int = 0
 
+    PARAM_CHOICES = PARAMS  # what ``params`` may name (a subclass's trainer moves other parameters)
+
     def __post_init__(self) -> None:
-        if self.params not in PARAMS:
-            raise ValueError(f"params: {self.params!r}; choose one of {', '.join(PARAMS)}")
+        if self.params not in self.PARAM_CHOICES:
+            raise ValueError(f"params: {self.params!r}; choose one of {', '.join(self.PARAM_CHOICES)}")
         for name in ("days", "validation_days", "sigma", "lr", "minutes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
@@ -156,24 +160,32 @@ def _play(job: tuple) -> float:
     return float(sim.run(ScoredRounds(NetRoundsScorer(net), stay=cfg.stay, name="rounds")).metrics()["avg_jct"])
 
 
-def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print) -> dict:
-    """ES from the warm start; writes the selected network as a rounds policy folder (``marl:DIR``)."""
-    started = time.perf_counter()
-    rng = np.random.default_rng(cfg.seed)
-    net = initial_network(cfg)
-    drop = tuple(f for f, k in zip(FEATURES, net.keep.tolist(), strict=True) if not k)
-    state = {"hidden": net.embed[0].out_features, "drop": drop, "weights": net.state_dict()}
-    theta0 = parameters_to_vector(moved(net, cfg.params)).detach().double().numpy()
-    es = AntitheticES(theta0, sigma=cfg.sigma, lr=cfg.lr, pairs=cfg.pairs, rng=rng)
+def _play_job(state: dict, cfg: RoundsESConfig, theta: np.ndarray, spec: str) -> tuple:
+    return (state, cfg.params, theta.tolist(), cfg, spec)
+
+
+def search(
+    cfg: RoundsESConfig,
+    es: AntitheticES,
+    theta0: np.ndarray,
+    job: Callable[[np.ndarray, str], tuple],
+    play_one: Callable[[tuple], float],
+    starts: np.ndarray,
+    started: float,
+    log=print,
+) -> tuple[dict, list[dict]]:
+    """The ES loop shared by the trainers: each iteration's candidates play one drawn training window (in
+    ``cfg.workers`` processes; ``job(theta, spec)`` is what ``play_one`` gets), and every ``eval_every``
+    iterations θ plays the validation windows; returns the best θ there (the warm start included) and a
+    row per iteration."""
+    rng = es.rng
     val_specs = cfg.validation()
-    starts, dropped = training_starts(cfg)
-    log(f"{len(starts)} training windows ({dropped} too quiet for load {cfg.load} left out)")
     rows: list[dict] = []
     with ProcessPoolExecutor(cfg.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
 
         def play(thetas: list[np.ndarray], specs: list[str]) -> np.ndarray:
-            jobs = [(state, cfg.params, t.tolist(), cfg, s) for t in thetas for s in specs]
-            return np.array(list(pool.map(_play, jobs)), dtype=np.float64).reshape(len(thetas), len(specs))
+            jobs = [job(t, s) for t in thetas for s in specs]
+            return np.array(list(pool.map(play_one, jobs)), dtype=np.float64).reshape(len(thetas), len(specs))
 
         warm = np.log(play([theta0], val_specs)[0])
         best = {"theta": theta0.copy(), "iteration": 0, "validation": 0.0}
@@ -208,6 +220,21 @@ def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print)
             if out_of_time:
                 log(f"time budget of {cfg.minutes} min reached after iteration {it}")
                 break
+    return best, rows
+
+
+def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print) -> dict:
+    """ES from the warm start; writes the selected network as a rounds policy folder (``marl:DIR``)."""
+    started = time.perf_counter()
+    rng = np.random.default_rng(cfg.seed)
+    net = initial_network(cfg)
+    drop = tuple(f for f, k in zip(FEATURES, net.keep.tolist(), strict=True) if not k)
+    state = {"hidden": net.embed[0].out_features, "drop": drop, "weights": net.state_dict()}
+    theta0 = parameters_to_vector(moved(net, cfg.params)).detach().double().numpy()
+    es = AntitheticES(theta0, sigma=cfg.sigma, lr=cfg.lr, pairs=cfg.pairs, rng=rng)
+    starts, dropped = training_starts(cfg)
+    log(f"{len(starts)} training windows ({dropped} too quiet for load {cfg.load} left out)")
+    best, rows = search(cfg, es, theta0, partial(_play_job, state, cfg), _play, starts, started, log)
     vector_to_parameters(torch.as_tensor(best["theta"], dtype=torch.float32), moved(net, cfg.params))
     log(f"selected iteration {best['iteration']}: validation {np.expm1(best['validation']):+.2%} vs the warm start")
     meta = {
