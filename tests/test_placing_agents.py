@@ -5,6 +5,9 @@ keep one type per job and follow the scores; no leak; export equals the module; 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +38,18 @@ def hetero_window(traces_dir: Path) -> str:
 def _sim(spec, traces_dir: Path, cluster: str = "small-hetero"):
     return build_simulator(cluster, spec, seed=0, restart_cost=30.0, interference="oracle",
                            interference_data=GAVEL.format(traces_dir))  # fmt: skip
+
+
+def _first_choice(spec: str, traces_dir: Path):
+    """((placing agents, simulator), their observation) at the first round of ``spec`` with a choice."""
+    sim = _sim(spec, traces_dir)
+    agents = PriorityAgents(num_agents=4, placing=True)
+    agents.reset(sim)
+    obs = None
+    while obs is None and sim.advance():
+        obs = agents.observe(sim)
+    assert obs is not None
+    return (agents, sim), obs
 
 
 class _TypeScores:
@@ -135,15 +150,26 @@ def test_export_equals_the_network_and_one_network_fits_any_grid(
         torch.nn.init.normal_(head[-1].weight, std=0.5)
     save_priority_policy(net, tmp_path / "p", {})
     scripted = torch.jit.load(str(tmp_path / "p" / "policy.pt"))
-    sim = _sim(hetero_window, traces_dir)
-    agents = PriorityAgents(num_agents=4, placing=True)
-    agents.reset(sim)
-    obs = None
-    while obs is None and sim.advance():
-        obs = agents.observe(sim)
+    _, obs = _first_choice(hetero_window, traces_dir)
     x = [torch.as_tensor(obs.arrays[k]) for k in PLACING_INPUTS]
     for a, b in zip(scripted(*x), net(*x), strict=True):
         torch.testing.assert_close(a, b)
+    # the folder scores in a process without ray or torch-geometric (TorchScript only)
+    np.savez(tmp_path / "obs.npz", **obs.arrays)
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import numpy as np
+        from marl.deploy.priority_export import load_priority_policy
+        agents = load_priority_policy({str(tmp_path / "p")!r})
+        obs = dict(np.load({str(tmp_path / "obs.npz")!r}))
+        print("SHAPE", agents.scorer(obs).shape)
+        print("IMPORTED", sorted(m for m in sys.modules if m.split(".")[0] in ("ray", "torch_geometric")))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "IMPORTED []" in out.stdout and f"SHAPE {(4, obs.arrays['jobs'].shape[1] * 4)}" in out.stdout
     # another cluster's grid (dc-1k: 16-server racks, one type) through the same file
     big = build_simulator("dc-1k", "synthetic:200,load=0.9,gpu_scale=8", seed=0)
     agents = PriorityAgents(num_agents=8, placing=True)
@@ -174,12 +200,7 @@ def test_order_head_starts_from_a_priority_network_exactly() -> None:
 
 
 def test_scorer_output_and_bad_widths(hetero_window: str, traces_dir: Path) -> None:
-    sim = _sim(hetero_window, traces_dir)
-    agents = PriorityAgents(num_agents=4, placing=True)
-    agents.reset(sim)
-    obs = None
-    while obs is None and sim.advance():
-        obs = agents.observe(sim)
+    (agents, sim), obs = _first_choice(hetero_window, traces_dir)
     out = NetScorer(PlacingPriorityNet(16))(obs.arrays)
     lay = agents.layout
     assert out.shape == (4, lay.N * (1 + lay.T))

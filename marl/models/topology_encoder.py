@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch_geometric.nn import DenseGraphConv
 
 from marl.env.topology_obs import GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES
 
@@ -37,6 +36,9 @@ class TopologyEncoder(nn.Module):
     ``(partition (B, H), types (B, T, H))``."""
 
     def __init__(self, hidden: int = 64) -> None:
+        # imported here: building the network needs torch-geometric, running its TorchScript does not
+        from torch_geometric.nn import DenseGraphConv
+
         super().__init__()
         h = hidden
         self.gpu_in = nn.Linear(len(GPU_FEATURES), h)

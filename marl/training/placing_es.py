@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from marl.deploy.policy_files import load_torchscript
 from marl.deploy.priority_export import TORCHSCRIPT, read_priority_metadata, save_priority_policy
 from marl.models.priority_net import NetScorer, PlacingPriorityNet
 from marl.training.es import AntitheticES
-from marl.training.rounds_es import RoundsESConfig, plot_es, search, training_starts
+from marl.training.rounds_es import RoundsESConfig, plot_es, search, search_record, training_starts
 from marl.training.rounds_imitation import config_main
 
 PARAMS = ("last", "last+order")
@@ -110,12 +110,7 @@ def train(cfg: PlacingESConfig, out: str | Path, *, command: str = "", log=print
         "agents": {"hysteresis": float(np.log(cfg.factor)), "num_agents": cfg.num_agents, "migrate": cfg.margin()},
         "warm_start": cfg.init or "untrained: QSSF's order, each job on its fastest type, moved up past migrate",
         "training": "evolution strategies on the average JCT (marl.training.placing_es)",
-        "selected_iteration": best["iteration"],
-        "validation_vs_warm_start": round(float(np.expm1(best["validation"])), 4),
-        "config": asdict(cfg),
-        "command": command,
-        "train_seconds": round(time.perf_counter() - started, 1),
-        "progress": rows,
+        **search_record(cfg, best, rows, started, command),
     }
     folder = save_priority_policy(net, out, meta)
     plot_es(rows, Path(folder) / "learning_curve.png")

@@ -223,6 +223,18 @@ def search(
     return best, rows
 
 
+def search_record(cfg: RoundsESConfig, best: dict, rows: list[dict], started: float, command: str) -> dict:
+    """What a policy made by :func:`search` records of it: the selection, the config and every iteration."""
+    return {
+        "selected_iteration": best["iteration"],
+        "validation_vs_warm_start": round(float(np.expm1(best["validation"])), 4),
+        "config": asdict(cfg),
+        "command": command,
+        "train_seconds": round(time.perf_counter() - started, 1),
+        "progress": rows,
+    }
+
+
 def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print) -> dict:
     """ES from the warm start; writes the selected network as a rounds policy folder (``marl:DIR``)."""
     started = time.perf_counter()
@@ -248,12 +260,7 @@ def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print)
         "teacher": "",
         "warm_start": cfg.init or f"untrained network, prior {cfg.prior}",
         "training": "evolution strategies on the average JCT (marl.training.rounds_es)",
-        "selected_iteration": best["iteration"],
-        "validation_vs_warm_start": round(float(np.expm1(best["validation"])), 4),
-        "config": asdict(cfg),
-        "command": command,
-        "train_seconds": round(time.perf_counter() - started, 1),
-        "progress": rows,
+        **search_record(cfg, best, rows, started, command),
         "torch": torch.__version__,
     }
     save_rounds_policy(net, out, meta, plot=plot_es)
