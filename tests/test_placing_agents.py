@@ -292,6 +292,11 @@ def test_evolution_strategies_on_the_type_head_export_a_placing_policy(tmp_path:
     )
     meta = train(cfg, tmp_path / "es", log=lambda s: None)
     assert len(meta["progress"]) == 3 and meta["progress"][0]["validation_vs_warm"] == 0.0
+    # the same seed gives the same candidates' figures and the same policy, bit for bit
+    again = train(cfg, tmp_path / "again", log=lambda s: None)
+    assert [r["best_jct"] for r in again["progress"]] == [r["best_jct"] for r in meta["progress"]]
+    first, second = (torch.jit.load(str(tmp_path / d / "policy.pt")).state_dict() for d in ("es", "again"))
+    assert all(torch.equal(first[k], second[k]) for k in first)
     saved = json.loads((tmp_path / "es" / "metadata.json").read_text())
     assert saved["placing"] and saved["agents"]["migrate"] == pytest.approx(0.1823)
     last = torch.jit.load(str(tmp_path / "es" / "policy.pt")).state_dict()["place.4.weight"]
