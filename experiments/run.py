@@ -29,7 +29,14 @@ import yaml
 
 from cluster_sim.out_folder import folder_lock
 from cluster_sim.results import write_atomic
-from experiments.run_config import MARL, ExperimentConfig, absolute_spec, load_experiment_config
+from experiments.run_config import (
+    MARL,
+    MARL_WARM_START,
+    ExperimentConfig,
+    PriorityTrainSection,
+    absolute_spec,
+    load_experiment_config,
+)
 from experiments.tasks import (
     CONFIG_FILE,
     STATE_FILE,
@@ -119,8 +126,11 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
         cluster = os.path.abspath(cluster)
     specs = []
     for name in cfg.schedulers:
-        if name == MARL:
-            policy = f"marl:{(out / TRAIN_DIR / 'policy').resolve()}"
+        if name in (MARL, MARL_WARM_START):
+            from marl.training.priority_train import WARM_START_DIR
+
+            folder = "policy" if name == MARL else WARM_START_DIR
+            policy = f"marl:{(out / TRAIN_DIR / folder).resolve()}"
         elif folder_policy(name):
             prefix, folder = folder_policy(name)
             policy = f"{prefix}:{os.path.abspath(folder)}"
@@ -244,12 +254,32 @@ def train_if_asked(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]
     if done_marker.is_file() and (run_dir / "policy" / "metadata.json").is_file():
         log(f"training: finished before ({run_dir})")
         return json.loads(done_marker.read_text())
+    if isinstance(cfg.train_config, PriorityTrainSection):
+        return _train_priority(cfg, cfg.train_config, run_dir, log)
     resume = (run_dir / "state.json").is_file()
     log(f"training: {'resuming' if resume else 'starting'} {cfg.train_config.name} in {run_dir}")
     t0 = time.perf_counter()
     summary = train(cfg.train_config, run_dir, resume=resume, evaluate=False, log=log)
     info = {"iterations": summary.get("iterations", 0), "train_s": time.perf_counter() - t0, "resumed": resume}
     write_atomic(done_marker, json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def _train_priority(cfg: ExperimentConfig, section: PriorityTrainSection, run_dir: Path, log: Log) -> dict[str, Any]:
+    """The priority agents' PPO (a killed training starts again: its iterations are minutes, not hours)."""
+    from marl.training.priority_train import train_priority
+
+    conf = dict(section.config)
+    env = dict(conf["env"])  # absolute files: Ray's env runners may start in another directory
+    for key in ("trace", "interference_data", "workload"):
+        if env.get(key):
+            env[key] = absolute_spec(env[key])
+    conf["env"] = env
+    log(f"training: starting {section.name} (priority agents, PPO) in {run_dir}")
+    t0 = time.perf_counter()
+    summary = train_priority(conf, run_dir, log=log, command=f"marlsched run {cfg.source}")
+    info = {"iterations": summary["iterations"], "train_s": time.perf_counter() - t0, "resumed": False}
+    write_atomic(run_dir / "done.json", json.dumps(info, indent=2) + "\n")
     return info
 
 

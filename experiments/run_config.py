@@ -2,10 +2,11 @@
 schedulers to compare over seeds, optional MARL training, optional agent-count scaling, Ray settings).
 
 Validation reuses marl.training.config's checker, so a wrong key or value fails at once with the file, the dotted
-key path, its line and the allowed keys or values. The ``train`` section is a training config (the keys
-of `marlsched train --config`); ``train.extends: PATH`` starts from a training YAML file and the other
-keys of the section override it (mappings merge key by key). Its ``env.cluster`` defaults to the
-experiment's ``cluster``.
+key path, its line and the allowed keys or values. The ``train`` section is a training config:
+``agent: priority`` and the keys of `marlsched train-priority --config` (the priority agents that order and
+place), or the keys of `marlsched train --config` (the candidate-placement agents; ``train.extends: PATH``
+starts from a training YAML file and the other keys of the section override it, mappings merging key by
+key). Its ``env.cluster`` defaults to the experiment's ``cluster``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from marl.training.config import (
 )
 
 MARL = "marl"  # the scheduler name of the policy this experiment trains
+MARL_WARM_START = "marl-warm-start"  # the same network before any update (a priority train section's)
+PRIORITY_AGENT = "priority"  # ``train: {agent: priority, ...}``: the priority agents (marlsched train-priority)
 SCALING_POLICIES = ("warm-start", "untrained")
 
 
@@ -59,6 +62,25 @@ class ScalingConfig:
     env_runners: int = 2  # parallel RLlib EnvRunners for the rollout throughput
     rollout_steps: int = 200  # env steps each EnvRunner samples (after a warm-up of the same size)
     rollout_workload: str = "synthetic:400,load=0.9"  # episodes the EnvRunners sample
+
+
+@dataclass(frozen=True)
+class PriorityTrainSection:
+    """A ``train: {agent: priority, ...}`` section: the priority agents that order and, with ``env.placing``,
+    place (the keys of `marlsched train-priority --config`, defaults filled in)."""
+
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.config["name"])
+
+    @property
+    def env(self) -> dict[str, Any]:
+        return self.config["env"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent": PRIORITY_AGENT, **self.config}
 
 
 @dataclass(frozen=True)
@@ -103,7 +125,7 @@ class ExperimentConfig:
         return str(opts.pop("policy", label)), opts
 
     @property
-    def train_config(self) -> TrainConfig | None:
+    def train_config(self) -> TrainConfig | PriorityTrainSection | None:
         return self.__dict__.get("_train")
 
     @property
@@ -161,11 +183,13 @@ def parse_experiment_config(
     return cfg
 
 
-def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> TrainConfig:
+def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> TrainConfig | PriorityTrainSection:
     chk = _PrefixedChecker(source, lines, ("train",))
     if not isinstance(data, Mapping):
         raise chk.fail((), "expected a mapping with the keys of a training config (and optionally extends: PATH)")
     data = dict(data)
+    if data.get("agent") == PRIORITY_AGENT:
+        return _parse_priority_train(data, cfg, source, chk)
     base_path = data.pop("extends", None)
     if base_path is not None:
         path = Path(str(base_path))
@@ -188,6 +212,27 @@ def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> 
     train_cfg = dataclasses.replace(train_cfg, source=f"{source}: train")
     check_train_values(train_cfg, chk)
     return train_cfg
+
+
+def _parse_priority_train(
+    data: dict[str, Any], cfg: ExperimentConfig, source: str, chk: ConfigChecker
+) -> PriorityTrainSection:
+    """The priority agents' training section; its env inherits the experiment's cluster."""
+    from marl.training.priority_train import parse_config
+
+    data.pop("agent")
+    env = dict(data.get("env") or {})
+    if not isinstance(cfg.cluster, str):
+        raise chk.fail(("agent",), "the priority agents train on a named cluster preset or file; name one in cluster")
+    if "cluster" in env and env["cluster"] != cfg.cluster:
+        raise chk.fail(("env", "cluster"), "must equal the experiment's cluster (or leave it out to inherit it)")
+    env.setdefault("cluster", cfg.cluster)
+    data["env"] = env
+    try:
+        parsed = parse_config(data, f"{source}: train", default_name=f"{cfg.name}-marl")
+    except (TypeError, ValueError) as err:
+        raise chk.fail((), str(err)) from None
+    return PriorityTrainSection(parsed)
 
 
 def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
@@ -265,6 +310,14 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
             if cfg.train_config is None:
                 raise chk.fail(("schedulers", str(i)), f"{MARL!r} is the policy this run trains: add a train section")
             continue
+        if name == MARL_WARM_START:
+            if not isinstance(cfg.train_config, PriorityTrainSection) or MARL not in cfg.schedulers:
+                raise chk.fail(
+                    ("schedulers", str(i)),
+                    f"{MARL_WARM_START!r} is the untrained network of a `train: {{agent: {PRIORITY_AGENT}}}` section; "
+                    f"add one and {MARL!r} to the schedulers",
+                )
+            continue
         if folder_policy(name):
             try:  # its files are read now, not inside a Ray task
                 load_folder_policy(name)
@@ -304,7 +357,7 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
 
     sc = cfg.scaling_config
     assert sc is not None
-    if cfg.train_config is None:
+    if not isinstance(cfg.train_config, TrainConfig):
         raise chk.fail(("scaling",), "needs a train section (env, model and warm_start settings of the agents)")
     if sc.policy not in SCALING_POLICIES:
         raise chk.fail(("scaling", "policy"), f"{sc.policy!r} is not one of {', '.join(SCALING_POLICIES)}")

@@ -101,6 +101,10 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"train": {**TINY_TRAIN, "ppo": {"gamma": 1.5}}}, ["train.ppo.gamma:", "must be in (0, 1]"]),
         ({"train": {**TINY_TRAIN, "env": {"cluster": "dc-1k"}}}, ["train.env.cluster:", "must equal"]),
         ({"train": TINY_TRAIN, "scaling": {"agents": [1, 3]}}, ["scaling.agents.1:", "allowed: [1, 2, 4]"]),
+        ({"schedulers": ["marl-warm-start"]}, ["schedulers.0:", "untrained network", "agent: priority"]),
+        ({"train": {"agent": "priority", "ppo": {"epochs": 2}}}, ["train:", "ppo has unknown keys ['epochs']"]),
+        ({"train": {"agent": "priority", "env": {"placng": True}}}, ["train:", "unknown keys ['placng']"]),
+        ({"train": {"agent": "priority"}, "scaling": {"agents": [1]}}, ["scaling:", "needs a train section"]),
         ({"train": TINY_TRAIN, "scaling": {"policy": "best"}}, ["scaling.policy:", "warm-start, untrained"]),
         ({"workloads": {}}, ["workloads:", "give at least one"]),
         ({"workloads": {"a": "trace.csv"}}, ["workloads.a:", "synthetic:N_JOBS"]),
@@ -137,6 +141,58 @@ def test_train_section_extends_a_training_file(tmp_path: Path) -> None:
     assert t.env["cluster"] == "small" and t.env["num_agents"] == 4
     assert t.evaluation.seeds == [1, 2, 3]  # training never draws the experiment's seeds
     assert cfg.to_dict()["train"]["ppo"]["iterations"] == 2
+
+
+@pytest.mark.slow
+def test_run_trains_placing_priority_agents_beside_their_warm_start(tmp_path: Path, traces_dir: Path) -> None:
+    """The quickstart's shape: ``train: {agent: priority}`` trains the placing agents; ``marl-warm-start`` is
+    the same network untrained, which is QSSF with each job on its fastest type, moved up past the margin."""
+    import numpy as np
+
+    from cluster_sim.build import build_simulator
+    from experiments.run import run_experiment
+    from experiments.tasks import task_id
+    from marl.env.priority_agents import PriorityAgents
+
+    philly = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,model_rule=gavel"
+    start = 4_973_359 + 4 * 86_400  # a held-out day (2017-11-05: 243 jobs)
+    workload = f"{philly},start={start},end={start + 86_400},load=0.9"
+    migrate = float(np.log(1.2))
+    cfg = parse_experiment_config(
+        {
+            "name": "placing", "cluster": "small-hetero", "workload": workload, "interference": "none",
+            "restart_cost": 30, "seeds": [0], "schedulers": ["marl", "marl-warm-start", "qssf@any"],
+            "baselines": ["marl-warm-start"], "timeline_points": 50,
+            "train": {
+                "agent": "priority",
+                "env": {"trace": philly, "train_start": 2_592_000, "train_end": 3_000_000, "window_days": 0.25,
+                        "placing": True, "migrate": migrate, "interference": "none", "interference_data": None},
+                "model": {"hidden": 16},
+                "ppo": {"iterations": 1, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
+                        "num_env_runners": 1, "snapshot_every": 0},
+            },
+        },
+        "placing.yaml",
+    )  # fmt: skip
+    assert cfg.train_config.env["cluster"] == "small-hetero"  # inherited from the experiment
+    out = tmp_path / "out"
+    logs: list[str] = []
+    assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 3
+    assert any("priority agents, PPO" in line for line in logs)
+    for folder in ("policy", "warm_start"):
+        meta = json.loads((out / "train" / folder / "metadata.json").read_text())
+        assert meta["placing"] and meta["agents"]["migrate"] == migrate and meta["agents"]["num_agents"] == 4
+    report = (out / "report.md").read_text()
+    assert "| marl |" in report and "vs marl-warm-start" in report and "4 priority agents" in report
+
+    def avg_jct(name: str) -> float:
+        return json.loads((out / "tasks" / task_id(name, 0) / "metrics.json").read_text())["avg_jct"]
+
+    reference = PriorityAgents(None, num_agents=4, hysteresis=float(np.log(31.0)), migrate=migrate)
+    sim = build_simulator("small-hetero", workload, seed=0, interference="none", restart_cost=30.0)
+    assert avg_jct("marl-warm-start") == float(sim.run(reference).jct.mean())  # bit for bit
+    assert avg_jct("qssf@any") > avg_jct("marl-warm-start")  # the type choice matters in this window
+    assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0  # trained once, kept
 
 
 # ---------------------------------------------------------------------------------------------- resume

@@ -43,7 +43,7 @@ from cluster_sim.protocol import Decision, Preempt, Resize, SchedulerView, Start
 from cluster_sim.typed_placement import GPU_TYPE_ORDERS, one_type_placement, place_on_type
 from marl.env.candidates import partition_pool
 from marl.env.priority_features import JobSetLayout, PriorityObservation, observe_partitions
-from marl.env.topology_obs import SpeedCache, cand_column, observe_topology, partition_grid
+from marl.env.topology_obs import LOG_SPEED_FLOOR, SpeedCache, cand_column, observe_topology, partition_grid
 from topology.partition import partition
 
 HYSTERESIS = float(np.log(31.0))  # QSSF's margin of 30 on a log-time scale
@@ -262,8 +262,10 @@ class PriorityAgents(PolicyScheduler):
         type-blind order of :func:`cluster_sim.typed_placement.one_type_placement`)."""
         rel = self.speeds.relative(view, jobs)
         ok = rel > 0
-        if self.gpu_type == "fastest":
-            return np.log(np.maximum(rel, 1e-300)), ok
+        if self.gpu_type == "fastest":  # the network's log_speed input (floored, float32): the untrained
+            # placing network's type scores, so that near-equal speeds tie (and break) the same way
+            key = np.maximum(np.log(np.maximum(rel, 1e-12)), LOG_SPEED_FLOOR)
+            return key.astype(np.float32).astype(np.float64), ok
         if self.gpu_type == "slowest":
             return -rel, ok
         part = self.parts[k]
@@ -272,13 +274,16 @@ class PriorityAgents(PolicyScheduler):
                            minlength=rel.shape[1])  # fmt: skip
         return np.broadcast_to(free, rel.shape).astype(np.float64), ok
 
-    def _place(self, view: SchedulerView, k: int, local, pool: FreePool, job: int, n: int) -> np.ndarray | None:
+    def _place(
+        self, view: SchedulerView, k: int, local, pool: FreePool, job: int, n: int, handed: bool = False
+    ) -> np.ndarray | None:
         """GPUs of partition ``k`` (local ids) for ``job``: the compact placement (``consolidate``) on one GPU
-        type, trying the types in the round's order for the job (fastest first for a job handed over from a
-        partition of one type)."""
+        type, trying the types in the round's order for the job; a job ``handed`` over from another agent
+        tries them fastest first (its type scores are its owner's, over the types its owner's partition
+        can hold it on)."""
         if not self.mixed[k]:
             return consolidate(local, job, n, pool)
-        rank = self._type_rows.get(job)
+        rank = None if handed else self._type_rows.get(job)
         if rank is None:
             key, ok = self._type_prior(view, np.array([job]), k)
             rank = np.lexsort((np.arange(key.shape[1]), -key[0]))
@@ -346,7 +351,7 @@ class PriorityAgents(PolicyScheduler):
             k = max(cands, key=lambda c: (pools[c].num_free, -c))
             part = self.parts[k]
             local, _ = partition_pool(view, part, self.subs[k])
-            gpus = self._place(view, k, local, pools[k], j, n)
+            gpus = self._place(view, k, local, pools[k], j, n, handed=True)
             if gpus is None:
                 continue
             pools[k].take(gpus, j)

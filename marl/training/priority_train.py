@@ -54,16 +54,24 @@ PPO_DEFAULTS: dict[str, Any] = {
 # init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
 # init_type_log_std: the placing agents' type-score noise (None: init_log_std); a move needs only ln 1.2
 MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0, "init_policy": None, "init_type_log_std": None}
+CONFIG_SECTIONS = frozenset({"name", "seed", "env", "model", "ppo", "ray", "tune"})
+WARM_START_DIR = "warm_start"  # OUT/warm_start: the network before any update (the paired reference)
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
     """The YAML config with defaults filled in; unknown sections or keys are named in the error."""
     path = Path(path)
-    raw = yaml.safe_load(path.read_text()) or {}
-    allowed = {"name", "seed", "env", "model", "ppo", "ray", "tune"}
-    unknown = sorted(set(raw) - allowed)
+    return parse_config(yaml.safe_load(path.read_text()) or {}, str(path), default_name=path.stem)
+
+
+def parse_config(raw: Mapping[str, Any], path: str, default_name: str = "priority") -> dict[str, Any]:
+    """Plain data (a YAML file's, or an experiment's ``train:`` section) into a training config with defaults
+    filled in; ``path`` names where it came from in the errors."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{path}: expected a mapping with the sections {sorted(CONFIG_SECTIONS)}")
+    unknown = sorted(set(raw) - CONFIG_SECTIONS)
     if unknown:
-        raise ValueError(f"{path}: unknown sections {unknown}; allowed: {sorted(allowed)}")
+        raise ValueError(f"{path}: unknown sections {unknown}; allowed: {sorted(CONFIG_SECTIONS)}")
     from marl.training.priority_tune import TUNE_DEFAULTS
 
     for section, defaults in (("model", MODEL_DEFAULTS), ("ppo", PPO_DEFAULTS), ("tune", TUNE_DEFAULTS)):
@@ -78,9 +86,12 @@ def load_config(path: str | Path) -> dict[str, Any]:
     model = {**MODEL_DEFAULTS, **(raw.get("model") or {})}
     if model["init_policy"]:
         _start_from_policy(path, model, env, "hidden" in (raw.get("model") or {}))
-    PriorityEnvConfig.from_dict(env)  # validates, names the bad key
+    try:
+        PriorityEnvConfig.from_dict(env)  # validates, names the bad key
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: env: {e}") from None
     return {
-        "name": raw.get("name", path.stem),
+        "name": raw.get("name", default_name),
         "seed": int(raw.get("seed", 0)),
         "env": env,
         "model": model,
@@ -91,7 +102,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _start_from_policy(path: Path, model: dict[str, Any], env: dict[str, Any], hidden_given: bool) -> None:
+def _start_from_policy(path: str, model: dict[str, Any], env: dict[str, Any], hidden_given: bool) -> None:
     """Check ``model.init_policy`` and take its network size and, unless the env sets one, the preemption
     margin it runs with (a policy trained at ln 8 fine-tuned at ln 31 would start from another schedule)."""
     from marl.deploy.priority_export import read_priority_metadata
@@ -197,12 +208,15 @@ def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
     tmp.replace(path)
 
 
-def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = print) -> dict[str, Any]:
-    """Train, log progress, export ``OUT/policy`` and, with a ``tune`` section, select its margin."""
+def train_priority(
+    config: str | Path | Mapping[str, Any], out_dir: str | Path, log: Log = print, command: str | None = None
+) -> dict[str, Any]:
+    """Train, log progress, export ``OUT/warm_start`` (the network before any update) and ``OUT/policy`` and,
+    with a ``tune`` section, select its margin. ``config``: a YAML path, or a config from :func:`parse_config`."""
     import ray
 
     t0 = time.perf_counter()  # the minutes logged include Ray's start-up
-    cfg = load_config(config_path)
+    cfg = dict(config) if isinstance(config, Mapping) else load_config(config)
     # A first window drawn here: settings no window can meet fail now, with their message, not inside the
     # env runners (whose errors go to Ray's worker logs).
     PriorityEnv(cfg["env"]).draw_simulator()
@@ -215,9 +229,10 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
     p = cfg["ppo"]
     rows: list[dict[str, Any]] = []
     algo = ppo_config(cfg).build_algo()
-    command = f"marlsched train-priority --config {config_path} --out {out_dir}"
+    command = command or f"marlsched train-priority --config {config} --out {out_dir}"
     export = _exporter(algo, cfg, rows, command)
     try:
+        export(out / WARM_START_DIR)
         for it in range(1, int(p["iterations"]) + 1):
             with subnormals_flushed():  # the learner's passes run here: a trained start reaches subnormals
                 res = train_iteration(algo, it)
@@ -234,7 +249,7 @@ def train_priority(config_path: str | Path, out_dir: str | Path, log: Log = prin
             rows.append(row)
             log(
                 f"iter {it:3d}  {row['minutes']:5.1f} min  steps {row['env_steps']:>8}  episodes {row['episodes']:>4}  "
-                f"gain over QSSF {100 * row['gain']:+.2f}%  avg JCT {row['avg_jct']:,.0f} s"
+                f"gain over the warm start {100 * row['gain']:+.2f}%  avg JCT {row['avg_jct']:,.0f} s"
             )
             write_dict_rows(rows, out / "progress.csv")
             plot_curve(rows, out / "learning_curve.png")
