@@ -33,7 +33,6 @@ from marl.training.config import (
 MARL = "marl"  # the scheduler name of the policy this experiment trains
 MARL_WARM_START = "marl-warm-start"  # the same network before any update (a priority train section's)
 PRIORITY_AGENT = "priority"  # ``train: {agent: priority, ...}``: the priority agents (marlsched train-priority)
-SCALING_POLICIES = ("warm-start", "untrained")
 
 
 class ExperimentConfigError(TrainConfigError):
@@ -57,8 +56,7 @@ class ScalingConfig:
     agents: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
     workload: str | None = None  # the evaluation episode's workload (default: the experiment's workload)
     seed: int = 0  # workload seed of the evaluation episode
-    policy: str = "warm-start"  # warm-start: imitate once at reference_agents, share the weights with every K
-    reference_agents: int = 32
+    policy: str = "untrained"  # untrained: the network before any update; or a priority policy folder
     env_runners: int = 2  # parallel RLlib EnvRunners for the rollout throughput
     rollout_steps: int = 200  # env steps each EnvRunner samples (after a warm-up of the same size)
     rollout_workload: str = "synthetic:400,load=0.9"  # episodes the EnvRunners sample
@@ -357,10 +355,17 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
 
     sc = cfg.scaling_config
     assert sc is not None
-    if not isinstance(cfg.train_config, TrainConfig):
-        raise chk.fail(("scaling",), "needs a train section (env, model and warm_start settings of the agents)")
-    if sc.policy not in SCALING_POLICIES:
-        raise chk.fail(("scaling", "policy"), f"{sc.policy!r} is not one of {', '.join(SCALING_POLICIES)}")
+    if not isinstance(cfg.train_config, PriorityTrainSection):
+        raise chk.fail(
+            ("scaling",), f"needs a `train: {{agent: {PRIORITY_AGENT}, ...}}` section (the agents' env and network)"
+        )
+    if sc.policy != "untrained":
+        from marl.deploy.priority_export import read_priority_metadata
+
+        try:
+            read_priority_metadata(Path(sc.policy))
+        except (OSError, ValueError) as err:
+            raise chk.fail(("scaling", "policy"), f"untrained, or a priority policy folder: {err}") from None
     cluster = cfg.cluster
     if isinstance(cluster, Mapping):
         from topology import parse_spec
@@ -369,8 +374,8 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     racks = build_cluster(cluster).view.num_racks
     if not sc.agents:
         raise chk.fail(("scaling", "agents"), "list at least one agent count")
-    for i, k in enumerate([*sc.agents, sc.reference_agents]):
-        path = ("scaling", "agents", str(i)) if i < len(sc.agents) else ("scaling", "reference_agents")
+    for i, k in enumerate(sc.agents):
+        path = ("scaling", "agents", str(i))
         if k < 1 or racks % k:
             divisors = [d for d in range(1, racks + 1) if racks % d == 0]
             raise chk.fail(path, f"{k} agents do not divide the {racks} racks; allowed: {divisors}")

@@ -1,38 +1,37 @@
 """Agent-count scaling: the same data center split into K partition agents, for every K of the config.
 
-Per K this measures (1) rollout throughput: environment steps per second that ``env_runners`` parallel
-RLlib EnvRunners (Ray actors) sample with the shared HGNN policy; (2) per-decision latency: the wall time
-of one policy round (one batched forward for all K agents) and that divided by K; (3) the wall time of
-one evaluation episode in the simulator with ground-truth interference; (4) that episode's average JCT.
+The agents are the priority agents of the experiment's ``train: {agent: priority}`` section, with one
+network for every K: its weights depend neither on the number of agents nor on their partitions' size,
+so the same policy file runs at any K. The policy is the untrained network (QSSF's scores, with the
+fastest type on mixed GPUs) or a shipped policy folder (``scaling.policy: DIR``); no training here.
 
-Policy per K: the HGNN's weights do not depend on the partition shape (only its graph buffers do), so the
-config's warm start (imitating the heuristic expert, as in training) runs once at ``reference_agents`` and
-its weights are loaded into the module of every K. No PPO here: the JCT column shows how an imitation
-policy behaves as the data center is split finer, not a tuned policy per K.
+Per K this measures (1) rollout throughput: environment and agent steps per second that ``env_runners``
+parallel RLlib EnvRunners (Ray actors) sample with the policy; (2) per-decision latency: the wall time of
+one policy round (one batched forward for all K agents) and that divided by K; (3) the wall time of one
+evaluation episode in the simulator with ground-truth interference; (4) that episode's average JCT.
 
 Each K's row is written to ``scaling/agents_NNN.json`` when it finishes, so a rerun measures only the rest.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cluster_sim.results import write_atomic
-from experiments.run_config import ExperimentConfig, absolute_spec
+from experiments.run_config import ExperimentConfig, PriorityTrainSection, absolute_spec
 
 Log = Callable[[str], None]
 SCALING_DIR = "scaling"
 
 
 class TimedPolicy:
-    """Wraps a ``policy_fn`` and accumulates the wall time of its calls."""
+    """Wraps a scorer and accumulates the wall time of its calls."""
 
     def __init__(self, fn: Callable[[dict[str, np.ndarray]], np.ndarray]) -> None:
         self.fn, self.calls, self.seconds = fn, 0, 0.0
@@ -45,81 +44,52 @@ class TimedPolicy:
         return out
 
 
-def _env_config(cfg: ExperimentConfig, agents: int, workload: str) -> dict[str, Any]:
-    assert cfg.train_config is not None
-    return cfg.train_config.env_config(num_agents=agents, workload=workload)
+def _section(cfg: ExperimentConfig) -> PriorityTrainSection:
+    assert isinstance(cfg.train_config, PriorityTrainSection) and cfg.scaling_config is not None
+    return cfg.train_config
 
 
-def reference_weights(cfg: ExperimentConfig, folder: Path, log: Log) -> dict[str, Any]:
-    """The shared network's parameters (warm-started at ``reference_agents``, or untrained); cached on disk."""
-    import torch
-
-    from marl.training.train import module_spec_for
-
-    sc, t = cfg.scaling_config, cfg.train_config
-    assert sc is not None and t is not None
-    path = folder / f"reference_{sc.policy}_{sc.reference_agents}.pt"
-    if path.is_file():
-        log(f"scaling: reusing the reference weights {path}")
-        return torch.load(path)
-    env_config = _env_config(cfg, sc.reference_agents, sc.rollout_workload)
-    spec, _ = module_spec_for(t, env_config)
-    torch.manual_seed(t.seed)
-    module = spec.build()
-    if sc.policy == "warm-start":
-        from marl.training.warm_start import collect_expert_data, split_holdout, train_imitation
-
-        ws = t.warm_start
-        t0 = time.perf_counter()
-        data = collect_expert_data(
-            env_config, strategy=ws.strategy, backfill=ws.backfill, episodes=ws.episodes, seed=t.seed,
-            gamma=t.ppo.gamma,
-        )  # fmt: skip
-        train, holdout = split_holdout(data)
-        history = train_imitation(
-            module.net, train, epochs=ws.epochs, batch_size=ws.batch_size, lr=ws.lr, value_coef=ws.value_coef,
-            seed=t.seed, holdout=holdout, log=None,
-        )  # fmt: skip
-        last = history[-1]
-        acc = last.get("holdout_equivalent_accuracy", last.get("train_equivalent_accuracy", float("nan")))
-        log(
-            f"scaling: warm start at {sc.reference_agents} agents on {sc.rollout_workload}: {ws.episodes} expert "
-            f"episodes, {len(data)} states, imitation accuracy {acc:.3f} ({time.perf_counter() - t0:.0f} s)"
-        )
-    weights = {name: p.detach().clone() for name, p in module.net.named_parameters()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(weights, tmp)
-    tmp.replace(path)
-    return weights
+def _policy_folder(cfg: ExperimentConfig) -> Path | None:
+    policy = cfg.scaling_config.policy if cfg.scaling_config else "untrained"
+    return None if policy == "untrained" else Path(policy).resolve()
 
 
-def module_for(cfg: ExperimentConfig, agents: int, weights: Mapping[str, Any], workload: str) -> tuple[Any, Any]:
-    """(RLModule spec, module with the shared weights, env) for ``agents`` partitions."""
-    from marl.training.train import module_spec_for
+def training_config(cfg: ExperimentConfig, agents: int) -> dict[str, Any]:
+    """The priority training config of ``agents`` agents on the rollout workload, files made absolute."""
+    section, sc = _section(cfg), cfg.scaling_config
+    conf = {**section.config, "env": dict(section.config["env"]), "model": dict(section.config["model"])}
+    env = conf["env"]
+    env.update(num_agents=agents, workload=absolute_spec(sc.rollout_workload), placing=_placing(cfg))
+    if env.get("interference_data"):
+        env["interference_data"] = absolute_spec(env["interference_data"])
+    folder = _policy_folder(cfg)
+    if folder is not None:
+        from marl.deploy.priority_export import read_priority_metadata
 
-    assert cfg.train_config is not None
-    spec, env = module_spec_for(cfg.train_config, _env_config(cfg, agents, workload))
-    module = spec.build()
-    missing, unexpected = module.net.load_state_dict(dict(weights), strict=False)
-    buffers = {name for name, _ in module.net.named_buffers()}
-    if unexpected or set(missing) - buffers:
-        raise ValueError(f"shared weights do not fit {agents} agents: missing {missing}, unexpected {unexpected}")
-    return spec, module, env
+        conf["model"].update(init_policy=str(folder), hidden=int(read_priority_metadata(folder)["hidden"]))
+    conf["ppo"] = {**conf["ppo"], "num_env_runners": sc.env_runners}
+    return conf
 
 
-def rollout_throughput(cfg: ExperimentConfig, spec: Any, module: Any, agents: int) -> dict[str, float]:
+def _placing(cfg: ExperimentConfig) -> bool:
+    folder = _policy_folder(cfg)
+    if folder is None:
+        return bool(_section(cfg).config["env"].get("placing", False))
+    from marl.deploy.priority_export import read_priority_metadata
+
+    return bool(read_priority_metadata(folder).get("placing"))
+
+
+def rollout_throughput(cfg: ExperimentConfig, agents: int) -> dict[str, float]:
     """Env and agent steps per second of ``env_runners`` RLlib EnvRunners sampling in parallel."""
-    from marl.training.train import build_ppo_config, load_module_weights
+    from marl.training.priority_train import ppo_config
 
-    sc, t = cfg.scaling_config, cfg.train_config
-    assert sc is not None and t is not None
-    t_cfg = dataclasses.replace(t, ppo=dataclasses.replace(t.ppo, num_env_runners=sc.env_runners))
-    env_config = _env_config(cfg, agents, sc.rollout_workload)
+    sc = cfg.scaling_config
+    conf = training_config(cfg, agents)
     t0 = time.perf_counter()
-    algo = build_ppo_config(t_cfg, env_config, spec).build_algo()
+    algo = ppo_config(conf).build_algo()
     build_s = time.perf_counter() - t0
     try:
-        load_module_weights(algo, module.get_state())
         steps = sc.rollout_steps
 
         def sample(runner: Any) -> tuple[int, int]:
@@ -144,11 +114,12 @@ def rollout_throughput(cfg: ExperimentConfig, spec: Any, module: Any, agents: in
     }
 
 
-def evaluation_episode(cfg: ExperimentConfig, module: Any, env: Any, agents: int) -> dict[str, Any]:
+def evaluation_episode(cfg: ExperimentConfig, agents: int) -> dict[str, Any]:
     """One episode of the scaling workload with the policy in-process; wall time, latency and JCT."""
     from experiments.tasks import build_eval_simulator
-    from marl.deploy.export import TorchScriptPolicy
-    from marl.deploy.scheduler import MarlScheduler
+    from marl.deploy.priority_export import load_priority_policy
+    from marl.env.priority_agents import PriorityAgents
+    from marl.env.priority_env import PriorityEnvConfig
 
     sc = cfg.scaling_config
     assert sc is not None
@@ -162,16 +133,15 @@ def evaluation_episode(cfg: ExperimentConfig, module: Any, env: Any, agents: int
         "restart_cost": cfg.restart_cost,
     }
     sim = build_eval_simulator(spec)
-    policy = TimedPolicy(TorchScriptPolicy(module.net))
-    sched = MarlScheduler(
-        policy,
-        env.layout,
-        num_agents=agents,
-        placements=env.config.placements,
-        predictor=env.coord.predictor,
-        partition_unit=env.config.partition_unit,
-        name=f"marl-{agents}",
-    )
+    folder = _policy_folder(cfg)
+    name = f"marl-{agents}"
+    if folder is None:
+        env = PriorityEnvConfig.from_dict(_section(cfg).config["env"])
+        sched = PriorityAgents(None, num_agents=agents, hysteresis=env.hysteresis, placing=env.placing,
+                               migrate=env.migrate, name=name)  # fmt: skip
+    else:
+        sched = load_priority_policy(folder, num_agents=agents, name=name)
+    policy = sched.scorer = TimedPolicy(sched.scorer)
     t0 = time.perf_counter()
     result = sim.run(sched)
     wall = time.perf_counter() - t0
@@ -193,11 +163,13 @@ def evaluation_episode(cfg: ExperimentConfig, module: Any, env: Any, agents: int
 
 def run_scaling(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]:
     """Measure every agent count (skipping those measured before); returns the rows and a description."""
+    from topology import build_cluster
+
     sc = cfg.scaling_config
     assert sc is not None
     folder = out / SCALING_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    weights = None
+    gpus = build_cluster(cfg.cluster).view.num_gpus
     rows = []
     for agents in sc.agents:
         path = folder / f"agents_{agents:03d}.json"
@@ -205,17 +177,10 @@ def run_scaling(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]:
             rows.append(json.loads(path.read_text()))
             log(f"scaling: {agents} agents measured before")
             continue
-        if weights is None:
-            weights = reference_weights(cfg, folder, log)
         t0 = time.perf_counter()
-        spec, module, env = module_for(cfg, agents, weights, sc.rollout_workload)
-        row: dict[str, Any] = {
-            "agents": agents,
-            "gpus_per_agent": env.view.num_gpus // agents,
-            "parameters": sum(p.numel() for p in module.net.parameters()),
-        }
-        row |= evaluation_episode(cfg, module, env, agents)
-        row |= rollout_throughput(cfg, spec, module, agents)
+        row: dict[str, Any] = {"agents": agents, "gpus_per_agent": gpus // agents}
+        row |= evaluation_episode(cfg, agents)
+        row |= rollout_throughput(cfg, agents)
         row["measure_s"] = time.perf_counter() - t0
         write_atomic(path, json.dumps(row, indent=2) + "\n")
         rows.append(row)
@@ -227,20 +192,21 @@ def run_scaling(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]:
         )
     workload = sc.workload or cfg.workload
     rows[0]["baselines"] = _baselines(cfg, out, workload)
+    policy = _policy_folder(cfg)
     how = (
-        f"warm start (imitation of the {cfg.train_config.warm_start.strategy} expert) once at "
-        f"{sc.reference_agents} agents, its weights shared by every agent count (the HGNN's weights do not "
-        "depend on the partition size); no PPO"
-        if sc.policy == "warm-start"
-        else "an untrained network (same initial weights for every agent count)"
+        f"the policy folder `{sc.policy}`, the same file at every agent count"
+        if policy is not None
+        else "the untrained network (QSSF's scores"
+        + (", each job on its fastest GPU type" if _placing(cfg) else "")
+        + "), the same at every agent count"
     )
     description = (
         f"Cluster `{cfg.cluster if isinstance(cfg.cluster, str) else cfg.cluster.get('name')}` split into K "
-        f"partition agents. Rollout throughput: {sc.env_runners} parallel RLlib EnvRunners each sampling "
-        f"{sc.rollout_steps} env steps of `{sc.rollout_workload}` with the policy (after a warm-up of the same size). "
-        f"Policy round: one batched forward of the TorchScript policy for all K agents (per agent decision = "
-        f"round / K). Evaluation episode: `{workload}` seed {sc.seed}, interference `{cfg.interference}`, "
-        f"policy in-process. Policy: {how}."
+        f"partition agents (priority agents). Rollout throughput: {sc.env_runners} parallel RLlib EnvRunners each "
+        f"sampling {sc.rollout_steps} env steps of `{sc.rollout_workload}` with the policy (after a warm-up of the "
+        f"same size). Policy round: one batched forward of the TorchScript policy for all K agents (per agent "
+        f"decision = round / K). Evaluation episode: `{workload}` seed {sc.seed}, interference "
+        f"`{cfg.interference}`, policy in-process. Policy: {how}; no training."
     )
     return {"rows": rows, "description": description}
 

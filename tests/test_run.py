@@ -100,12 +100,12 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"train": {**TINY_TRAIN, "env": {"interference": "noisy"}}}, ["train.env.interference:", "none, oracle"]),
         ({"train": {**TINY_TRAIN, "ppo": {"gamma": 1.5}}}, ["train.ppo.gamma:", "must be in (0, 1]"]),
         ({"train": {**TINY_TRAIN, "env": {"cluster": "dc-1k"}}}, ["train.env.cluster:", "must equal"]),
-        ({"train": TINY_TRAIN, "scaling": {"agents": [1, 3]}}, ["scaling.agents.1:", "allowed: [1, 2, 4]"]),
+        ({"train": {"agent": "priority"}, "scaling": {"agents": [1, 3]}}, ["scaling.agents.1:", "allowed: [1, 2, 4]"]),
         ({"schedulers": ["marl-warm-start"]}, ["schedulers.0:", "untrained network", "agent: priority"]),
         ({"train": {"agent": "priority", "ppo": {"epochs": 2}}}, ["train:", "ppo has unknown keys ['epochs']"]),
         ({"train": {"agent": "priority", "env": {"placng": True}}}, ["train:", "unknown keys ['placng']"]),
-        ({"train": {"agent": "priority"}, "scaling": {"agents": [1]}}, ["scaling:", "needs a train section"]),
-        ({"train": TINY_TRAIN, "scaling": {"policy": "best"}}, ["scaling.policy:", "warm-start, untrained"]),
+        ({"train": TINY_TRAIN, "scaling": {"agents": [1]}}, ["scaling:", "needs a `train: {agent: priority"]),
+        ({"train": {"agent": "priority"}, "scaling": {"policy": "best"}}, ["scaling.policy:", "best is not a policy"]),
         ({"workloads": {}}, ["workloads:", "give at least one"]),
         ({"workloads": {"a": "trace.csv"}}, ["workloads.a:", "synthetic:N_JOBS"]),
         ({"workload": "synthetic:fifty"}, ["workload:", "N_JOBS='fifty' is not an integer"]),
@@ -193,6 +193,39 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(tmp_path: Pa
     assert avg_jct("marl-warm-start") == float(sim.run(reference).jct.mean())  # bit for bit
     assert avg_jct("qssf@any") > avg_jct("marl-warm-start")  # the type choice matters in this window
     assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0  # trained once, kept
+
+
+@pytest.mark.slow
+def test_scaling_runs_one_policy_file_at_every_agent_count(tmp_path: Path) -> None:
+    """The scaling experiment: the shipped priority policy at K = 1 and 4 agents, rollouts on RLlib's
+    EnvRunners and one evaluation episode per K, the heuristics as reference lines; a rerun measures nothing."""
+    from experiments.run import run_experiment
+
+    cfg = parse_experiment_config(
+        {
+            **TINY, "workload": "synthetic:60,load=50", "seeds": [0], "schedulers": ["fifo", "qssf"],
+            "train": {"agent": "priority", "env": {"workload": "synthetic:30,load=0.9", "interference": "none",
+                                                   "interference_data": None}},
+            "scaling": {"agents": [1, 4], "policy": str(REPO / "experiments/policies/philly-small-dagger"),
+                        "env_runners": 1, "rollout_steps": 20, "rollout_workload": "synthetic:30,load=0.9"},
+        },
+        "scaling.yaml",
+    )  # fmt: skip
+    out = tmp_path / "out"
+    logs: list[str] = []
+    run_experiment(cfg, out, log=logs.append)
+    rows = [json.loads((out / "scaling" / f"agents_{k:03d}.json").read_text()) for k in (1, 4)]
+    for k, row in zip((1, 4), rows, strict=True):
+        assert row["agents"] == k and row["gpus_per_agent"] == 256 // k
+        assert row["jobs_completed"] == row["jobs_total"] == 60 and row["policy_rounds"] > 0
+        assert row["rollout_env_steps"] >= 20 and row["rollout_agent_steps_per_s"] > 0
+        assert row["decision_ms"] == pytest.approx(row["round_ms"] / k)
+    report = (out / "report.md").read_text()
+    assert "## Agent-count scaling" in report and "philly-small-dagger" in report
+    assert (out / "plots" / "scaling.png").is_file()
+    logs.clear()
+    run_experiment(cfg, out, log=logs.append)
+    assert "scaling: 1 agents measured before" in logs and "scaling: 4 agents measured before" in logs
 
 
 # ---------------------------------------------------------------------------------------------- resume
