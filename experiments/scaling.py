@@ -82,10 +82,14 @@ def _placing(cfg: ExperimentConfig) -> bool:
 
 def rollout_throughput(cfg: ExperimentConfig, agents: int) -> dict[str, float]:
     """Env and agent steps per second of ``env_runners`` RLlib EnvRunners sampling in parallel."""
+    from marl.env.priority_env import PriorityEnv
     from marl.training.priority_train import ppo_config
 
     sc = cfg.scaling_config
     conf = training_config(cfg, agents)
+    # the workload is drawn here first: a spec the cluster cannot meet fails now, with its message, not in
+    # the EnvRunners (whose errors go to Ray's worker logs and leave no runner to sample)
+    PriorityEnv(conf["env"]).draw_simulator()
     t0 = time.perf_counter()
     algo = ppo_config(conf).build_algo()
     build_s = time.perf_counter() - t0
@@ -103,6 +107,11 @@ def rollout_throughput(cfg: ExperimentConfig, agents: int) -> dict[str, float]:
         dt = time.perf_counter() - t0
     finally:
         algo.stop()
+    if len(counts) < sc.env_runners:
+        raise RuntimeError(
+            f"{agents} agents: {sc.env_runners - len(counts)} of {sc.env_runners} EnvRunners failed while sampling "
+            "(their errors are in Ray's worker logs, /tmp/ray/session_latest/logs/worker-*.err)"
+        )
     env_steps = sum(c[0] for c in counts)
     agent_steps = sum(c[1] for c in counts)
     return {
