@@ -177,57 +177,65 @@ def test_readme_python_api_runs_exactly_as_printed(tmp_path: Path, monkeypatch, 
 # ------------------------------------------------------------------------------- standard environments
 
 
+ENV_64 = {"cluster": CLUSTER_64, "workload": "synthetic:200,window_load=1.2", "interference": "none",
+          "interference_data": None}  # fmt: skip
+
+
 def test_pettingzoo_parallel_env_passes_the_api_test() -> None:
     from pettingzoo.test import parallel_api_test
 
     from marl.env.standard_envs import ParallelSchedEnv
 
-    env = ParallelSchedEnv({"cluster": CLUSTER_64, "workload": "synthetic:40,load=10", "num_agents": 4})
+    env = ParallelSchedEnv({**ENV_64, "num_agents": 4, "relative": False})
     parallel_api_test(env, num_cycles=1000)
-    # play one episode to its end with masked random actions: every agent ends together, nobody is left
-    obs, _ = env.reset(seed=3)
+    assert "critic" not in env.observation_space("p0").spaces  # the reference's state is training-only
+    # play one episode to its end with random residuals: every agent ends together, nobody is left
+    env.reset(seed=3)
     rng = np.random.default_rng(0)
-    total = 0.0
+    total, steps = 0.0, 0
     while env.agents:
-        acts = {a: int(rng.choice(np.flatnonzero(obs[a]["action_mask"]))) for a in env.agents}
-        obs, rew, term, trunc, infos = env.step(acts)
+        acts = {a: rng.normal(0, 0.5, env.action_space(a).shape).astype(np.float32) for a in env.agents}
+        _, rew, term, trunc, infos = env.step(acts)
         total += rew["p0"]
-    assert all(term.values()) and not any(trunc.values())
-    # the shared reward sums to minus the total JCT (in reward_scale units), as in the RLlib env
-    assert total == pytest.approx(-infos["p0"]["total_jct"] / 3600.0, rel=1e-9)
+        steps += 1
+    assert all(term.values()) and not any(trunc.values()) and steps > 1
+    assert infos["p0"]["jobs"] == 200
+    # the shared reward (not relative to a reference here) sums to minus the total JCT in reward_scale units
+    assert total == pytest.approx(-infos["p0"]["avg_jct"] * 200 / 360_000.0, rel=1e-9)
     with pytest.raises(RuntimeError, match="reset"):
         env.step({})
     env.reset(seed=3)
-    forbidden = {a: int(np.flatnonzero(env._obs[a]["action_mask"] == 0)[0]) for a in env.agents[:1]}
-    with pytest.raises(ValueError, match="forbids"):
-        env.step(forbidden)
+    with pytest.raises(ValueError, match="action_space"):
+        env.step({"p0": np.zeros(3)})
 
 
-def test_gymnasium_env_passes_check_env_and_replaces_forbidden_actions() -> None:
+def test_gymnasium_env_at_zero_residual_is_qssf_and_passes_check_env() -> None:
     from gymnasium.utils.env_checker import check_env
 
+    from cluster_sim.build import build_simulator
+    from marl.env.priority_agents import PriorityAgents
     from marl.env.standard_envs import SingleAgentSchedEnv
 
-    env = SingleAgentSchedEnv({"cluster": CLUSTER_64, "workload": "synthetic:40,load=10"})
+    env = SingleAgentSchedEnv(ENV_64)
     check_env(env, skip_render_check=True)
-    obs, _ = env.reset(seed=1)
-    assert obs["action_mask"].dtype == np.int8 and env.action_masks().dtype == bool
     with pytest.raises(ValueError, match="one agent"):
-        SingleAgentSchedEnv({"cluster": CLUSTER_64, "num_agents": 2})
-    # a forbidden action does what the first allowed one does: two envs, same seed, same trajectory
-    twin = SingleAgentSchedEnv({"cluster": CLUSTER_64, "workload": "synthetic:40,load=10"})
-    twin.reset(seed=1)
+        SingleAgentSchedEnv({**ENV_64, "num_agents": 2})
+    # zero residuals play the untrained network (QSSF's scores), the same schedule as the heuristic agents
+    env.reset(seed=1)
     done, steps = False, 0
     while not done:
-        mask = env.action_masks()
-        first = int(np.flatnonzero(mask)[0])
-        bad = int(np.flatnonzero(~mask)[0]) if (~mask).any() else first
-        o1, r1, done, _, _ = env.step(bad)
-        o2, r2, done2, _, _ = twin.step(first)
-        assert r1 == r2 and done == done2
-        assert all(np.array_equal(o1[k], o2[k]) for k in o1)
+        _, _, done, _, info = env.step(np.zeros(env.action_space.shape, dtype=np.float32))
         steps += 1
-    assert steps >= 40  # every job is started by one step
+    sim = build_simulator(CLUSTER_64, ENV_64["workload"], seed=env.parallel.env.workload_seed, interference="none",
+                          restart_cost=30.0)  # fmt: skip
+    assert info["avg_jct"] == float(sim.run(PriorityAgents(None, num_agents=1)).jct.mean()) and steps > 1
+    # large residuals change the schedule: the action is used
+    env.reset(seed=1)
+    rng = np.random.default_rng(1)
+    done = False
+    while not done:
+        _, _, done, _, other = env.step(rng.normal(0, 5, env.action_space.shape).astype(np.float32))
+    assert other["avg_jct"] != info["avg_jct"]
 
 
 def test_sb3_example_trains_and_runs_in_marlsched_simulate(tmp_path: Path, capsys) -> None:
@@ -237,12 +245,12 @@ def test_sb3_example_trains_and_runs_in_marlsched_simulate(tmp_path: Path, capsy
     spec = importlib.util.spec_from_file_location("sb3_example", EXAMPLES / "sb3_single_agent.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    cluster = str(REPO / "experiments" / "configs" / "clusters" / "small-64.yaml")
-    example.main(["--steps", "512", "--out", str(tmp_path / "sb3"), "--cluster", cluster])
+    example.main(["--steps", "256", "--out", str(tmp_path / "sb3"), "--cluster", CLUSTER_64, "--workload",
+                  ENV_64["workload"]])  # fmt: skip
     assert (tmp_path / "sb3" / "model.zip").is_file()
     out = tmp_path / "eval"
     policy = f"{EXAMPLES / 'sb3_single_agent.py'}:SB3Scheduler,model={tmp_path / 'sb3'},fifo"
-    code = main(["simulate", "--cluster", cluster, "--workload", "synthetic:80,load=10", "--policy", policy,
+    code = main(["simulate", "--cluster", CLUSTER_64, "--workload", "synthetic:80,load=10", "--policy", policy,
                  "--quiet", "--out", str(out)])  # fmt: skip
     assert code == 0
     summary = {m["scheduler"]: m for m in json.loads((out / "summary.json").read_text())}

@@ -2,12 +2,13 @@
 
     pip install -e ".[sb3]"
     python experiments/examples/sb3_single_agent.py --steps 5000 --out results/sb3
-    marlsched simulate --cluster experiments/configs/clusters/small-64.yaml --workload synthetic:300,load=10 \
-        --policy experiments/examples/sb3_single_agent.py:SB3Scheduler,model=results/sb3,fifo,tiresias
+    marlsched simulate --cluster small --workload synthetic:2000,window_load=0.9 \
+        --policy experiments/examples/sb3_single_agent.py:SB3Scheduler,model=results/sb3,qssf,tiresias
 
-Training writes ``model.zip`` (SB3's PPO) and ``env_config.json`` (the environment it saw) into ``--out``.
-:class:`SB3Scheduler` reads both and schedules through the same coordinator as the environment, taking
-the most likely allowed action of the trained policy at every step.
+One agent scores every job of the cluster (:class:`marl.env.standard_envs.SingleAgentSchedEnv`); its action
+is a residual on QSSF's scores, so SB3's PPO starts at QSSF. Training writes ``model.zip`` (SB3's PPO) and
+``env_config.json`` (the environment it saw) into ``--out``. :class:`SB3Scheduler` reads both and runs the
+trained policy's mean action through the same agents as the environment.
 """
 
 from __future__ import annotations
@@ -21,46 +22,35 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.results import write_atomic
-from marl.deploy.scheduler import MarlScheduler
-from marl.env.obs_layout import ObsLayout
-from marl.env.placement_config import EnvConfig
+from marl.env.priority_agents import PriorityAgents
+from marl.env.priority_env import PriorityEnvConfig
 
 DEFAULT_ENV: dict[str, Any] = {
-    "cluster": "experiments/configs/clusters/small-64.yaml",
-    "workload": "synthetic:300,load=10",
-    "queue_slots": 3,
-    "placements": ["consolidate", "closest-gpus", "spread"],
-    "reward_scale": 36000.0,
+    "cluster": "small",
+    "workload": "synthetic:2000,window_load=0.9",
+    "interference": "none",
+    "interference_data": None,
 }
 
 
-class SB3Scheduler(MarlScheduler):
+class SB3Scheduler(PriorityAgents):
     """A policy trained by :func:`train` as a marlsched scheduler (``model``: the training ``--out``)."""
 
     def __init__(self, model: str, name: str = "sb3-ppo") -> None:
-        import torch
         from stable_baselines3 import PPO
 
+        from marl.env.standard_envs import prior_scores
+
         folder = Path(model)
-        env = EnvConfig.from_dict(json.loads((folder / "env_config.json").read_text()))
+        env = PriorityEnvConfig.from_dict(json.loads((folder / "env_config.json").read_text()))
         self.sb3 = PPO.load(folder / "model.zip", device="cpu")
-        layout = ObsLayout(**json.loads((folder / "layout.json").read_text()))
 
-        def policy_fn(batch: dict[str, np.ndarray]) -> np.ndarray:
-            obs = {**batch, "action_mask": batch["action_mask"].astype(np.int8)}
-            with torch.no_grad():
-                tensor, _ = self.sb3.policy.obs_to_tensor(obs)
-                return self.sb3.policy.get_distribution(tensor).distribution.logits.numpy()
+        def scorer(obs: dict[str, np.ndarray]) -> np.ndarray:
+            public = {k: v for k, v in obs.items() if k in self.sb3.observation_space.spaces}
+            action, _ = self.sb3.predict(public, deterministic=True)
+            return prior_scores(obs, self.layout) + np.asarray(action, dtype=np.float32)
 
-        super().__init__(
-            policy_fn,
-            layout,
-            num_agents=1,
-            placements=env.placements,
-            partition_unit=env.partition_unit,
-            queue_order=env.queue_order,
-            name=name,
-        )
+        super().__init__(scorer, num_agents=1, slots=env.slots, hysteresis=env.hysteresis, name=name)
 
 
 def train(steps: int, out: Path, env_config: dict[str, Any], seed: int = 0) -> Path:
@@ -70,13 +60,13 @@ def train(steps: int, out: Path, env_config: dict[str, Any], seed: int = 0) -> P
     from marl.env.standard_envs import SingleAgentSchedEnv
 
     env = SingleAgentSchedEnv({**env_config, "seed": seed})
-    model = PPO("MultiInputPolicy", env, n_steps=256, batch_size=64, n_epochs=4, seed=seed, verbose=0)
+    # a small initial spread: QSSF's scores differ by tenths, so unit noise would be a random order
+    model = PPO("MultiInputPolicy", env, n_steps=256, batch_size=64, n_epochs=4, seed=seed, verbose=0,
+                policy_kwargs={"log_std_init": -2.0})  # fmt: skip
     t0 = time.perf_counter()
     model.learn(total_timesteps=steps, progress_bar=False)
     out.mkdir(parents=True, exist_ok=True)
     model.save(out / "model.zip")
-    layout = env.env.layout
-    write_atomic(out / "layout.json", json.dumps({k: getattr(layout, k) for k in ("G", "S", "R", "Q", "C")}) + "\n")
     write_atomic(out / "env_config.json", json.dumps(env_config, indent=2) + "\n")
     print(f"trained {steps} steps in {time.perf_counter() - t0:.1f} s -> {out}")
     return out
