@@ -638,7 +638,7 @@ PLACEMENTS: dict[str, Placement] = {
 
 def register_placement(name: str, placement: Placement, *, replace: bool = False) -> None:
     """Add a placement strategy ``(view, job, n, free=None) -> n sorted free GPU ids | None`` under
-    ``name``. It then works wherever a built-in does (``fifo+NAME``, the agents' candidate placements).
+    ``name``. It then works wherever a built-in does (``fifo+NAME`` and every ORDERING+NAME).
     A strategy must return None only when fewer than ``n`` GPUs are free (see the module docstring)."""
     if not name or "+" in name or "," in name:
         raise ValueError(f"placement name {name!r} must be non-empty and contain no '+' or ','")

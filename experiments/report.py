@@ -117,9 +117,6 @@ def write_report(
         figures["learning_curve.png"] = (
             "MARL training per PPO iteration: each training episode's average JCT below the warm start's on the "
             "same window (a paired gain); the held-out table above is the verdict"
-            if isinstance(cfg.train_config, PriorityTrainSection)
-            else "MARL training per PPO iteration: average JCT of the sampled episodes, return and entropy, with a "
-            "running mean; each iteration samples other workloads, so the paired table above is the verdict"
         )
     if scaling:
         plots.scaling_curves(scaling["rows"], plot_dir / "scaling.png")
@@ -159,21 +156,8 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         + f"; {len(specs)} simulations, each a Ray task. Values are mean ± std over {over}.",
         "",
     ]
-    if train_info is not None and isinstance(cfg.train_config, PriorityTrainSection):
+    if train_info is not None and cfg.train_config is not None:
         lines += _priority_training_lines(cfg.train_config, train_info)
-    elif train_info is not None and cfg.train_config is not None:
-        from marl.env.placement_config import EnvConfig
-
-        t = cfg.train_config
-        env = EnvConfig.from_dict(t.env)
-        lines += [
-            f"`marl` is the policy this run trained (`train/`: {env.num_agents} agents, warm start "
-            f"{'on' if t.warm_start.enabled else 'off'}, {train_info.get('iterations', 0)} PPO iterations, "
-            f"{train_info.get('train_s', 0):.0f} s{' in the last invocation' if train_info.get('resumed') else ''}; "
-            f"training workload `{env.workload}`, interference `{env.interference}`), "
-            "evaluated on the seeds above with the ground-truth interference.",
-            "",
-        ]
     return lines
 
 

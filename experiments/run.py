@@ -1,7 +1,8 @@
 """`marlsched run CONFIG`: one experiment from one YAML file, on in-process Ray or an existing Ray cluster.
 
-Steps: copy the config into the results folder; train the MARL policy where the config asks (via
-:mod:`marl.training.train`, resuming a killed training); evaluate every scheduler on every seed as one Ray task each;
+Steps: copy the config into the results folder; train the priority agents where the config asks (via
+:mod:`marl.training.priority_train`; a killed training starts again); evaluate every scheduler on every seed as
+one Ray task each;
 measure agent-count scaling where the config asks; write ``metrics.csv``, ``report.md`` and the plots.
 
 Resuming: every finished evaluation task leaves ``tasks/<scheduler>__seed<N>/`` (written to a temporary
@@ -244,29 +245,20 @@ def _prepare_out(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
 
 
 def train_if_asked(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any] | None:
-    """Train (or resume training) the policy the ``marl`` scheduler evaluates; skipped once done."""
+    """Train the policy the ``marl`` scheduler evaluates; skipped once done (a killed training starts again:
+    its iterations are minutes, not hours)."""
     if cfg.train_config is None or MARL not in cfg.schedulers:
         return None
-    from marl.training.train import train
-
     run_dir = out / TRAIN_DIR
     done_marker = run_dir / "done.json"
     if done_marker.is_file() and (run_dir / "policy" / "metadata.json").is_file():
         log(f"training: finished before ({run_dir})")
         return json.loads(done_marker.read_text())
-    if isinstance(cfg.train_config, PriorityTrainSection):
-        return _train_priority(cfg, cfg.train_config, run_dir, log)
-    resume = (run_dir / "state.json").is_file()
-    log(f"training: {'resuming' if resume else 'starting'} {cfg.train_config.name} in {run_dir}")
-    t0 = time.perf_counter()
-    summary = train(cfg.train_config, run_dir, resume=resume, evaluate=False, log=log)
-    info = {"iterations": summary.get("iterations", 0), "train_s": time.perf_counter() - t0, "resumed": resume}
-    write_atomic(done_marker, json.dumps(info, indent=2) + "\n")
-    return info
+    return _train_priority(cfg, cfg.train_config, run_dir, log)
 
 
 def _train_priority(cfg: ExperimentConfig, section: PriorityTrainSection, run_dir: Path, log: Log) -> dict[str, Any]:
-    """The priority agents' PPO (a killed training starts again: its iterations are minutes, not hours)."""
+    """The priority agents' PPO into ``run_dir`` (files made absolute), and its done marker."""
     from marl.training.priority_train import train_priority
 
     conf = dict(section.config)

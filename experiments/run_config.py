@@ -2,11 +2,10 @@
 schedulers to compare over seeds, optional MARL training, optional agent-count scaling, Ray settings).
 
 Validation reuses marl.training.config's checker, so a wrong key or value fails at once with the file, the dotted
-key path, its line and the allowed keys or values. The ``train`` section is a training config:
-``agent: priority`` and the keys of `marlsched train-priority --config` (the priority agents that order and
-place), or the keys of `marlsched train --config` (the candidate-placement agents; ``train.extends: PATH``
-starts from a training YAML file and the other keys of the section override it, mappings merging key by
-key). Its ``env.cluster`` defaults to the experiment's ``cluster``.
+key path, its line and the allowed keys or values. The ``train`` section is the priority agents' training
+config (the keys of `marlsched train-priority --config`, optionally with ``agent: priority``);
+``train.extends: PATH`` starts from such a YAML file and the other keys of the section override it
+(mappings merge key by key). Its ``env.cluster`` defaults to the experiment's ``cluster``.
 """
 
 from __future__ import annotations
@@ -24,9 +23,7 @@ from experiments.simulate import folder_policy, load_folder_policy
 from interference.loader import interference_modes
 from marl.training.config import (
     ConfigChecker,
-    TrainConfig,
     TrainConfigError,
-    check_train_values,
     read_yaml_config,
 )
 
@@ -123,7 +120,7 @@ class ExperimentConfig:
         return str(opts.pop("policy", label)), opts
 
     @property
-    def train_config(self) -> TrainConfig | PriorityTrainSection | None:
+    def train_config(self) -> PriorityTrainSection | None:
         return self.__dict__.get("_train")
 
     @property
@@ -181,13 +178,21 @@ def parse_experiment_config(
     return cfg
 
 
-def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> TrainConfig | PriorityTrainSection:
+def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> PriorityTrainSection:
+    """The priority agents' training section (``extends`` merged); its env inherits the experiment's cluster."""
+    from marl.training.priority_train import parse_config
+
     chk = _PrefixedChecker(source, lines, ("train",))
     if not isinstance(data, Mapping):
-        raise chk.fail((), "expected a mapping with the keys of a training config (and optionally extends: PATH)")
+        raise chk.fail((), "expected a mapping with the keys of `marlsched train-priority --config` (and optionally "
+                       "extends: PATH)")  # fmt: skip
     data = dict(data)
-    if data.get("agent") == PRIORITY_AGENT:
-        return _parse_priority_train(data, cfg, source, chk)
+    agent = data.pop("agent", PRIORITY_AGENT)
+    if agent != PRIORITY_AGENT:
+        raise chk.fail(
+            ("agent",), f"{agent!r}: an experiment trains the {PRIORITY_AGENT} agents (published learned "
+            "schedulers train with `marlsched train` and run here as topdrl:DIR, dl2:DIR, metaplace:DIR)"
+        )  # fmt: skip
     base_path = data.pop("extends", None)
     if base_path is not None:
         path = Path(str(base_path))
@@ -197,40 +202,43 @@ def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> 
         if not isinstance(base, Mapping):
             raise chk.fail(("extends",), f"{path} does not hold a training config mapping")
         data = _merge(base, data)
-    env = dict(data.get("env") or {})
-    if "cluster" in env and env["cluster"] != cfg.cluster:
-        raise chk.fail(("env", "cluster"), "must equal the experiment's cluster (or leave it out to inherit it)")
-    env.setdefault("cluster", cfg.cluster)
-    data["env"] = env
-    # training never draws the evaluation seeds (marl.training.train keeps evaluation.seeds out of its workloads)
-    evaluation = dict(data.get("evaluation") or {})
-    evaluation.setdefault("seeds", list(cfg.seeds))
-    data["evaluation"] = evaluation
-    train_cfg: TrainConfig = chk.section(TrainConfig, data, ())
-    train_cfg = dataclasses.replace(train_cfg, source=f"{source}: train")
-    check_train_values(train_cfg, chk)
-    return train_cfg
-
-
-def _parse_priority_train(
-    data: dict[str, Any], cfg: ExperimentConfig, source: str, chk: ConfigChecker
-) -> PriorityTrainSection:
-    """The priority agents' training section; its env inherits the experiment's cluster."""
-    from marl.training.priority_train import parse_config
-
-    data.pop("agent")
-    env = dict(data.get("env") or {})
     if not isinstance(cfg.cluster, str):
-        raise chk.fail(("agent",), "the priority agents train on a named cluster preset or file; name one in cluster")
+        raise chk.fail((), "the priority agents train on a named cluster preset or file; name one in cluster")
+    env = dict(data.get("env") or {})
     if "cluster" in env and env["cluster"] != cfg.cluster:
         raise chk.fail(("env", "cluster"), "must equal the experiment's cluster (or leave it out to inherit it)")
     env.setdefault("cluster", cfg.cluster)
     data["env"] = env
+    _check_priority_keys(data, chk)
     try:
         parsed = parse_config(data, f"{source}: train", default_name=f"{cfg.name}-marl")
     except (TypeError, ValueError) as err:
         raise chk.fail((), str(err)) from None
     return PriorityTrainSection(parsed)
+
+
+def _check_priority_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
+    """Every key of the section known, else its path, line and the allowed keys (values: ``parse_config``)."""
+    from dataclasses import fields as dc_fields
+
+    from marl.env.priority_env import PriorityEnvConfig
+    from marl.training.priority_train import CONFIG_SECTIONS, MODEL_DEFAULTS, PPO_DEFAULTS
+    from marl.training.priority_tune import TUNE_DEFAULTS
+
+    allowed = {
+        "env": [f.name for f in dc_fields(PriorityEnvConfig) if f.name != "envs_per_runner"],
+        "model": list(MODEL_DEFAULTS), "ppo": list(PPO_DEFAULTS), "tune": list(TUNE_DEFAULTS),
+        "ray": ["num_cpus", "object_store_mb"],
+    }  # fmt: skip
+    for key, value in data.items():
+        if key not in CONFIG_SECTIONS:
+            raise chk.fail((str(key),), f"unknown key; allowed keys here: {', '.join(sorted(CONFIG_SECTIONS))}")
+        if key in allowed and value is not None:
+            if not isinstance(value, Mapping):
+                raise chk.fail((key,), f"expected a mapping with keys {', '.join(allowed[key])}, got {value!r}")
+            for sub in value:
+                if sub not in allowed[key]:
+                    raise chk.fail((key, str(sub)), f"unknown key; allowed keys here: {', '.join(allowed[key])}")
 
 
 def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
@@ -309,11 +317,11 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
                 raise chk.fail(("schedulers", str(i)), f"{MARL!r} is the policy this run trains: add a train section")
             continue
         if name == MARL_WARM_START:
-            if not isinstance(cfg.train_config, PriorityTrainSection) or MARL not in cfg.schedulers:
+            if cfg.train_config is None or MARL not in cfg.schedulers:
                 raise chk.fail(
                     ("schedulers", str(i)),
-                    f"{MARL_WARM_START!r} is the untrained network of a `train: {{agent: {PRIORITY_AGENT}}}` section; "
-                    f"add one and {MARL!r} to the schedulers",
+                    f"{MARL_WARM_START!r} is the untrained network of the policy this run trains; add a train "
+                    f"section and {MARL!r} to the schedulers",
                 )
             continue
         if folder_policy(name):
@@ -355,10 +363,8 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
 
     sc = cfg.scaling_config
     assert sc is not None
-    if not isinstance(cfg.train_config, PriorityTrainSection):
-        raise chk.fail(
-            ("scaling",), f"needs a `train: {{agent: {PRIORITY_AGENT}, ...}}` section (the agents' env and network)"
-        )
+    if cfg.train_config is None:
+        raise chk.fail(("scaling",), "needs a train section (the agents' env and network)")
     if sc.policy != "untrained":
         from marl.deploy.priority_export import read_priority_metadata
 

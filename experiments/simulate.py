@@ -98,7 +98,7 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
 
 # exported policy folders, named PREFIX:POLICY_DIR: the loader (module, function) and the command that makes one
 FOLDER_POLICIES: dict[str, tuple[str, str, str]] = {
-    "marl": ("marl.deploy.export", "load_marl_policy", "marlsched export"),
+    "marl": ("marl.deploy.load", "load_marl_policy", "marlsched train-priority"),
     "topdrl": ("marl.baselines.topdrl", "load_topdrl_policy", "marlsched train with agent: topdrl"),
     "dl2": ("marl.baselines.dl2", "load_dl2_policy", "marlsched train with agent: dl2"),
     "metaplace": ("marl.baselines.metaplace", "load_metaplace_policy", "marlsched train with agent: metaplace"),

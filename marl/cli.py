@@ -1,5 +1,5 @@
-"""`marlsched train`, `train-priority`, `tune-priority` and `export`; experiments.cli registers them
-(:func:`add_train_commands`).
+"""`marlsched train-priority`, `tune-priority` and `train` (the published learned schedulers);
+experiments.cli registers them (:func:`add_train_commands`).
 
 Heavy modules (torch, ray) load inside the commands so that `marlsched --help` starts fast.
 """
@@ -10,45 +10,29 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_train_commands", "main", "run_export", "run_train", "run_train_priority", "run_tune_priority"]
+__all__ = ["add_train_commands", "main", "run_train", "run_train_priority", "run_tune_priority"]
 
 
 def add_train_commands(subparsers) -> None:
     """Register ``train`` and ``export`` on an argparse subparsers object (each sets ``func``)."""
     p = subparsers.add_parser(
         "train",
-        help="train the multi-agent policy: imitation warm start, then PPO on Ray RLlib, then evaluation",
+        help="train a published learned scheduler (TopDRL, DL2, meta-RL placement) from a config with `agent:`",
         description=(
-            "Train the shared HGNN scheduler policy from a YAML config (see experiments/configs/marl_small.yaml). "
-            "Writes checkpoints, progress.csv, TensorBoard logs, learning_curve.png, the exported policy and "
-            "eval.json/comparison.md into --out. A config with `agent: topdrl` trains the published TopDRL scheduler "
-            "instead (marl/baselines; e.g. experiments/configs/topdrl_small.yaml): progress.csv, learning_curve.png, "
-            "policy/ (usable as --policy topdrl:OUT/policy) and evaluation/; `agent: dl2` trains DL2 (e.g. "
-            "experiments/configs/dl2_pollux.yaml; --policy dl2:OUT/policy), `agent: metaplace` the meta-RL placement "
-            "(experiments/configs/metaplace_philly.yaml; --policy metaplace:OUT/policy)."
+            "Train a published learned scheduler from a YAML config naming it: `agent: topdrl` (e.g. "
+            "experiments/configs/topdrl_small.yaml; --policy topdrl:OUT/policy), `agent: dl2` (e.g. "
+            "experiments/configs/dl2_pollux.yaml; --policy dl2:OUT/policy) or `agent: metaplace` "
+            "(experiments/configs/metaplace_philly.yaml; --policy metaplace:OUT/policy). Writes progress.csv, "
+            "learning_curve.png, policy/ and evaluation/ into --out. marlsched's own agents train with "
+            "`marlsched train-priority`."
         ),
     )
-    p.add_argument("--config", help="training config YAML (not needed with --resume)")
-    p.add_argument("--out", help="run folder to create (results, checkpoints, policy)")
-    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
-    p.add_argument("--iterations", type=int, default=None, help="total PPO iterations (overrides the config)")
-    p.add_argument("--address", default=None, help="Ray cluster address (overrides ray.address; 'auto' in a job)")
+    p.add_argument("--config", required=True, help="training config YAML with an agent: key")
+    p.add_argument("--out", required=True, help="run folder to create (results, policy)")
+    p.add_argument("--iterations", type=int, default=None, help="total iterations (overrides the config)")
     p.add_argument("--no-eval", action="store_true", help="skip the final evaluation against the heuristics")
     p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
     p.set_defaults(func=run_train)
-
-    e = subparsers.add_parser(
-        "export",
-        help="export a trained policy to TorchScript (+ ONNX if installed) with metadata.json",
-        description=(
-            "Export a checkpoint (a run folder, one of its checkpoints/iter_* folders, or its warm_start folder) "
-            "to a policy folder usable with `simulate --policy marl:POLICY_DIR` without RLlib."
-        ),
-    )
-    e.add_argument("--checkpoint", required=True, help="run folder or checkpoint folder")
-    e.add_argument("--out", required=True, help="policy folder to write")
-    e.add_argument("--no-onnx", action="store_true", help="TorchScript only")
-    e.set_defaults(func=run_export)
 
     t = subparsers.add_parser(
         "train-priority",
@@ -85,41 +69,7 @@ def add_train_commands(subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from marl.training.config import config_agent, load_train_config
-    from marl.training.train import resume_config, train
-
-    if args.config and config_agent(args.config) is not None:
-        return _run_train_baseline(args)
-    if args.resume:
-        if args.config or (args.out and Path(args.out).resolve() != Path(args.resume).resolve()):
-            raise ValueError("--resume DIR continues the run in DIR with its own config; drop --config/--out")
-        cfg = resume_config(args.resume)
-        out = args.resume
-    else:
-        if not args.config or not args.out:
-            raise ValueError("train needs --config FILE.yaml and --out DIR (or --resume DIR)")
-        if (Path(args.out) / "state.json").exists():
-            raise ValueError(f"{args.out} already holds a run; use --resume {args.out} or another --out")
-        cfg = load_train_config(args.config)
-        out = args.out
-    if args.iterations is not None and args.iterations < 1:
-        raise ValueError(f"--iterations must be >= 1, got {args.iterations}")
-    log = (lambda msg: None) if args.quiet else print
-    summary = train(
-        cfg,
-        out,
-        resume=bool(args.resume),
-        iterations=args.iterations,
-        address=args.address,
-        evaluate=False if args.no_eval else None,
-        log=log,
-    )
-    print(f"run folder: {summary['out']} ({summary.get('iterations', 0)} PPO iterations)")
-    return 0
-
-
-def _run_train_baseline(args: argparse.Namespace) -> int:
-    """``marlsched train --config`` of a published learned scheduler (``agent: topdrl`` or ``dl2``)."""
+    """``marlsched train --config`` of a published learned scheduler (``agent: topdrl``, ``dl2``, ``metaplace``)."""
     from marl.baselines.dl2_train import load_dl2_config, train_dl2
     from marl.baselines.metaplace_train import load_metaplace_config, train_metaplace
     from marl.baselines.topdrl_train import load_topdrl_config, train_topdrl
@@ -132,12 +82,8 @@ def _run_train_baseline(args: argparse.Namespace) -> int:
     }
     agent = config_agent(args.config)
     if agent not in trainers:
-        raise ValueError(f"{args.config}: agent {agent!r} is not one marlsched trains; choose agent: "
-                         f"{' or '.join(trainers)}, or drop the key to train marlsched's own agents")  # fmt: skip
-    if args.resume or not args.out:
-        raise ValueError(f"{args.config}: a {agent} run needs --config and --out (it does not resume)")
-    if args.address:
-        raise ValueError(f"{args.config}: a {agent} run trains in local processes; drop --address")
+        raise ValueError(f"{args.config}: agent {agent!r} is not one marlsched train trains; choose agent: "
+                         f"{' or '.join(trainers)} (marlsched's own agents: marlsched train-priority)")  # fmt: skip
     if (Path(args.out) / "policy").exists():
         raise ValueError(f"{args.out} already holds a trained policy; choose another --out")
     load, train = trainers[agent]
@@ -177,18 +123,9 @@ def run_tune_priority(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_export(args: argparse.Namespace) -> int:
-    from marl.deploy.export import export_policy_dir
-
-    meta = export_policy_dir(args.checkpoint, args.out, onnx=not args.no_onnx)
-    files = [meta["files"]["torchscript"], *meta["files"]["onnx"], "metadata.json"]
-    print(f"policy folder: {args.out} ({', '.join(files)})")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m marl.cli train|export ...`` (the same commands as ``marlsched train|export``)."""
-    parser = argparse.ArgumentParser(prog="marlsched", description="Train and export the MARL scheduler policy.")
+    """``python -m marl.cli train-priority|tune-priority|train ...`` (the same commands as ``marlsched ...``)."""
+    parser = argparse.ArgumentParser(prog="marlsched", description="Train the scheduler agents.")
     add_train_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:

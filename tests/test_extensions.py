@@ -295,7 +295,7 @@ def test_a_damaged_policy_folder_is_named_with_the_fix(tmp_path, capsys) -> None
         (bad / name).write_bytes((shipped / name).read_bytes()[:keep])
         assert main([*args, f"marl:{bad}"]) == 2
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and f"{bad / name}:" in err and "re-export it" in err, err
+        assert len(err.splitlines()) == 1 and f"{bad / name}:" in err and "train it again" in err, err
         with pytest.raises(ExperimentConfigError, match=re.escape(f"{bad / name}:")):
             parse_experiment_config(
                 {"name": "x", "cluster": "small", "workload": "synthetic:30", "interference": "none", "seeds": [0],
@@ -318,7 +318,7 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     from marl.baselines.dl2_train import load_dl2_config
     from marl.baselines.metaplace_train import load_metaplace_config
     from marl.baselines.topdrl_train import load_topdrl_config
-    from marl.training.config import config_agent, load_train_config
+    from marl.training.config import config_agent
     from marl.training.priority_train import load_config as load_priority_config
     from topology.datacenter import CLUSTER_PRESETS
 
@@ -351,10 +351,8 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
                     make_scheduler_by_name(name, 0)
         elif args.command == "run":
             load_experiment_config(args.config)
-        elif args.command == "train" and args.config and config_agent(args.config) in baseline_loaders:
+        elif args.command == "train":
             baseline_loaders[config_agent(args.config)](args.config)
-        elif args.command == "train" and args.config:
-            load_train_config(args.config)
         elif args.command == "train-priority":
             load_priority_config(args.config)
         elif args.command == "interference":

@@ -60,7 +60,7 @@ def test_untrained_network_scores_equal_qssf_scores(window: str) -> None:
 def test_policy_flushes_subnormals_only_while_it_scores_and_keeps_its_scores(window: str) -> None:
     """Subnormal activations made the DAgger-trained network ~20x slower; scoring flushes them, which must
     leave every score as it was and the processor's IEEE behaviour restored after (other code relies on it)."""
-    from marl.deploy.export import load_marl_policy
+    from marl.deploy.load import load_marl_policy
     from marl.models.inference import subnormals_flushed
 
     tiny = torch.tensor([1e-39])
@@ -391,7 +391,7 @@ def test_quiet_windows_are_drawn_again_and_impossible_settings_say_so(
 
 def test_an_iteration_that_sampled_nothing_stops_training() -> None:
     # RLlib takes failed env runners out of service and goes on; training must not export the warm start.
-    from marl.training.run_folder import train_iteration
+    from marl.training.ppo_iteration import train_iteration
 
     class AllRunnersFailed:
         def train(self) -> dict:
@@ -406,7 +406,7 @@ def test_a_failing_environment_shows_its_error_in_the_driver(window: str) -> Non
     from types import SimpleNamespace
 
     from marl.env.priority_env import PriorityEnv, QuietWorkloadSpecError
-    from marl.training.run_folder import train_iteration
+    from marl.training.ppo_iteration import train_iteration
 
     class AllRunnersFailed:
         config = SimpleNamespace(env=PriorityEnv, env_config={"workload": window.replace("load=0.9", "load=50")})

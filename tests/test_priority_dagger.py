@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from experiments.benchmarks import priority_room
-from marl.deploy.export import load_marl_policy
+from marl.deploy.load import load_marl_policy
 from marl.env.priority_agents import OracleKeyAgents, PriorityAgents, qssf_scores
 from marl.env.priority_features import JobSetLayout
 from marl.models.priority_net import PriorityNet

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cluster_sim.policies.sia import Sia
-from marl.deploy.export import load_marl_policy
+from marl.deploy.load import load_marl_policy
 from marl.deploy.remaining_policy import LearnedWeightSia, load_remaining_policy
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
 from marl.training.remaining_work import RemainingWorkConfig, train

@@ -27,13 +27,12 @@ TINY = {
     "baselines": ["fifo"],
     "timeline_points": 50,
 }
-TINY_TRAIN = {
-    "env": {"workload": "synthetic:16,load=0.95", "num_agents": 4, "interference": "none", "reward_scale": 36000},
-    "model": {"hidden": 16, "gpu_layers": 1, "server_layers": 1, "rack_layers": 1},
-    "warm_start": {"episodes": 2, "epochs": 2, "batch_size": 64},
-    "ppo": {"iterations": 1, "num_env_runners": 0, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1},
-    "evaluation": {"enabled": False},
-}
+TINY_TRAIN = {  # the priority agents on a fixed workload, one small PPO iteration
+    "env": {"workload": "synthetic:30,load=0.9", "interference": "none", "interference_data": None},
+    "model": {"hidden": 16},
+    "ppo": {"iterations": 1, "num_env_runners": 1, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1,
+            "snapshot_every": 0},
+}  # fmt: skip
 
 
 def _write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
@@ -97,14 +96,16 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"seeds": "1,2"}, ["seeds:", "expected a list"]),
         ({"ray": {"num_cpus": 0}}, ["ray.num_cpus:", "must be >= 1"]),
         ({"workload": "trace.csv"}, ["workload:", "synthetic:N_JOBS", "philly:PATH"]),
-        ({"train": {**TINY_TRAIN, "env": {"interference": "noisy"}}}, ["train.env.interference:", "none, oracle"]),
-        ({"train": {**TINY_TRAIN, "ppo": {"gamma": 1.5}}}, ["train.ppo.gamma:", "must be in (0, 1]"]),
+        ({"train": {**TINY_TRAIN, "env": {"load": [1.0, 0.5]}}}, ["train:", "load must be a number or [low, high]"]),
+        ({"train": {**TINY_TRAIN, "ppo": {"num_envs_per_env_runner": 0}}}, ["train:", "must be an integer >= 1"]),
+        ({"train": {**TINY_TRAIN, "agent": "topdrl"}}, ["train.agent:", "an experiment trains the priority agents"]),
+        ({"train": {**TINY_TRAIN, "critic": {}}}, ["train.critic:", "unknown key", "ppo"]),
         ({"train": {**TINY_TRAIN, "env": {"cluster": "dc-1k"}}}, ["train.env.cluster:", "must equal"]),
         ({"train": {"agent": "priority"}, "scaling": {"agents": [1, 3]}}, ["scaling.agents.1:", "allowed: [1, 2, 4]"]),
-        ({"schedulers": ["marl-warm-start"]}, ["schedulers.0:", "untrained network", "agent: priority"]),
-        ({"train": {"agent": "priority", "ppo": {"epochs": 2}}}, ["train:", "ppo has unknown keys ['epochs']"]),
-        ({"train": {"agent": "priority", "env": {"placng": True}}}, ["train:", "unknown keys ['placng']"]),
-        ({"train": TINY_TRAIN, "scaling": {"agents": [1]}}, ["scaling:", "needs a `train: {agent: priority"]),
+        ({"schedulers": ["marl-warm-start"]}, ["schedulers.0:", "untrained network", "add a train section"]),
+        ({"train": {"agent": "priority", "ppo": {"epochs": 2}}}, ["train.ppo.epochs:", "unknown key", "num_epochs"]),
+        ({"train": {"agent": "priority", "env": {"placng": True}}}, ["train.env.placng:", "unknown key", "placing"]),
+        ({"scaling": {"agents": [1]}}, ["scaling:", "needs a train section"]),
         ({"train": {"agent": "priority"}, "scaling": {"policy": "best"}}, ["scaling.policy:", "best is not a policy"]),
         ({"workloads": {}}, ["workloads:", "give at least one"]),
         ({"workloads": {"a": "trace.csv"}}, ["workloads.a:", "synthetic:N_JOBS"]),
@@ -137,10 +138,10 @@ def test_train_section_extends_a_training_file(tmp_path: Path) -> None:
         {**TINY, "schedulers": ["marl", "fifo"], "train": {"extends": str(base), "ppo": {"iterations": 2}}}
     )
     t = cfg.train_config
-    assert t is not None and t.name == "base" and t.ppo.iterations == 2 and t.ppo.lr == 0.01
-    assert t.env["cluster"] == "small" and t.env["num_agents"] == 4
-    assert t.evaluation.seeds == [1, 2, 3]  # training never draws the experiment's seeds
+    assert t is not None and t.name == "base" and t.config["ppo"]["iterations"] == 2 and t.config["ppo"]["lr"] == 0.01
+    assert t.env["cluster"] == "small" and t.env["workload"] == "synthetic:30,load=0.9"
     assert cfg.to_dict()["train"]["ppo"]["iterations"] == 2
+    assert parse_experiment_config(cfg.to_dict()).to_dict() == cfg.to_dict()  # the saved copy reads back the same
 
 
 @pytest.mark.slow
@@ -250,7 +251,7 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Pat
     assert len(csv_lines) == 1 + 9 and csv_lines[1].startswith("marl,,1,")
 
     # "Kill" the run: one task's results are gone, another was being written (a stale temporary folder),
-    # and the training is unfinished as far as its done marker goes but has its checkpoint.
+    # and the training is unfinished as far as its done marker goes.
     tasks = out / "tasks"
     stamps = {p.name: (p / "metrics.json").stat().st_mtime_ns for p in tasks.iterdir()}
     shutil.rmtree(tasks / "sjf__seed2")
@@ -262,8 +263,8 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Pat
     summary = run_experiment(cfg, out, log=logs.append)
     assert summary["tasks_run"] == 2 and summary["tasks_reused"] == 7
     assert "evaluation: 9 runs (7 finished before, 2 to run)" in logs
-    assert any(line.startswith("training: resuming") for line in logs)
-    assert not any(line.startswith("warm start") for line in logs)  # the resumed training kept its work
+    assert any(line.startswith("training: starting") for line in logs)  # an unfinished training starts again
+    assert (out / "train" / "done.json").is_file()
     for name, stamp in stamps.items():
         now = (tasks / name / "metrics.json").stat().st_mtime_ns
         assert (now == stamp) == (name not in ("sjf__seed2", "fifo__seed3")), name

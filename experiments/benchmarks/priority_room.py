@@ -45,7 +45,7 @@ def run_one(task: tuple[int, str, str, float, int, str]) -> tuple[int, str, floa
 
     from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
-    from marl.deploy.export import load_marl_policy
+    from marl.deploy.load import load_marl_policy
     from marl.env.priority_agents import OracleKeyAgents, PriorityAgents
 
     torch.set_num_threads(1)

@@ -119,7 +119,7 @@ def measure(workload: int | str, variant: str) -> dict[str, float]:
     elif variant in ("las-weights", "history-weights"):
         policy = EstimateWeightedSia(variant.split("-")[0])
     elif variant.startswith("marl:"):
-        from marl.deploy.export import load_marl_policy
+        from marl.deploy.load import load_marl_policy
 
         policy = load_marl_policy(variant[len("marl:") :], name=variant)
     elif variant != "sia":

@@ -1,22 +1,14 @@
 """Deployment: agents grouped into a few Ray actors, each answering its agents in one batched forward pass.
 
-Both kinds of policy folder deploy this way: :class:`RayActorPolicy` serves candidate-placement agents,
-:class:`RayActorScorer` priority agents (:func:`deploy_policy` picks by the folder).
-
-:class:`RayActorPolicy` is a ``policy_fn`` for :class:`marl.deploy.scheduler.MarlScheduler`: it splits the
-agents into ``num_actors`` groups (default: one per CPU that Ray has), sends each actor the stacked
-observations of its agents that have a choice, waits for all actors, and puts the logits back in agent
-order, so the simulator applies the agents' decisions exactly as with in-process inference. One actor
-per agent costs a process and a Ray call per agent at every round; grouping keeps the calls to one per
-actor and lets each actor use a batched forward pass. Actors are created with ``max_restarts=-1`` and
-``max_task_retries=-1``: an actor that dies (a crashed process, a lost node) is restarted from the same
-policy bytes and its pending call is retried, so an episode loses no decision. The policy travels as
-bytes in the actors' arguments, so actors on other nodes need no shared disk, and actors are spread
-over the nodes. An agent whose mask allows a single action (typically "wait" on a full partition) is
-not asked: any policy takes that action, so skipping it changes no decision.
-
-:class:`RayActorScorer` is the ``scorer`` of :class:`marl.env.priority_agents.PriorityAgents` in the same
-way: every agent's job set goes to its group's actor, and the scores come back in agent order.
+:class:`RayActorScorer` is the ``scorer`` of :class:`marl.env.priority_agents.PriorityAgents`: it splits the
+agents into ``num_actors`` groups (default: one per CPU that Ray has), sends each actor the stacked job
+sets of its agents, waits for all actors, and puts the scores back in agent order, so the simulator applies
+the agents' decisions exactly as with in-process inference. One actor per agent would cost a process and a
+Ray call per agent at every round; grouping keeps the calls to one per actor and lets each actor use a
+batched forward pass. Actors are created with ``max_restarts=-1`` and ``max_task_retries=-1``: an actor
+that dies (a crashed process, a lost node) is restarted from the same policy bytes and its pending call is
+retried, so an episode loses no decision. The policy travels as bytes in the actors' arguments, so actors
+on other nodes need no shared disk, and actors are spread over the nodes.
 """
 
 from __future__ import annotations
@@ -32,9 +24,6 @@ import numpy as np
 import ray
 import torch
 
-from marl.deploy.export import marl_scheduler, read_metadata
-from marl.deploy.scheduler import MarlScheduler
-from marl.env.obs_layout import OBS_KEYS
 from marl.env.priority_agents import PriorityAgents
 from marl.models.inference import cpu_inference, subnormals_flushed
 
@@ -46,7 +35,7 @@ class PolicyActor:
     """The policy of a group of agents: TorchScript loaded from bytes, single-threaded batched inference."""
 
     def __init__(
-        self, policy_bytes: bytes, agents: list[int], num_threads: int = 1, keys: tuple[str, ...] = OBS_KEYS
+        self, policy_bytes: bytes, agents: list[int], num_threads: int = 1, keys: tuple[str, ...] = PRIORITY_KEYS
     ) -> None:
         cpu_inference(num_threads)
         self.agents = list(agents)
@@ -57,8 +46,8 @@ class PolicyActor:
         self.busy_s = 0.0
 
     def logits(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The network's decisions for B agents' observations stacked on a leading axis: masked logits
-        (B, C + 1) of candidate agents, scores (B, N) of priority agents, (B, N * (1 + T)) of placing ones."""
+        """The network's scores for B agents' observations stacked on a leading axis: (B, N) of priority
+        agents, (B, N * (1 + T)) of placing ones."""
         t0 = time.perf_counter()
         with torch.no_grad(), subnormals_flushed():
             # arrays from the object store are read-only views; torch wants its own writable copy
@@ -82,63 +71,61 @@ class PolicyActor:
         }
 
 
-class RayActorPolicy:
-    """``policy_fn`` over the agents of ``policy_dir``, served by ``num_actors`` :class:`PolicyActor` s
-    (needs ``ray.init`` first).
-
-    ``num_actors``: default one per CPU that Ray has (at most one per agent); agents are split into
-    contiguous groups. ``num_cpus``: each actor's CPU reservation, default Ray's CPUs shared evenly.
-    """
+class RayActorScorer:
+    """The ``scorer`` of priority agents over ``num_agents`` agents (default one per rack of the cluster
+    it is reset on), served by ``num_actors`` :class:`PolicyActor` s; every round each actor scores its
+    agents' job sets in one forward pass."""
 
     def __init__(
         self,
         policy_dir: str | Path,
-        num_agents: int | None = None,
+        num_agents: int,
         *,
         num_actors: int | None = None,
         num_cpus: float | None = None,
         num_threads: int = 1,
     ) -> None:
-        self.meta = read_metadata(policy_dir)
+        from marl.deploy.priority_export import TORCHSCRIPT, is_priority_policy, read_priority_metadata
+        from marl.models.priority_net import PLACING_INPUTS
+
+        if not is_priority_policy(policy_dir):
+            raise ValueError(f"{policy_dir} is not a priority-agent policy folder (no agent: priority in its metadata)")
         self.policy_dir = Path(policy_dir)
-        self.num_agents = int(num_agents if num_agents is not None else self.meta["num_agents"])
-        if self.num_agents != int(self.meta["num_agents"]):
-            raise ValueError(
-                f"policy in {policy_dir} was trained for {self.meta['num_agents']} agents, not {self.num_agents}"
-            )
-        blob = (self.policy_dir / self.meta["files"]["torchscript"]).read_bytes()
-        self._blob, self.groups, self.actors = _start_actors(blob, self.num_agents, num_actors, num_cpus, num_threads)
+        self.num_agents = int(num_agents)
+        self.keys = PLACING_INPUTS if read_priority_metadata(policy_dir).get("placing") else PRIORITY_KEYS
+        blob = (self.policy_dir / TORCHSCRIPT).read_bytes()
+        self._blob, self.groups, self.actors = _start_actors(
+            blob, self.num_agents, num_actors, num_cpus, num_threads, keys=self.keys
+        )
         self.calls = 0
         self.agent_calls = 0
 
-    def __call__(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
-        mask = np.asarray(batch["action_mask"])
-        # A single allowed action needs no policy: its logit is 0, the forbidden ones are very negative.
-        out = np.where(mask > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
-        asked = (mask > 0).sum(axis=1) > 1
-        futures, rows = [], []
-        for actor, group in zip(self.actors, self.groups, strict=True):
-            idx = group[asked[group]]
-            if len(idx):
-                futures.append(actor.logits.remote({k: batch[k][idx] for k in OBS_KEYS}))
-                rows.append(idx)
+    def __call__(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        if len(obs["jobs"]) != self.num_agents:
+            raise ValueError(f"{len(obs['jobs'])} agents observed; these actors serve {self.num_agents}")
+        futures = [
+            actor.logits.remote({k: obs[k][g] for k in self.keys})
+            for actor, g in zip(self.actors, self.groups, strict=True)
+        ]
         self.calls += 1
-        self.agent_calls += int(asked.sum())
-        if futures:
-            out[np.concatenate(rows)] = np.concatenate(ray.get(futures), axis=0)
-        return out
+        self.agent_calls += self.num_agents
+        return np.concatenate(ray.get(futures), axis=0)
 
     def info(self) -> list[dict[str, Any]]:
         return ray.get([a.info.remote() for a in self.actors])
-
-    def scheduler(self, *, name: str = "marl-ray", **kwargs: Any) -> MarlScheduler:
-        """A MarlScheduler that asks these actors (settings from the policy's metadata)."""
-        return marl_scheduler(self, self.meta, policy_dir=self.policy_dir, name=name, **kwargs)
 
     def shutdown(self) -> None:
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []
+
+    def scheduler(self, *, name: str = "marl-ray", **kwargs: Any) -> PriorityAgents:
+        """The priority agents asking these actors (settings from the policy's metadata)."""
+        from marl.deploy.priority_export import load_priority_policy
+
+        local = load_priority_policy(self.policy_dir, num_agents=self.num_agents, name=name, **kwargs)
+        local.scorer = self
+        return local
 
 
 def _start_actors(
@@ -164,71 +151,15 @@ def _start_actors(
     return ref, groups, actors
 
 
-class RayActorScorer(RayActorPolicy):
-    """The ``scorer`` of priority agents over ``num_agents`` agents (default one per rack of the cluster
-    it is reset on), served by ``num_actors`` :class:`PolicyActor` s; every round each actor scores its
-    agents' job sets in one forward pass."""
-
-    def __init__(
-        self,
-        policy_dir: str | Path,
-        num_agents: int,
-        *,
-        num_actors: int | None = None,
-        num_cpus: float | None = None,
-        num_threads: int = 1,
-    ) -> None:
-        from marl.deploy.priority_export import TORCHSCRIPT, is_priority_policy, read_priority_metadata
-        from marl.models.priority_net import PLACING_INPUTS
-
-        if not is_priority_policy(policy_dir):
-            raise ValueError(f"{policy_dir} is not a priority-agent policy folder; use RayActorPolicy")
-        self.policy_dir = Path(policy_dir)
-        self.num_agents = int(num_agents)
-        self.keys = PLACING_INPUTS if read_priority_metadata(policy_dir).get("placing") else PRIORITY_KEYS
-        blob = (self.policy_dir / TORCHSCRIPT).read_bytes()
-        self._blob, self.groups, self.actors = _start_actors(
-            blob, self.num_agents, num_actors, num_cpus, num_threads, keys=self.keys
-        )
-        self.calls = 0
-        self.agent_calls = 0
-
-    def __call__(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        if len(obs["jobs"]) != self.num_agents:
-            raise ValueError(f"{len(obs['jobs'])} agents observed; these actors serve {self.num_agents}")
-        futures = [
-            actor.logits.remote({k: obs[k][g] for k in self.keys})
-            for actor, g in zip(self.actors, self.groups, strict=True)
-        ]
-        self.calls += 1
-        self.agent_calls += self.num_agents
-        return np.concatenate(ray.get(futures), axis=0)
-
-    def scheduler(self, *, name: str = "marl-ray", **kwargs: Any) -> PriorityAgents:  # type: ignore[override]
-        """The priority agents asking these actors (settings from the policy's metadata)."""
-        from marl.deploy.priority_export import load_priority_policy
-
-        local = load_priority_policy(self.policy_dir, num_agents=self.num_agents, name=name, **kwargs)
-        local.scorer = self
-        return local
-
-
 def deploy_policy(
     policy_dir: str | Path,
     *,
-    num_agents: int | None = None,
+    num_agents: int,
     num_actors: int | None = None,
     num_cpus: float | None = None,
     name: str = "marl-ray",
-) -> tuple[MarlScheduler | PriorityAgents, RayActorPolicy]:
-    """(scheduler, actor policy) for ``policy_dir`` of either kind; call ``shutdown()`` on the policy
-    when done. Priority agents need ``num_agents`` (their count is the deployment's choice)."""
-    from marl.deploy.priority_export import is_priority_policy
-
-    if is_priority_policy(policy_dir):
-        if num_agents is None:
-            raise ValueError(f"{policy_dir} holds priority agents: pass num_agents (e.g. one per rack)")
-        policy: RayActorPolicy = RayActorScorer(policy_dir, num_agents, num_actors=num_actors, num_cpus=num_cpus)
-    else:
-        policy = RayActorPolicy(policy_dir, num_agents, num_actors=num_actors, num_cpus=num_cpus)
+) -> tuple[PriorityAgents, RayActorScorer]:
+    """(scheduler, actor scorer) for the priority policy in ``policy_dir`` over ``num_agents`` agents (their
+    count is the deployment's choice, e.g. one per rack); call ``shutdown()`` on the scorer when done."""
+    policy = RayActorScorer(policy_dir, num_agents, num_actors=num_actors, num_cpus=num_cpus)
     return policy.scheduler(name=name), policy

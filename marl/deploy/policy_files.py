@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-FIX = "copy the policy folder again (a file may be truncated) or re-export it with `marlsched export`"
+FIX = "copy the policy folder again (a file may be truncated) or train it again (its metadata.json holds the command)"
 
 
 def read_json(path: str | Path) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from cluster_sim.policies.base import PolicyScheduler, admitted_by_budget
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, Preempt, Resize, SchedulerView, Start
 from cluster_sim.typed_placement import GPU_TYPE_ORDERS, one_type_placement, place_on_type
-from marl.env.candidates import partition_pool
+from marl.env.partitions import partition_pool
 from marl.env.priority_features import JobSetLayout, PriorityObservation, observe_partitions
 from marl.env.topology_obs import LOG_SPEED_FLOOR, SpeedCache, cand_column, observe_topology, partition_grid
 from topology.partition import partition

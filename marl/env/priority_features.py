@@ -13,7 +13,7 @@ Observation of agent ``k`` (arrays of one agent; the scheduler stacks all agents
   same window is doing now. Only the value function reads them (an asymmetric critic); the scores, and
   so the exported policy, never do.
 
-Times enter as ``log1p(hours) / 5`` (:func:`marl.env.features.log_hours`), the expected remaining time also
+Times enter as ``log1p(hours) / 5`` (:func:`marl.env.topology_obs.log_hours`), the expected remaining time also
 as ``ln(seconds) / LOG_SCALE``, the scale of the scores (QSSF's rank key is ``-LOG_SCALE`` times it).
 """
 
@@ -26,8 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from cluster_sim.protocol import SchedulerView
-from marl.env.features import log_hours
-from marl.env.topology_obs import CAND_FEATURES, GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES
+from marl.env.topology_obs import CAND_FEATURES, GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES, log_hours
 
 JOB_FEATURES: tuple[str, ...] = (
     "valid",  # structural: 1 for a job, 0 for padding

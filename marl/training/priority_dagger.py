@@ -22,7 +22,7 @@ regression on a label only training has:
 
 A random ``holdout`` share of the last round's observations is fitted apart first to report how well the
 network ranks unseen states: the correlation of its estimate with the truth beside that of the history
-estimate. The policy ships the fit on all rows, in the format of ``marlsched export`` (``marl:DIR``), with a
+estimate. The policy ships the fit on all rows, in the format of every priority policy folder (``marl:DIR``), with a
 plot of the held-out estimates (``estimates.png``).
 
     python -m marl.training.priority_dagger --out experiments/policies/philly-small-dagger

@@ -27,7 +27,7 @@ from cluster_sim.results import write_dict_rows
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
 from marl.models.inference import subnormals_flushed
 from marl.training.local_ray import start_local_ray
-from marl.training.run_folder import train_iteration
+from marl.training.ppo_iteration import train_iteration
 
 POLICY_ID = "shared"
 Log = Callable[[str], None]
