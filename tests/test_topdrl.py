@@ -197,7 +197,7 @@ def test_train_refuses_an_agent_it_does_not_know_and_a_bad_topdrl_key(tmp_path: 
     cfg = tmp_path / "dl3.yaml"
     cfg.write_text("agent: dl3\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
-    assert "agent 'dl3' is not one marlsched trains; choose agent: topdrl" in capsys.readouterr().err
+    assert "agent 'dl3' is not one marlsched train trains; choose agent: topdrl" in capsys.readouterr().err
     cfg.write_text("agent: topdrl\ntrain:\n  rollout: 4\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
