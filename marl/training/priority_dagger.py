@@ -65,6 +65,9 @@ class PriorityDaggerConfig:
     train_start: float = 1_728_000.0  # day 20 of the trace
     train_end: float = 4_973_359.0  # 2017-11-01: the held-out weeks start here
     num_agents: int = 4
+    # the training simulations' contention: "oracle" (Gavel's measured pairs, interference_data) or "learned"
+    # (interference_data: a predictor file of `marlsched interference train`); evaluation uses the oracle
+    interference: str = "oracle"
     interference_data: str = "gavel:../shared/traces/gavel/simulation_throughputs.json"
     restart_cost: float = 30.0
     days: float = 7.0  # window length
@@ -91,6 +94,9 @@ class PriorityDaggerConfig:
         for name in ("num_agents", "record_every", "hidden", "epochs", "batch", "workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.interference not in ("oracle", "learned"):
+            raise ValueError(f"interference: oracle or learned (a predictor file in interference_data), got "
+                             f"{self.interference!r}")  # fmt: skip
         if self.factor < 1.0:
             raise ValueError(f"factor: a preemption margin >= 1 (1: none), got {self.factor}")
         if self.dagger_rounds < 0:
@@ -122,7 +128,7 @@ class PriorityDaggerConfig:
             "train_end": self.train_end,
             "window_days": self.days,
             "num_agents": self.num_agents,
-            "interference": "oracle",
+            "interference": self.interference,
             "interference_data": self.interference_data,
             "restart_cost": self.restart_cost,
         }
@@ -173,7 +179,7 @@ def _collect(task: tuple) -> tuple[str, dict[str, np.ndarray] | None]:
         net.load_state_dict(state)
         net.eval()
     try:
-        sim = build_simulator(cfg.cluster, spec, seed=0, interference="oracle",
+        sim = build_simulator(cfg.cluster, spec, seed=0, interference=cfg.interference,
                               interference_data=cfg.interference_data, restart_cost=cfg.restart_cost)  # fmt: skip
     except QuietWorkloadSpecError:
         return spec, None
