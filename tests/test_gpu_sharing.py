@@ -92,6 +92,16 @@ def test_packing_modes(truth, tmp_path: Path, traces_dir: Path):
     np.testing.assert_array_equal(refuse.jct, none.jct)
     with pytest.raises(ValueError, match="mode=aware needs predictor=MODEL"):
         GpuPacking(mode="aware")
+    # the predictor replaces only the slowdown of jobs sharing a GPU: where none shares, a simulator that
+    # runs on it (--interference learned) gives the ground truth's schedule, bit for bit
+    from cluster_sim.build import build_simulator
+
+    gavel = f"gavel:{traces_dir / 'gavel'}"
+    runs = [build_simulator("small", "synthetic:600,window_load=1.2", seed=3, interference=mode, interference_data=data,
+                            restart_cost=30.0).run(get_policy("qssf"))
+            for mode, data in (("learned", str(model)), ("oracle", gavel), ("none", None))]  # fmt: skip
+    np.testing.assert_array_equal(runs[0].end, runs[1].end)
+    assert not np.array_equal(runs[1].end, runs[2].end)  # while the truth does slow jobs down here
     view = tiny_cluster(servers=1, server="pcie-4").view
     with pytest.raises(ValueError, match="run the simulator with gpu_sharing"):
         Simulator(view, w).run(get_policy("pack-blind"))
