@@ -22,6 +22,7 @@ ideal duration``).
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 import time as _time
@@ -201,6 +202,18 @@ class Simulator:
             dtype=np.int64,
         )
         self.reset()
+
+    def __deepcopy__(self, memo: dict) -> Simulator:
+        """An independent copy that runs on from the same point (look-ahead references clone the simulator).
+        A plain deep copy would detach the read-only views from the arrays they show; they are re-made."""
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            setattr(new, key, copy.deepcopy(value, memo))
+        new.gpu_job, new.gpu_guest = _readonly(new._gpu_job), _readonly(new._gpu_guest)
+        new.server_free = _readonly(new._server_free)
+        new.free_counts.gpu_job = new.gpu_job
+        return new
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:

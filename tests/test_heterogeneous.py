@@ -430,3 +430,66 @@ def test_named_regimes_are_runnable_and_hold_out_the_later_weeks() -> None:
                 assert DEV_START <= float(opts["start"]) < float(opts["end"]) <= DEV_END + 1
     with pytest.raises(ValueError, match="unknown regime"):
         regime("nope")
+
+
+# three 8-GPU servers of Gavel's generations: small enough that jobs queue and the round order matters
+TINY_HETERO = {
+    "name": "tiny-hetero",
+    "pods": 1,
+    "racks_per_pod": 3,
+    "servers_per_rack": 1,
+    "mix": [
+        {"gpu_type": "V100", "fraction": 1 / 3, "server": "nvswitch-8"},
+        {"gpu_type": "P100", "fraction": 1 / 3, "server": "pcie-8"},
+        {"gpu_type": "K80", "fraction": 1 / 3, "server": "pcie-8"},
+    ],
+}
+QUEUED = "synthetic:60,load=1.2,model_rule=gavel,max_gpus=8"
+
+
+def test_a_cloned_simulator_runs_on_alone_and_as_the_original_would() -> None:
+    """A deep copy taken mid-run (what look-ahead references do) continues to the same schedule as the
+    original, and running it leaves the original untouched."""
+    import copy
+
+    from cluster_sim.policies.lookahead import job_seconds
+
+    def midway():
+        sim = build_simulator(TINY_HETERO, QUEUED, seed=5)
+        policy = get_policy("gavel-las")
+        sim.elastic, sim.mix_gpu_types = False, False
+        sim.reset()
+        policy.reset(sim)
+        while sim.advance() and sim.now < 4 * 3600:
+            if len(sim.queue):
+                decisions = policy.schedule(sim)
+                if decisions:
+                    sim.apply(decisions)
+        return sim, policy
+
+    sim, policy = midway()
+    assert len(sim.running) and len(sim.queue)
+    before = (sim.now, np.asarray(sim.gpu_job).copy(), sim.num_completed)
+    a = job_seconds(*copy.deepcopy((sim, policy)), sim.now + 6 * 3600)
+    b = job_seconds(*copy.deepcopy((sim, policy)), sim.now + 6 * 3600)
+    assert a == b > 0
+    assert (sim.now, sim.num_completed) == (before[0], before[2]) and np.array_equal(sim.gpu_job, before[1])
+    clone = copy.deepcopy(sim)
+    assert not np.shares_memory(clone.gpu_job, sim.gpu_job) and clone.free_counts.gpu_job is clone.gpu_job
+    original, other = midway()
+    assert job_seconds(original, other, original.now + 6 * 3600) == a  # the uncopied run gives the same
+
+
+def test_lookahead_oracle_plays_its_settings_ahead_without_touching_the_run() -> None:
+    """With only the base setting to try, ``lookahead-oracle`` is ``gavel-las`` decision for decision (its
+    rollouts on clones leave the real run alone); with all of them it chooses among them, and that changes
+    the schedule."""
+    from cluster_sim.policies.lookahead import VARIANTS, LookaheadRounds
+
+    base = build_simulator(TINY_HETERO, QUEUED, seed=5).run(get_policy("gavel-las"))
+    only = build_simulator(TINY_HETERO, QUEUED, seed=5).run(LookaheadRounds(variants=VARIANTS[:1], every=3))
+    assert np.array_equal(only.end, base.end)
+    policy = get_policy("lookahead-oracle", every=3, horizon=3 * 3600.0)
+    ahead = build_simulator(TINY_HETERO, QUEUED, seed=5).run(policy)
+    assert policy.chosen and set(policy.chosen) <= set(range(len(VARIANTS))) and len(set(policy.chosen)) > 1
+    assert not np.array_equal(ahead.end, base.end)  # what it chose changed the schedule

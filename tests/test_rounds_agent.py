@@ -212,3 +212,33 @@ def test_antithetic_es_climbs_a_quadratic_and_checks_its_fitnesses() -> None:
     es.ask()
     with pytest.raises(ValueError, match="tell needs the 8 fitnesses"):
         es.tell(np.zeros(3))
+
+
+def test_lookahead_teacher_labels_the_students_states(tmp_path: Path) -> None:
+    """With the look-ahead teacher (``lookahead-oracle``: gavel-las whose settings are played ahead on clones),
+    imitation records labelled rounds from the teacher's run and the student's own, on a cluster small enough
+    that jobs queue; windows played in two processes give the same policy as in one."""
+    import json
+
+    import yaml
+
+    cluster = tmp_path / "tiny-hetero.yaml"
+    mix = [
+        {"gpu_type": t, "fraction": 1 / 3, "server": "nvswitch-8" if t == "V100" else "pcie-8"}
+        for t in ("V100", "P100", "K80")
+    ]
+    cluster.write_text(yaml.safe_dump({"name": "tiny-hetero", "pods": 1, "racks_per_pod": 3, "servers_per_rack": 1,
+                                       "mix": mix}))  # fmt: skip
+    cfg = ImitationConfig(
+        trace="synthetic:60,model_rule=gavel,max_gpus=8", cluster=str(cluster), teacher="lookahead",
+        prior="gavel-las", stay=0.0, lookahead_every=3, horizon=3600.0,
+        **{**TINY, "first_start": 0.0, "days": 0.4, "load": 1.2, "windows": 2},
+    )  # fmt: skip
+    metas = [train(replace(cfg, workers=w), tmp_path / f"w{w}") for w in (1, 2)]
+    assert metas[0]["teacher"] == "lookahead-oracle"
+    rows = metas[0]["progress"]
+    assert [r["acted"] for r in rows] == ["teacher", "student"] and rows[1]["rounds"] > rows[0]["rounds"] > 0
+    assert [r["avg_jct"] for r in rows] == [r["avg_jct"] for r in metas[1]["progress"]]
+    assert json.loads((tmp_path / "w2" / "metadata.json").read_text())["export_max_abs_diff"] < 1e-5
+    pa, pb = (load_rounds_policy(tmp_path / f"w{w}").scorer.net for w in (1, 2))
+    assert all(torch.equal(x, y) for x, y in zip(pa.state_dict().values(), pb.state_dict().values(), strict=True))

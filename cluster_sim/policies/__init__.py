@@ -67,6 +67,7 @@ from cluster_sim.policies.drf import DRF
 from cluster_sim.policies.fifo import FIFO
 from cluster_sim.policies.gavel import LAS_WEIGHT, Gavel, GavelPriorityScore
 from cluster_sim.policies.gpu_packing import GpuPacking
+from cluster_sim.policies.lookahead import LookaheadRounds
 from cluster_sim.policies.ones import ONES
 from cluster_sim.policies.optimus import Optimus
 from cluster_sim.policies.optimus_elastic import ElasticOptimus
@@ -150,6 +151,7 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
     "gavel-las-oracle": lambda seed=0, **options: _gavel_rounds(
         "gavel-las-oracle", LAS_WEIGHT, False, seed, {"oracle": 1.0, **options}
     ),
+    "lookahead-oracle": lambda seed=0, **options: LookaheadRounds(seed=seed, **options),
     "rounds-las": lambda seed=0, **options: ScoredRounds("las", seed=seed, **options),
     "rounds-blind": lambda seed=0, **options: ScoredRounds("blind", seed=seed, **options),
     "rounds-oracle": lambda seed=0, **options: ScoredRounds("oracle", seed=seed, **options),

@@ -12,14 +12,26 @@ reference policy (default tiresias). Oracle policies (sjf, srtf) bound what know
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 
-def main(argv: list[str] | None = None) -> None:
+def play(cluster: str, spec: str, seed: int, name: str, interference: str, data: str | None, sharing: bool,
+         options: dict) -> tuple[float, int]:  # fmt: skip
+    """One policy on one window: (its average JCT, the window's jobs); a function of its arguments only, so it
+    runs in any process."""
     from cluster_sim.build import build_simulator
-    from experiments.regimes import DEV_END, DEV_START, GAVEL, PHILLY, REGIMES
     from experiments.simulate import make_scheduler_by_name
+
+    sim = build_simulator(
+        cluster, spec, seed=seed, interference=interference, interference_data=data, gpu_sharing=sharing, **options
+    )
+    return float(sim.run(make_scheduler_by_name(name, 0)).metrics()["avg_jct"]), len(sim.jobs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from experiments.regimes import DEV_END, DEV_START, GAVEL, PHILLY, REGIMES
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--regime", choices=sorted(REGIMES), help="a named regime (experiments/regimes.py); "
@@ -35,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="default: the regime's, else fifo tiresias qssf qssf-np sjf srtf")  # fmt: skip
     ap.add_argument("--reference", default=None, help="default: the regime's, else tiresias")
     ap.add_argument("--interference", default="oracle")
+    ap.add_argument("--workers", type=int, default=1, help="processes playing windows side by side (same figures)")
     args = ap.parse_args(argv)
     if args.regime:
         reg = REGIMES[args.regime]
@@ -55,21 +68,17 @@ def main(argv: list[str] | None = None) -> None:
     data = f"gavel:{GAVEL}" if interference == "oracle" and GAVEL.is_file() else None
     rows = []
     print(f"{'window':>8} {'jobs':>6} " + " ".join(f"{p:>10}" for p in policies), flush=True)
-    for k, (spec, seed) in enumerate(workloads):
-        row = {}
-        for name in policies:
-            sim = build_simulator(
-                cluster,
-                spec,
-                seed=seed,
-                interference=interference,
-                interference_data=data,
-                gpu_sharing=sharing,
-                **options,
-            )
-            row[name] = float(sim.run(make_scheduler_by_name(name, 0)).metrics()["avg_jct"])
-        rows.append(row)
-        print(f"{k:>8} {len(sim.jobs):>6} " + " ".join(f"{row[p]:>10.0f}" for p in policies), flush=True)
+    with ProcessPoolExecutor(max(1, args.workers)) as pool:
+        cells = {
+            (k, name): pool.submit(play, cluster, spec, seed, name, interference, data, sharing, options)
+            for k, (spec, seed) in enumerate(workloads)
+            for name in policies
+        }
+        for k in range(len(workloads)):
+            row = {name: cells[k, name].result()[0] for name in policies}
+            rows.append(row)
+            jobs = cells[k, policies[0]].result()[1]
+            print(f"{k:>8} {jobs:>6} " + " ".join(f"{row[p]:>10.0f}" for p in policies), flush=True)
     means = {p: float(np.mean([r[p] for r in rows])) for p in policies}
     print(f"{'mean':>8} {'':>6} " + " ".join(f"{means[p]:>10.0f}" for p in policies))
     stds = {p: float(np.std([r[p] for r in rows])) for p in policies}

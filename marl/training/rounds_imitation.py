@@ -1,8 +1,12 @@
 """Training the round scorer by imitating a privileged teacher on its own states (DAgger), and its files.
 
-The teacher (``--teacher``) is a privileged scorer: ``oracle`` (``rounds-oracle``) ranks (job, type) pairs by
-the time to finish there from the true remaining work, ``oracle-area`` by the remaining GPU-time; no
-deployed scheduler has either. The student sees only :data:`~marl.models.rounds_scorer.FEATURES`.
+The teacher (``--teacher``) is privileged: ``oracle`` (``rounds-oracle``) ranks (job, type) pairs by the time
+to finish there from the true remaining work, ``oracle-area`` by the remaining GPU-time, and ``lookahead``
+(``lookahead-oracle``, :mod:`cluster_sim.policies.lookahead`) is ``gavel-las`` whose settings are chosen every
+``lookahead_every`` rounds by playing each ahead on a clone of the simulator (true durations and future
+arrivals): on the student's own states the teacher clones the student's run, and labels every round with
+the assignment of the setting it chose. No deployed scheduler has any of these. The student sees only
+:data:`~marl.models.rounds_scorer.FEATURES`.
 Iteration 0 rolls the teacher out on the training windows; every later iteration rolls the student out
 (so it is labelled on the states its own mistakes lead to), the teacher labels every round it decides, all
 rounds so far are kept, and the network is refit on them. Loss per round, pairwise logistic:
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -30,15 +35,18 @@ import torch.nn.functional as F
 
 from cluster_sim.build import build_simulator
 from cluster_sim.policies.gavel import GavelPriorityScore
-from cluster_sim.policies.rigid_rounds import SCORERS, ScoredRounds
+from cluster_sim.policies.lookahead import LookaheadRounds
+from cluster_sim.policies.rigid_rounds import SCORERS, ScoredRounds, type_capacity
 from cluster_sim.results import save_figure
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
+from marl.models.inference import subnormals_flushed
 from marl.models.rounds_scorer import FEATURES, PRIORS, PairScorer, pair_features
 
 DAY = 86_400.0
 
 
-TEACHERS = ("oracle", "oracle-area")  # the scorers of cluster_sim.policies.rigid_rounds that see true work
+# the scorers of cluster_sim.policies.rigid_rounds that see true work, and the look-ahead over gavel-las
+TEACHERS = ("oracle", "oracle-area", "lookahead")
 
 
 @dataclass
@@ -61,7 +69,13 @@ class ImitationConfig:
     seed: int = 0
     interference: str = "none"
     drop: str = ""  # comma-separated features zeroed (an ablation), e.g. rel_speed,advantage
-    teacher: str = "oracle"  # a privileged scorer of cluster_sim.policies.rigid_rounds: oracle | oracle-area
+    teacher: str = (
+        "oracle"  # oracle | oracle-area (privileged scorers of cluster_sim.policies.rigid_rounds) | lookahead
+    )
+    lookahead_every: int = 10  # lookahead: rounds between the teacher's choices (each plays every setting ahead)
+    horizon: float = 4 * 3600.0  # lookahead: seconds each setting is played ahead
+    terminal: float = 1.0  # lookahead: weight of the true work left at the horizon in a setting's cost
+    workers: int = 1  # processes playing the windows of an iteration side by side (the same result)
     prior: str = "none"  # the network's fixed heuristic part (marl.models.rounds_scorer.PRIORS): none | gavel-las
 
     def __post_init__(self) -> None:
@@ -82,6 +96,25 @@ class ImitationConfig:
             f"load={self.load}"
             for k in range(self.windows)
         ]
+
+
+def teacher_assignment(view, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray, teacher: np.ndarray,
+                       stay: float) -> np.ndarray | None:  # fmt: skip
+    """The type each job gets from the teacher's pair scores this round (-1: none), as ``ScoredRounds``
+    assigns them; None for a round without a choice (every job runs, all on one type)."""
+    s = teacher.copy()
+    on = current >= 0
+    s[np.flatnonzero(on), current[on]] += stay
+    i_idx, t_idx = np.nonzero(rates > 0)
+    order = np.lexsort((i_idx, -s[i_idx, t_idx]))
+    asked = np.asarray(view.jobs.num_gpus[jobs], dtype=np.int64)
+    types, _ = ScoredRounds.assign(order, i_idx, t_idx, asked, type_capacity(view.topo))
+    return types if (types < 0).any() or len(np.unique(types)) > 1 else None
+
+
+def _student_scores(student: PairScorer, x: np.ndarray, rates: np.ndarray) -> np.ndarray:
+    with torch.no_grad(), subnormals_flushed():
+        return student(torch.from_numpy(x), torch.from_numpy(rates > 0)).double().numpy()
 
 
 class _Labelled:
@@ -106,23 +139,64 @@ class _Labelled:
         self.rounds += 1
         x = pair_features(view, jobs, rates, current, self.gavel)  # every round: Gavel's LP state moves on
         if self.rounds % self.every == 0:
-            mask = rates > 0
-            s = teacher.copy()
-            on = current >= 0
-            s[np.flatnonzero(on), current[on]] += self.stay
-            i_idx, t_idx = np.nonzero(mask)
-            order = np.lexsort((i_idx, -s[i_idx, t_idx]))
-            asked = np.asarray(view.jobs.num_gpus[jobs], dtype=np.int64)
-            topo = view.topo
-            stype = np.asarray(topo.server_gpu_type)
-            cap = np.array([topo.server_num_gpus[stype == t].sum() for t in range(rates.shape[1])])
-            types, _ = ScoredRounds.assign(order, i_idx, t_idx, asked, cap)
-            if (types < 0).any() or len(np.unique(types)) > 1:  # a round with a choice to learn from
-                self.samples.append((x, mask, types))
+            types = teacher_assignment(view, jobs, rates, current, teacher, self.stay)
+            if types is not None:  # a round with a choice to learn from
+                self.samples.append((x, rates > 0, types))
         if self.act == "teacher":
             return teacher
-        with torch.no_grad():
-            return self.student(torch.from_numpy(x), torch.from_numpy(rates > 0)).double().numpy()
+        return _student_scores(self.student, x, rates)
+
+
+class _LookaheadLabels:
+    """The acting scorer of a :class:`~cluster_sim.policies.lookahead.LookaheadRounds` whose look-ahead is the
+    teacher: each kept round records the features (from a ``gavel-las`` of its own, which never sees the
+    teacher's settings, some of which read true durations) and the assignment of the teacher's current
+    setting; the teacher or the student acts."""
+
+    def __init__(self, gavel: GavelPriorityScore, student: PairScorer, act: str, stay: float, every: int) -> None:
+        self.gavel, self.student, self.act, self.stay, self.every = gavel, student, act, stay, every
+        self.features = GavelPriorityScore.gavel_las()
+        self.samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.rounds = 0
+
+    def reset(self, view) -> None:
+        self.gavel.reset(view)
+        self.features.reset(view)
+
+    def ran(self, jobs, types) -> None:
+        self.gavel.ran(jobs, types)
+        self.features.ran(jobs, types)
+
+    def __call__(self, view, jobs, rates, current):
+        teacher = self.gavel(view, jobs, rates, current)
+        x = pair_features(view, jobs, rates, current, self.features)
+        self.rounds += 1
+        if self.rounds % self.every == 0:
+            types = teacher_assignment(view, jobs, rates, current, teacher, self.stay)
+            if types is not None:
+                self.samples.append((x, rates > 0, types))
+        return teacher if self.act == "teacher" else _student_scores(self.student, x, rates)
+
+
+def play_window(cfg: ImitationConfig, spec: str, act: str, state: dict | None) -> tuple[float, list]:
+    """One training window with the teacher (``act='teacher'``) or the student (``state``: its weights) acting:
+    (average JCT, the labelled rounds). A function of its arguments only, so windows run in any process."""
+    torch.set_num_threads(1)
+    net = PairScorer(hidden=cfg.hidden, drop=tuple(f for f in cfg.drop.split(",") if f), prior=cfg.prior)
+    if state is not None:
+        net.load_state_dict(state)
+    net.eval()
+    sim = build_simulator(cfg.cluster, spec, seed=cfg.seed, interference=cfg.interference)
+    if cfg.teacher == "lookahead":
+        policy = LookaheadRounds(
+            every=cfg.lookahead_every, horizon=cfg.horizon, terminal=cfg.terminal, stay=cfg.stay, name="rounds"
+        )
+        scorer = _LookaheadLabels(policy.gavel, net, act, cfg.stay, cfg.every)
+        policy.scorer = scorer
+    else:
+        scorer = _Labelled(net, act, cfg.stay, cfg.every, cfg.teacher)
+        policy = ScoredRounds(scorer, stay=cfg.stay, name="rounds")
+    return float(sim.run(policy).metrics()["avg_jct"]), scorer.samples
 
 
 def round_loss(scores: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
@@ -178,12 +252,12 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
     started = time.perf_counter()
     for it in range(cfg.iterations + 1):
         act = "teacher" if it == 0 else "student"
-        jcts = []
-        for spec in cfg.specs():
-            sim = build_simulator(cfg.cluster, spec, seed=cfg.seed, interference=cfg.interference)
-            scorer = _Labelled(net, act, cfg.stay, cfg.every, cfg.teacher)
-            jcts.append(float(sim.run(ScoredRounds(scorer, stay=cfg.stay, name="rounds")).metrics()["avg_jct"]))
-            data.extend(scorer.samples)
+        state = None if act == "teacher" else {k: v.clone() for k, v in net.state_dict().items()}
+        with ProcessPoolExecutor(max(1, cfg.workers)) as pool:
+            played = list(pool.map(play_window, *zip(*[(cfg, spec, act, state) for spec in cfg.specs()], strict=True)))
+        jcts = [jct for jct, _ in played]
+        for _, samples in played:
+            data.extend(samples)
         loss = fit(net, data, cfg, rng)
         row = {"iteration": it, "acted": act, "avg_jct": float(np.mean(jcts)), "rounds": len(data), "loss": loss,
                "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
@@ -198,7 +272,7 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
         "dropped_features": list(drop),
         "stay": cfg.stay,
         "interval": 360.0,
-        "teacher": f"rounds-{cfg.teacher}",
+        "teacher": "lookahead-oracle" if cfg.teacher == "lookahead" else f"rounds-{cfg.teacher}",
         "config": asdict(cfg),
         "command": command,
         "train_seconds": round(time.perf_counter() - started, 1),
