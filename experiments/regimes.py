@@ -85,6 +85,7 @@ REGIMES: dict[str, Regime] = {
             "rounds-oracle-area",
             "gavel-oracle",
             "gavel-las-oracle",
+            "lookahead-oracle",
         ),
         reference="gavel",
     ),

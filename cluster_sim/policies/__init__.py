@@ -40,6 +40,9 @@ Named defaults:
   relative to its fastest type; :class:`cluster_sim.policies.gavel.GavelPriorityScore`);
   ``gavel-las-oracle`` weighs each job in its LP by 1 / its true remaining time (a reference of what
   durations add to it).
+  ``lookahead-oracle``: ``gavel-las`` whose settings are chosen every hour by playing each ahead on a clone of
+  the simulator (privileged: future arrivals and true durations; :mod:`cluster_sim.policies.lookahead`), the
+  room left above ``gavel-las`` in its rounds.
 - ``rounds-las``: rigid jobs re-assigned every 360 s, least attained service first, each on its fastest
   GPU type with room; ``rounds-blind``: the same order, type-blind (the first type with room, whatever
   the job's speed there: the measure of what GPU-type matching is worth); ``rounds-oracle``: the same

@@ -49,13 +49,12 @@ def max_sum_throughput(rates: np.ndarray, asked: np.ndarray, capacity: np.ndarra
     n_var, n_jobs, n_types = len(rows), rates.shape[0], rates.shape[1]
     one = scipy.sparse.csr_array((np.ones(n_var), (rows, np.arange(n_var))), shape=(n_jobs, n_var))
     cap = scipy.sparse.csr_array((asked[rows].astype(float), (cols, np.arange(n_var))), shape=(n_types, n_var))
-    res = scipy.optimize.linprog(
-        -rates[rows, cols],
-        A_ub=scipy.sparse.vstack([one, cap]).tocsr(),
-        b_ub=np.concatenate([np.ones(n_jobs), capacity.astype(float)]),
-        bounds=(0, 1),
-        method="highs",
-    )
+    a_ub = scipy.sparse.vstack([one, cap]).tocsr()
+    b_ub = np.concatenate([np.ones(n_jobs), capacity.astype(float)])
+    res = scipy.optimize.linprog(-rates[rows, cols], A_ub=a_ub, b_ub=b_ub, bounds=(0, 1), method="highs")
+    if res.x is None:  # HiGHS gave up on badly scaled speeds (e.g. weighted by remaining time): same LP, scaled
+        c = rates[rows, cols]
+        res = scipy.optimize.linprog(-c / c.max(), A_ub=a_ub, b_ub=b_ub, bounds=(0, 1), method="highs-ds")
     if res.x is None:
         raise RuntimeError(f"gavel: the allocation LP failed ({res.message})")
     x[rows, cols] = np.clip(np.round(res.x, 5), 0.0, 1.0)
