@@ -489,7 +489,7 @@ def test_lookahead_oracle_plays_its_settings_ahead_without_touching_the_run() ->
     base = build_simulator(TINY_HETERO, QUEUED, seed=5).run(get_policy("gavel-las"))
     only = build_simulator(TINY_HETERO, QUEUED, seed=5).run(LookaheadRounds(variants=VARIANTS[:1], every=3))
     assert np.array_equal(only.end, base.end)
-    policy = get_policy("lookahead-oracle", every=3, horizon=3 * 3600.0)
+    policy = get_policy("lookahead-oracle", every=3, horizon=3 * 3600.0, terminal=0.0)
     ahead = build_simulator(TINY_HETERO, QUEUED, seed=5).run(policy)
     assert policy.chosen and set(policy.chosen) <= set(range(len(VARIANTS))) and len(set(policy.chosen)) > 1
     assert not np.array_equal(ahead.end, base.end)  # what it chose changed the schedule
