@@ -174,14 +174,19 @@ def test_the_shipped_policy_loads_and_schedules_validly(workload: str) -> None:
 @pytest.mark.slow
 def test_brief_training_is_seeded_and_reports_the_warm_start(tmp_path: Path, philly: str) -> None:
     start = DEV - 10 * 86400.0
+    cluster = tmp_path / "quarter.yaml"  # a quarter of Pollux's testbed: 12 jobs keep it busy, and briefly
+    cluster.write_text(
+        "name: pollux-quarter\npods: 1\nracks_per_pod: 1\nservers_per_rack: 4\nserver: pcie-4\ngpu_type: T4\n"
+    )
     data = {
         "agent": "dl2",
         "seed": 5,
         "env": {
-            "trace": f"{philly},max_jobs=25",
+            "cluster": str(cluster),
+            "trace": f"{philly},max_jobs=12",
             "load": 0.5,
-            "train": {"start": start, "count": 2, "days": 0.5, "stride_days": 1},
-            "validation": {"start": start + 3 * 86400, "count": 1, "days": 0.5},
+            "train": {"start": start, "count": 2, "days": 0.5, "stride_days": 0.5},
+            "validation": {"start": start + 4 * 86400, "count": 1, "days": 0.5},
             "report": {"start": DEV, "count": 1, "days": 1},
         },
         "model": {"hidden": 8},

@@ -175,7 +175,7 @@ def test_brief_meta_training_writes_a_policy_and_the_adaptation_report(
                 "load": 0.5,
                 "servers": 4,
                 "train": {"start": 2208559, "count": 2, "days": 0.1, "stride_days": 1},
-                "validation": {"start": 4440559, "count": 2, "days": 0.1, "stride_days": 0.5},
+                "validation": {"start": 4505359, "count": 2, "days": 0.1, "stride_days": 0.25},
             },
             "model": {"hidden": 4},
             "train": {"iterations": 2, "pairs": 1, "workers": 1, "eval_every": 1},

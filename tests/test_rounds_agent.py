@@ -155,7 +155,7 @@ def es_config(traces_dir: Path, **kw) -> RoundsESConfig:
     nov1 = 4_973_359.0
     base = dict(cluster="sia-hetero", trace=trace, interference_data=gavel, days=0.25, train_first=nov1 - 1.5 * 86_400,
                 train_last=nov1 - 1.25 * 86_400, validation_first=nov1 - 86_400, validation_windows=1,
-                validation_days=0.25, hidden=8, pairs=2, iterations=2, eval_every=1, workers=1)  # fmt: skip
+                validation_days=0.25, hidden=8, pairs=1, iterations=2, eval_every=1, workers=1)  # fmt: skip
     return RoundsESConfig(**{**base, **kw})
 
 
