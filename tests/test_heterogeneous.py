@@ -493,3 +493,5 @@ def test_lookahead_oracle_plays_its_settings_ahead_without_touching_the_run() ->
     ahead = build_simulator(TINY_HETERO, QUEUED, seed=5).run(policy)
     assert policy.chosen and set(policy.chosen) <= set(range(len(VARIANTS))) and len(set(policy.chosen)) > 1
     assert not np.array_equal(ahead.end, base.end)  # what it chose changed the schedule
+    las_only = get_policy("lookahead-las-oracle", every=3, horizon=3 * 3600.0, terminal=0.0)
+    assert las_only.variants == VARIANTS[:3] and all(v["oracle"] == 0.0 for v in las_only.variants)

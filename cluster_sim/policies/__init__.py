@@ -42,7 +42,8 @@ Named defaults:
   durations add to it).
   ``lookahead-oracle``: ``gavel-las`` whose settings are chosen every hour by playing each ahead on a clone of
   the simulator (privileged: future arrivals and true durations; :mod:`cluster_sim.policies.lookahead`), the
-  room left above ``gavel-las`` in its rounds.
+  room left above ``gavel-las`` in its rounds; ``lookahead-las-oracle`` chooses only among the LAS weights
+  (2, 0, 4), settings a deployed scheduler could switch among: the ceiling of any controller of that weight.
 - ``rounds-las``: rigid jobs re-assigned every 360 s, least attained service first, each on its fastest
   GPU type with room; ``rounds-blind``: the same order, type-blind (the first type with room, whatever
   the job's speed there: the measure of what GPU-type matching is worth); ``rounds-oracle``: the same
@@ -70,7 +71,7 @@ from cluster_sim.policies.drf import DRF
 from cluster_sim.policies.fifo import FIFO
 from cluster_sim.policies.gavel import LAS_WEIGHT, Gavel, GavelPriorityScore
 from cluster_sim.policies.gpu_packing import GpuPacking
-from cluster_sim.policies.lookahead import LookaheadRounds
+from cluster_sim.policies.lookahead import LAS_VARIANTS, LookaheadRounds
 from cluster_sim.policies.ones import ONES
 from cluster_sim.policies.optimus import Optimus
 from cluster_sim.policies.optimus_elastic import ElasticOptimus
@@ -155,6 +156,9 @@ POLICIES: dict[str, Callable[[int], PolicyScheduler]] = {
         "gavel-las-oracle", LAS_WEIGHT, False, seed, {"oracle": 1.0, **options}
     ),
     "lookahead-oracle": lambda seed=0, **options: LookaheadRounds(seed=seed, **options),
+    "lookahead-las-oracle": lambda seed=0, **options: LookaheadRounds(
+        seed=seed, **{"variants": LAS_VARIANTS, "name": "lookahead-las-oracle", **options}
+    ),
     "rounds-las": lambda seed=0, **options: ScoredRounds("las", seed=seed, **options),
     "rounds-blind": lambda seed=0, **options: ScoredRounds("blind", seed=seed, **options),
     "rounds-oracle": lambda seed=0, **options: ScoredRounds("oracle", seed=seed, **options),

@@ -31,6 +31,9 @@ VARIANTS: tuple[dict[str, float], ...] = (
     {"las": 2 * LAS_WEIGHT, "oracle": 0.0},
     {"las": LAS_WEIGHT, "oracle": 1.0},
 )
+# the settings a deployed scheduler could switch among (none reads a duration): what choosing *when* to lean
+# to least attained service is worth, the ceiling of any controller of gavel-las' LAS weight
+LAS_VARIANTS = VARIANTS[:3]
 
 
 def job_seconds(sim, policy, until: float, terminal: float = 0.0) -> float:
@@ -126,4 +129,4 @@ class LookaheadRounds(ScoredRounds):
         return int(np.argmin(costs))
 
 
-__all__ = ["VARIANTS", "LookaheadRounds", "job_seconds"]
+__all__ = ["LAS_VARIANTS", "VARIANTS", "LookaheadRounds", "job_seconds"]
