@@ -1,4 +1,4 @@
-"""`marlsched train-priority`, `tune-priority` and `train` (the published learned schedulers);
+"""`marlsched train-priority`, `tune-priority`, `train` (the published learned schedulers) and `export-program`;
 experiments.cli registers them (:func:`add_train_commands`).
 
 Heavy modules (torch, ray) load inside the commands so that `marlsched --help` starts fast.
@@ -10,11 +10,12 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_train_commands", "main", "run_train", "run_train_priority", "run_tune_priority"]
+__all__ = ["add_train_commands", "main", "run_export_program", "run_train", "run_train_priority", "run_tune_priority"]
 
 
 def add_train_commands(subparsers) -> None:
-    """Register ``train`` and ``export`` on an argparse subparsers object (each sets ``func``)."""
+    """Register ``train``, ``train-priority``, ``tune-priority`` and ``export-program`` on an argparse subparsers
+    object (each sets ``func``)."""
     p = subparsers.add_parser(
         "train",
         help="train a published learned scheduler (TopDRL, DL2, meta-RL placement) from a config with `agent:`",
@@ -66,6 +67,18 @@ def add_train_commands(subparsers) -> None:
     u.add_argument("--load", type=float, default=None, help=f"offered load of every window (default: {own} 0.9)")
     u.add_argument("--workers", type=int, default=None, help="parallel simulations (default: one per CPU)")
     u.set_defaults(func=run_tune_priority)
+
+    e = subparsers.add_parser(
+        "export-program",
+        help="add the torch.export program (policy.pt2) to policy folders that carry only TorchScript",
+        description=(
+            "Write policy.pt2, the folder's network as a torch.export program, beside its TorchScript policy.pt "
+            "(deprecated in recent torch); the loaders read it where TorchScript is missing or unreadable. "
+            "Folders written by this version already carry it. Kinds: priority, rounds, sia-remaining."
+        ),
+    )
+    e.add_argument("folders", nargs="+", help="policy folders (e.g. experiments/policies/philly-small)")
+    e.set_defaults(func=run_export_program)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -120,6 +133,15 @@ def run_tune_priority(args: argparse.Namespace) -> int:
             value = getattr(args, flag)
             command += f" --{flag} " + (" ".join(f"{f:g}" for f in value) if flag == "factors" else f"{value:g}")
     tune_hysteresis(args.policy, cfg["env"], **opts, workers=args.workers, command=command)
+    return 0
+
+
+def run_export_program(args: argparse.Namespace) -> int:
+    from marl.deploy.programs import add_program
+
+    for folder in args.folders:
+        err = add_program(folder)
+        print(f"{Path(folder) / 'policy.pt2'}: written (largest difference from the network {err:.1e})")
     return 0
 
 

@@ -123,3 +123,57 @@ def test_a_folder_of_another_kind_is_refused_with_the_kinds_that_run(tmp_path: P
         load_marl_policy(tmp_path)
     with pytest.raises(FileNotFoundError, match="not a policy folder"):
         load_marl_policy(tmp_path / "missing")
+
+
+def test_the_torch_export_program_alone_schedules_as_the_torchscript(
+    ray_local, priority_dir: Path, reference, tmp_path: Path
+) -> None:
+    """Where TorchScript is gone (``policy.pt`` missing or unreadable) the folder's ``policy.pt2`` loads and
+    schedules decision for decision as the TorchScript did, in process and on Ray actors; a damaged program
+    is named with the fix."""
+    import shutil
+
+    from marl.deploy.actors import deploy_policy
+
+    only = tmp_path / "program-only"
+    shutil.copytree(priority_dir, only)
+    (only / "policy.pt").unlink()
+    sched = load_marl_policy(only)
+    sched.agents_wanted = 4
+    _same_results(_sim().run(sched), reference[0])
+    sched, policy = deploy_policy(only, num_agents=4, num_actors=2, num_cpus=0.25)
+    try:
+        _same_results(_sim().run(sched), reference[0])
+    finally:
+        policy.shutdown()
+    (only / "policy.pt").write_bytes(b"not TorchScript")
+    with pytest.warns(UserWarning, match="policy.pt: not a readable TorchScript policy"):
+        assert load_marl_policy(only).scorer is not None
+    (only / "policy.pt2").write_bytes(b"not a program")
+    with pytest.raises(ValueError, match=r"policy.pt2: not a readable torch.export program .*copy the policy"):
+        load_marl_policy(only)
+
+
+def test_export_program_adds_the_program_to_a_folder_without_one(priority_dir: Path, tmp_path: Path) -> None:
+    """``marlsched export-program`` writes ``policy.pt2`` into a folder from before programs and records its
+    difference from the network; a kind without a program is refused, naming the file and the kinds."""
+    import json
+    import shutil
+
+    from marl.cli import main
+    from marl.deploy.programs import add_program
+
+    older = tmp_path / "older"
+    shutil.copytree(priority_dir, older)
+    (older / "policy.pt2").unlink()
+    meta = json.loads((older / "metadata.json").read_text())
+    meta.pop("program_max_abs_diff")
+    (older / "metadata.json").write_text(json.dumps(meta))
+    assert main(["export-program", str(older)]) == 0
+    assert json.loads((older / "metadata.json").read_text())["program_max_abs_diff"] < 1e-5
+    (older / "policy.pt").unlink()
+    assert load_marl_policy(older).scorer is not None
+    (tmp_path / "dl2").mkdir()
+    (tmp_path / "dl2" / "metadata.json").write_text(json.dumps({"agent": "dl2"}))
+    with pytest.raises(ValueError, match=r"metadata.json: agent 'dl2' has no torch.export program .*priority, rounds"):
+        add_program(tmp_path / "dl2")

@@ -281,18 +281,25 @@ def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_r
 
 
 def test_a_damaged_policy_folder_is_named_with_the_fix(tmp_path, capsys) -> None:
-    """A truncated policy.pt or metadata.json: one line naming the file, what is wrong and what to do, from
-    simulate and from a run config (checked when the config is read, not inside a Ray task)."""
+    """A truncated network (policy.pt and its program policy.pt2) or metadata.json: one line naming the file,
+    what is wrong and what to do, from simulate and from a run config (checked when the config is read, not
+    inside a Ray task). A truncated policy.pt alone still runs, from the program."""
     import shutil
 
     from experiments.run_config import ExperimentConfigError, parse_experiment_config
 
     shipped = Path(__file__).parents[1] / "experiments" / "policies" / "philly-small"
     args = ["simulate", "--cluster", "small", "--workload", "synthetic:30", "--quiet", "--policy"]
-    for name, keep in (("policy.pt", 2000), ("metadata.json", 100)):
-        bad = tmp_path / name.replace(".", "_")
+    for damaged, name, keep in ((("policy.pt",), "", 2000), (("policy.pt", "policy.pt2"), "policy.pt2", 2000),
+                                (("metadata.json",), "metadata.json", 100)):  # fmt: skip
+        bad = tmp_path / "_".join(damaged).replace(".", "_")
         shutil.copytree(shipped, bad)
-        (bad / name).write_bytes((shipped / name).read_bytes()[:keep])
+        for file in damaged:
+            (bad / file).write_bytes((shipped / file).read_bytes()[:keep])
+        if not name:
+            with pytest.warns(UserWarning, match="policy.pt: not a readable TorchScript policy .* policy.pt2"):
+                assert main([*args, f"marl:{bad}"]) == 0
+            continue
         assert main([*args, f"marl:{bad}"]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"{bad / name}:" in err and "train it again" in err, err

@@ -240,6 +240,7 @@ def test_brief_rllib_training_of_placing_agents_exports_a_placing_policy(
     assert out["iterations"] == 1
     meta = json.loads((tmp_path / "run" / "policy" / "metadata.json").read_text())
     assert meta["placing"] and meta["export_max_abs_diff"] < 1e-5 and "type_log_std" in meta["trained"]
+    assert meta["program_max_abs_diff"] < 1e-5  # the torch.export program too
     sched = load_priority_policy(tmp_path / "run" / "policy", num_agents=4)
     res = _sim(hetero_window, traces_dir).run(sched)
     assert res.metrics()["jobs_completed"] == len(res.jct)

@@ -85,6 +85,7 @@ def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Pat
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())  # same seed, same policy
     saved = json.loads((tmp_path / "a" / "metadata.json").read_text())
     assert saved["export_max_abs_diff"] < 1e-5 and saved["config"]["hidden"] == 8
+    assert saved["program_max_abs_diff"] < 1e-5  # the torch.export program too
     assert saved["tuned"]["factors"] == [4.0, 8.0]  # the margin was selected on the training windows
     assert saved["agents"]["hysteresis"] == pytest.approx(np.log(saved["tuned"]["factor"]))
     assert any("hysteresis ln" in line for line in logs) and (tmp_path / "a" / "estimates.png").stat().st_size > 0

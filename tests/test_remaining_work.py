@@ -67,6 +67,7 @@ def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Pat
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())  # same seed, same policy
     saved = json.loads((tmp_path / "a" / "metadata.json").read_text())
     assert saved["export_max_abs_diff"] < 1e-5 and saved["config"]["hidden"] == 8
+    assert saved["program_max_abs_diff"] < 1e-5  # the torch.export program too
     assert (tmp_path / "a" / "estimates.png").stat().st_size > 0
     # the export equals the module it came from
     net = RemainingWorkNet(hidden=8)

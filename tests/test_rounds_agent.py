@@ -66,13 +66,15 @@ def test_round_loss_prefers_the_teachers_order() -> None:
 
 def test_imitation_writes_a_policy_that_schedules_validly(tiny_policy: Path) -> None:
     """The trained folder loads without RLlib as ``marl:DIR``; every job it starts runs on one GPU type
-    with the GPUs it asked for, and every job finishes; the TorchScript export equals the module."""
+    with the GPUs it asked for, and every job finishes; the TorchScript export and the ``torch.export``
+    program equal the module, and the program alone schedules as the TorchScript does."""
     import json
+    import shutil
 
     from experiments.simulate import make_scheduler_by_name
 
     meta = json.loads((tiny_policy / "metadata.json").read_text())
-    assert meta["agent"] == "rounds" and meta["export_max_abs_diff"] < 1e-5
+    assert meta["agent"] == "rounds" and meta["export_max_abs_diff"] < 1e-5 and meta["program_max_abs_diff"] < 1e-5
     assert meta["teacher"] == "rounds-oracle-area"
     assert (tiny_policy / "progress.csv").read_text().count("\n") == TINY["iterations"] + 2
     assert (tiny_policy / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
@@ -82,6 +84,11 @@ def test_imitation_writes_a_policy_that_schedules_validly(tiny_policy: Path) -> 
     assert res.metrics()["jobs_completed"] == 120
     used = res.attained_by_type > 0
     assert (used.sum(axis=1) >= 1).all()
+    program_only = tiny_policy.parent / "program-only"
+    shutil.copytree(tiny_policy, program_only)
+    (program_only / "policy.pt").unlink()
+    sim = build_simulator("small-hetero", "synthetic:120,load=1.0,model_rule=gavel", seed=1)
+    assert np.array_equal(sim.run(make_scheduler_by_name(f"marl:{program_only}", 0)).end, res.end)
 
 
 def test_bad_imitation_config_names_the_field() -> None:

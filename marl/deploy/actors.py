@@ -13,7 +13,6 @@ on other nodes need no shared disk, and actors are spread over the nodes.
 
 from __future__ import annotations
 
-import io
 import os
 import time
 from collections.abc import Mapping
@@ -24,6 +23,7 @@ import numpy as np
 import ray
 import torch
 
+from marl.deploy.policy_files import TORCHSCRIPT, network_file, network_from_bytes
 from marl.env.priority_agents import PriorityAgents
 from marl.models.inference import cpu_inference, subnormals_flushed
 
@@ -32,15 +32,21 @@ PRIORITY_KEYS: tuple[str, ...] = ("jobs", "parts")  # the priority network's inp
 
 @ray.remote(max_restarts=-1, max_task_retries=-1)
 class PolicyActor:
-    """The policy of a group of agents: TorchScript loaded from bytes, single-threaded batched inference."""
+    """The policy of a group of agents: the network loaded from its file's bytes (TorchScript, or the
+    ``torch.export`` program where TorchScript is not read), single-threaded batched inference."""
 
     def __init__(
-        self, policy_bytes: bytes, agents: list[int], num_threads: int = 1, keys: tuple[str, ...] = PRIORITY_KEYS
+        self,
+        policy_bytes: bytes,
+        agents: list[int],
+        num_threads: int = 1,
+        keys: tuple[str, ...] = PRIORITY_KEYS,
+        file_name: str = TORCHSCRIPT,
     ) -> None:
         cpu_inference(num_threads)
         self.agents = list(agents)
         self.keys = tuple(keys)
-        self.module = torch.jit.load(io.BytesIO(policy_bytes), map_location="cpu").eval()
+        self.module = network_from_bytes(policy_bytes, file_name).eval()
         self.calls = 0
         self.decisions = 0
         self.busy_s = 0.0
@@ -85,7 +91,7 @@ class RayActorScorer:
         num_cpus: float | None = None,
         num_threads: int = 1,
     ) -> None:
-        from marl.deploy.priority_export import TORCHSCRIPT, is_priority_policy, read_priority_metadata
+        from marl.deploy.priority_export import is_priority_policy, read_priority_metadata
         from marl.models.priority_net import PLACING_INPUTS
 
         if not is_priority_policy(policy_dir):
@@ -93,9 +99,9 @@ class RayActorScorer:
         self.policy_dir = Path(policy_dir)
         self.num_agents = int(num_agents)
         self.keys = PLACING_INPUTS if read_priority_metadata(policy_dir).get("placing") else PRIORITY_KEYS
-        blob = (self.policy_dir / TORCHSCRIPT).read_bytes()
+        path = network_file(self.policy_dir)
         self._blob, self.groups, self.actors = _start_actors(
-            blob, self.num_agents, num_actors, num_cpus, num_threads, keys=self.keys
+            path.read_bytes(), self.num_agents, num_actors, num_cpus, num_threads, keys=self.keys, file_name=path.name
         )
         self.calls = 0
         self.agent_calls = 0

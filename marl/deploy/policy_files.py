@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,104 @@ def load_torchscript(path: str | Path):
         raise ValueError(f"{path}: not a readable TorchScript policy ({reason[:160]}); {FIX}") from None
 
 
-__all__ = ["load_torchscript", "read_json"]
+def save_program(module, example: tuple, dynamic_shapes: tuple, path: str | Path, check: tuple) -> float:
+    """``module``'s forward exported with ``torch.export`` (the sizes named in ``dynamic_shapes`` left free)
+    and written to ``path`` through a temporary file; returns its largest difference from the module on
+    ``check``, inputs of other sizes than ``example``. TorchScript is deprecated in recent torch releases;
+    this program is what loads when TorchScript no longer does (:func:`load_network`)."""
+    import torch
+
+    path = Path(path)
+    with torch.no_grad():
+        program = torch.export.export(module, example, dynamic_shapes=dynamic_shapes)
+        got, want = program.module()(*check), module(*check)
+    got, want = (got, want) if isinstance(got, tuple | list) else ((got,), (want,))
+    err = max(float((a - b).abs().max()) for a, b in zip(got, want, strict=True))
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # torch.export wants its archive's suffix
+    torch.export.save(program, str(tmp))
+    os.replace(tmp, path)
+    return err
+
+
+def _eval_only(module):
+    """An exported program's module with ``train()``/``eval()`` that do nothing (the program refuses them):
+    it was traced in eval mode and has no other, and callers set eval mode on whatever network they get."""
+    import types
+
+    module.train = types.MethodType(lambda self, mode=True: self, module)
+    module.eval = types.MethodType(lambda self: self, module)
+    return module
+
+
+def _read_program(source):
+    """``torch.export.load`` of a path or buffer as an eval-only module, without the traceback torch logs on a
+    damaged archive before it raises (the caller names the file in one line)."""
+    import logging
+
+    import torch
+
+    logger = logging.getLogger("torch.export")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return _eval_only(torch.export.load(source).module())
+    finally:
+        logger.setLevel(level)
+
+
+def load_program(path: str | Path):
+    """A ``torch.export`` program from ``path`` as a callable module; errors name the file and the fix."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; {FIX}")
+    try:
+        return _read_program(str(path))
+    except Exception as e:  # the loader raises many kinds (zip, pickle, version) on a damaged or foreign file
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path}: not a readable torch.export program ({reason[:160]}); {FIX}") from None
+
+
+TORCHSCRIPT = "policy.pt"
+PROGRAM = "policy.pt2"
+
+
+def _read_network(folder: Path):
+    """(the file read, its network): ``policy.pt``, or ``policy.pt2`` where that is missing or unreadable."""
+    script, program = folder / TORCHSCRIPT, folder / PROGRAM
+    if script.is_file():
+        try:
+            return script, load_torchscript(script)
+        except ValueError as e:
+            if not program.is_file():
+                raise
+            net = load_program(program)  # names policy.pt2 if it is damaged as well
+            warnings.warn(f"{e}; reading {PROGRAM}, the same network", stacklevel=3)
+            return program, net
+    if program.is_file():
+        return program, load_program(program)
+    raise FileNotFoundError(f"{script}: missing, and no {PROGRAM} beside it; {FIX}")
+
+
+def load_network(folder: str | Path):
+    """A policy folder's network: its TorchScript ``policy.pt`` or, where that is missing or cannot be read
+    (a torch without TorchScript), its ``torch.export`` program ``policy.pt2``; both compute the same."""
+    return _read_network(Path(folder))[1]
+
+
+def network_file(folder: str | Path) -> Path:
+    """The file of ``folder`` that :func:`load_network` reads (to ship its bytes, e.g. to Ray actors)."""
+    return _read_network(Path(folder))[0]
+
+
+def network_from_bytes(blob: bytes, name: str):
+    """The network in the bytes of a policy file called ``name`` (``policy.pt`` or ``policy.pt2``)."""
+    import io
+
+    import torch
+
+    if name == PROGRAM:
+        return _read_program(io.BytesIO(blob))
+    return torch.jit.load(io.BytesIO(blob), map_location="cpu")
 
 
 @contextlib.contextmanager
@@ -68,3 +166,17 @@ def atomic_folder(folder: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, folder)
+
+
+__all__ = [
+    "PROGRAM",
+    "TORCHSCRIPT",
+    "atomic_folder",
+    "load_network",
+    "load_program",
+    "load_torchscript",
+    "network_file",
+    "network_from_bytes",
+    "read_json",
+    "save_program",
+]

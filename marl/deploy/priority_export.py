@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.export import Dim
 
-from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
 from marl.env.priority_agents import PriorityAgents
 from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
 from marl.env.topology_obs import CAND_FEATURES, GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES
 from marl.models.priority_net import PLACING_INPUTS, NetScorer, PlacingPriorityNet, PriorityNet
 
 KIND = "priority"
-TORCHSCRIPT = "policy.pt"
 METADATA = "metadata.json"
 
 
@@ -30,12 +30,22 @@ TOPOLOGY_FEATURES = {"gpu_features": GPU_FEATURES, "server_features": SERVER_FEA
                      "rack_features": RACK_FEATURES, "cand_features": CAND_FEATURES}  # fmt: skip
 
 
-def _example(net: PriorityNet, n: int = 8, k: int = 2) -> tuple[torch.Tensor, ...]:
-    """A random observation batch for ``net``'s inputs (half the job slots padded)."""
-    gen = torch.Generator().manual_seed(0)
-    shapes = JobSetLayout(N=n, K=k, R=2, S=2, G=4, T=3).shapes()
+def _example(
+    net: PriorityNet,
+    n: int = 8,
+    k: int = 2,
+    *,
+    batch: int = 1,
+    grid: tuple[int, int, int, int] = (2, 2, 4, 3),
+    seed: int = 0,
+) -> tuple[torch.Tensor, ...]:
+    """A random observation batch for ``net``'s inputs (half the job slots padded); ``grid``: racks, servers
+    per rack, GPUs per server and GPU types of a placing network's topology inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    r, s, g, t = grid
+    shapes = JobSetLayout(N=n, K=k, R=r, S=s, G=g, T=t).shapes()
     keys = PLACING_INPUTS if isinstance(net, PlacingPriorityNet) else ("jobs", "parts")
-    out = {key: torch.rand((1, *shapes[key]), generator=gen) for key in keys}
+    out = {key: torch.rand((batch, *shapes[key]), generator=gen) for key in keys}
     out["jobs"][..., 0] = 1.0
     out["jobs"][:, n // 2 :, :] = 0.0
     if "cands" in out:
@@ -43,9 +53,23 @@ def _example(net: PriorityNet, n: int = 8, k: int = 2) -> tuple[torch.Tensor, ..
     return tuple(out[key] for key in keys)
 
 
+def save_program_of(net: PriorityNet, path: Path) -> float:
+    """``net`` as a ``torch.export`` program at ``path``, free in the batch, job slots, partitions and (placing)
+    racks, servers, GPUs and GPU types; its largest difference from ``net`` on inputs of other sizes."""
+    b, n, k, r, s, g, t = (Dim(name, min=1) for name in ("batch", "jobs", "parts", "racks", "servers", "gpus", "types"))
+    dynamic: tuple = ({0: b, 1: n}, {0: b, 1: k})
+    if isinstance(net, PlacingPriorityNet):  # gpus, servers, racks, server_type, cands (PLACING_INPUTS)
+        dynamic += ({0: b, 1: r, 2: s, 3: g}, {0: b, 1: r, 2: s}, {0: b, 1: r}, {0: b, 1: r, 2: s, 3: t})
+        dynamic += ({0: b, 1: n, 2: t},)
+    # distinct sizes in the example, so that no two free sizes are traced as one
+    example = _example(net, 9, 3, batch=2, grid=(4, 5, 6, 7))
+    return save_program(net, example, dynamic, path, check=_example(net, 30, 4, batch=3, grid=(16, 2, 8, 3), seed=1))
+
+
 def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str, Any]) -> Path:
-    """Write ``policy.pt`` (TorchScript, any batch, slot and partition count) and ``metadata.json``
-    into ``folder`` atomically (a temporary folder renamed into place)."""
+    """Write ``policy.pt`` (TorchScript, any batch, slot and partition count), the same network as a
+    ``torch.export`` program (``policy.pt2``) and ``metadata.json`` into ``folder`` atomically (a temporary
+    folder renamed into place)."""
     folder = Path(folder)
     net = net.eval()
     placing = isinstance(net, PlacingPriorityNet)
@@ -67,6 +91,7 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
     }
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
+        full["program_max_abs_diff"] = save_program_of(net, tmp / PROGRAM)
         (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
     return folder
 
@@ -99,7 +124,7 @@ def load_priority_policy(
     with when its metadata says (placing policies: an agent must hold several GPU types to choose among
     them), else one per rack."""
     meta = read_priority_metadata(policy_dir)
-    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
+    net = load_network(policy_dir)
     agents = meta.get("agents", {})
     if num_agents is None and agents.get("num_agents"):
         num_agents = int(agents["num_agents"])

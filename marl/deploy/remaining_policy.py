@@ -19,17 +19,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.export import Dim
 
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.policies.sia import Sia
 from cluster_sim.protocol import SchedulerView
 from cluster_sim.results import write_dict_rows
-from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
 from marl.models.inference import subnormals_flushed
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, job_features
 
 KIND = "sia-remaining"
-TORCHSCRIPT = "policy.pt"
 METADATA = "metadata.json"
 
 
@@ -74,9 +74,9 @@ class LearnedWeightSia(Sia):
 def save_remaining_policy(
     net: RemainingWorkNet, folder: str | Path, meta: dict, plot: Callable[[dict, Path], None] | None = None
 ) -> Path:
-    """``policy.pt`` (TorchScript), ``metadata.json`` (with the export's largest difference from the module),
-    ``progress.csv`` (one row per training round) and, with ``plot``, the figure it draws as ``plot(meta,
-    path)``; written atomically."""
+    """``policy.pt`` (TorchScript), ``policy.pt2`` (the same as a ``torch.export`` program), ``metadata.json``
+    (with each export's largest difference from the module), ``progress.csv`` (one row per training round)
+    and, with ``plot``, the figure it draws as ``plot(meta, path)``; written atomically."""
     net = net.eval()
     x = torch.randn(7, len(FEATURES))
     with torch.no_grad():
@@ -84,12 +84,20 @@ def save_remaining_policy(
         err = float((scripted(x) - net(x)).abs().max())
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
-        full = {**meta, "export_max_abs_diff": err}
+        full = {**meta, "export_max_abs_diff": err, "program_max_abs_diff": save_program_of(net, tmp / PROGRAM)}
         (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
         write_dict_rows(meta.get("progress", []), tmp / "progress.csv")
         if plot is not None:
             plot(full, tmp / "estimates.png")
     return Path(folder)
+
+
+def save_program_of(net: RemainingWorkNet, path: Path) -> float:
+    """``net`` as a ``torch.export`` program at ``path``, free in the job count; its largest difference from
+    ``net`` on another count."""
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn(7, len(FEATURES), generator=gen), torch.randn(40, len(FEATURES), generator=gen)
+    return save_program(net, rows[:1], ({0: Dim("jobs", min=1)},), path, check=rows[1:])
 
 
 def is_remaining_policy(policy_dir: str | Path) -> bool:
@@ -106,7 +114,7 @@ def load_remaining_policy(policy_dir: str | Path, *, name: str = "marl") -> Lear
             f"{path}: features {meta.get('features')} differ from this version's {list(FEATURES)}; retrain it "
             "(python -m marl.training.remaining_work)"
         )
-    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
+    net = load_network(policy_dir)
     sia = meta.get("sia", {})
     return LearnedWeightSia(net, power=float(meta.get("power", 0.5)), name=name, **sia)
 

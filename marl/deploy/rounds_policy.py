@@ -8,21 +8,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.export import Dim
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.results import write_dict_rows
-from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
 
 KIND = "rounds"
-TORCHSCRIPT = "policy.pt"
 METADATA = "metadata.json"
 
 
 def save_rounds_policy(
     net: PairScorer, folder: str | Path, meta: dict, plot: Callable[[list, Path, str], None] | None = None
 ) -> Path:
-    """``policy.pt`` (TorchScript, any job and type count), ``metadata.json``, ``progress.csv`` and, with
+    """``policy.pt`` (TorchScript, any job and type count), ``policy.pt2`` (the same as a ``torch.export``
+    program), ``metadata.json``, ``progress.csv`` and, with
     ``plot``, the learning curve it draws as ``plot(rows, path, teacher)``."""
     net = net.eval()
     x, m = torch.rand(5, 3, len(FEATURES)), torch.rand(5, 3) > 0.3
@@ -31,12 +32,25 @@ def save_rounds_policy(
         err = float((scripted(x, m) - net(x, m)).abs().max())
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
-        (tmp / METADATA).write_text(json.dumps({**meta, "export_max_abs_diff": err}, indent=2) + "\n")
+        full = {**meta, "export_max_abs_diff": err, "program_max_abs_diff": save_program_of(net, tmp / PROGRAM)}
+        (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
         rows = meta.get("progress", [])
         write_dict_rows(rows, tmp / "progress.csv")
         if rows and plot is not None:
             plot(rows, tmp / "learning_curve.png", meta.get("teacher", "rounds-oracle"))
     return Path(folder)
+
+
+def save_program_of(net: PairScorer, path: Path) -> float:
+    """``net`` as a ``torch.export`` program at ``path``, free in the job and GPU type counts; its largest
+    difference from ``net`` on inputs of other sizes."""
+    jobs, types = Dim("jobs", min=1), Dim("types", min=1)
+    gen = torch.Generator().manual_seed(0)
+
+    def pairs(n: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.rand(n, t, len(FEATURES), generator=gen), torch.rand(n, t, generator=gen) > 0.3
+
+    return save_program(net, pairs(7, 3), ({0: jobs, 1: types}, {0: jobs, 1: types}), path, check=pairs(40, 4))
 
 
 def is_rounds_policy(policy_dir: str | Path) -> bool:
@@ -52,5 +66,5 @@ def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredR
             f"{Path(policy_dir) / METADATA}: features {meta.get('features')} differ from this version's "
             f"{list(FEATURES)}; retrain it (python -m marl.training.rounds_es)"
         )
-    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
+    net = load_network(policy_dir)
     return ScoredRounds(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)

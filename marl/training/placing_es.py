@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from marl.deploy.policy_files import load_torchscript
-from marl.deploy.priority_export import TORCHSCRIPT, read_priority_metadata, save_priority_policy
+from marl.deploy.policy_files import load_network
+from marl.deploy.priority_export import read_priority_metadata, save_priority_policy
 from marl.models.priority_net import NetScorer, PlacingPriorityNet
 from marl.training.es import AntitheticES
 from marl.training.rounds_es import RoundsESConfig, plot_es, search, search_record, training_starts
@@ -68,7 +68,7 @@ def initial_network(cfg: PlacingESConfig) -> PlacingPriorityNet:
         return PlacingPriorityNet(cfg.hidden)
     meta = read_priority_metadata(cfg.init)
     net = PlacingPriorityNet(int(meta["hidden"]))
-    state = load_torchscript(Path(cfg.init) / TORCHSCRIPT).state_dict()
+    state = load_network(cfg.init).state_dict()
     net.load_state_dict(state) if meta.get("placing") else net.load_order_head(state)
     return net
 

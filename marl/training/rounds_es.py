@@ -39,8 +39,8 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.results import save_figure
-from marl.deploy.policy_files import load_torchscript, read_json
-from marl.deploy.rounds_policy import KIND, METADATA, TORCHSCRIPT, save_rounds_policy
+from marl.deploy.policy_files import load_network, read_json
+from marl.deploy.rounds_policy import KIND, METADATA, save_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
 from marl.training.es import AntitheticES
 from marl.training.rounds_imitation import config_main
@@ -132,7 +132,7 @@ def initial_network(cfg: RoundsESConfig) -> PairScorer:
         if meta.get("agent") != KIND or meta.get("features") != list(FEATURES):
             raise ValueError(f"init: {cfg.init} is not a rounds policy of this version's features; retrain it")
         net = PairScorer(hidden=int(meta["hidden"]), drop=tuple(meta.get("dropped_features", ())))
-        net.load_state_dict(load_torchscript(Path(cfg.init) / TORCHSCRIPT).state_dict())
+        net.load_state_dict(load_network(cfg.init).state_dict())
         return net
     return PairScorer(hidden=cfg.hidden, prior=cfg.prior)
 
