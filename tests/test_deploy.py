@@ -129,11 +129,15 @@ def test_the_torch_export_program_alone_schedules_as_the_torchscript(
     ray_local, priority_dir: Path, reference, tmp_path: Path
 ) -> None:
     """Where TorchScript is gone (``policy.pt`` missing or unreadable) the folder's ``policy.pt2`` loads and
-    schedules decision for decision as the TorchScript did, in process and on Ray actors; a damaged program
-    is named with the fix."""
+    schedules decision for decision as the TorchScript did; Ray actors serve it with the same scores; a
+    damaged program is named with the fix."""
     import shutil
 
-    from marl.deploy.actors import deploy_policy
+    import torch
+
+    from marl.deploy.actors import RayActorScorer
+    from marl.deploy.policy_files import load_torchscript
+    from marl.deploy.priority_export import _example
 
     only = tmp_path / "program-only"
     shutil.copytree(priority_dir, only)
@@ -141,11 +145,15 @@ def test_the_torch_export_program_alone_schedules_as_the_torchscript(
     sched = load_marl_policy(only)
     sched.agents_wanted = 4
     _same_results(_sim().run(sched), reference[0])
-    sched, policy = deploy_policy(only, num_agents=4, num_actors=2, num_cpus=0.25)
+    script = load_torchscript(priority_dir / "policy.pt")
+    jobs, parts = _example(script, 8, 2, batch=4)  # four agents' observations
+    policy = RayActorScorer(only, 4, num_actors=2, num_cpus=0.25)
     try:
-        _same_results(_sim().run(sched), reference[0])
+        served = policy({"jobs": jobs.numpy(), "parts": parts.numpy()})
     finally:
         policy.shutdown()
+    with torch.no_grad():
+        np.testing.assert_array_equal(served, script(jobs, parts)[0].numpy())
     (only / "policy.pt").write_bytes(b"not TorchScript")
     with pytest.warns(UserWarning, match="policy.pt: not a readable TorchScript policy"):
         assert load_marl_policy(only).scorer is not None
