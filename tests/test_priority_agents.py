@@ -253,7 +253,11 @@ def test_shipped_policy_loads_and_schedules(window: str) -> None:
 
 
 @pytest.mark.slow
-def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces_dir: Path) -> None:
+def test_brief_rllib_training_is_seeded_and_exports_a_policy_with_its_tuned_margin(
+    ray_local, tmp_path: Path, traces_dir: Path
+) -> None:
+    # Two env runners, episodes ending inside the batch, two PPO updates: the same seed trains the same
+    # network bit for bit. The first run also selects its margin (the tune section) on two training windows.
     import json
 
     import yaml
@@ -262,35 +266,38 @@ def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces
     from marl.training.priority_train import train_priority
 
     cfg = {
-        "env": {
-            "trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv",
-            "window_days": 1.0,
-            "load": 0.5,
-            "train_start": 2_592_000,
-            "train_end": 3_000_000,
-            "interference": "none",
-            "interference_data": None,
-        },
+        "env": {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "window_days": 0.1,
+                "load": [0.8, 1.1], "train_start": 2_592_000, "train_end": 3_600_000, "interference": "none",
+                "interference_data": None},
         "model": {"hidden": 16},
-        "ppo": {"iterations": 2, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
-                "num_env_runners": 1},
-        "tune": {"factors": [1.5, 31], "days": 0.5, "stride": 3.0, "load": 0.5, "workers": 2},
+        "ppo": {"iterations": 2, "train_batch_size": 1200, "minibatch_size": 600, "num_epochs": 2,
+                "num_env_runners": 2},
+        "seed": 3,
     }  # fmt: skip
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = train_priority(path, tmp_path / "run", log=lambda s: None)
-    assert out["iterations"] == 2
-    assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
+    tune = {"factors": [1.5, 31], "days": 0.5, "stride": 6.0, "load": 0.5, "workers": 2}
+    states, outs = [], {}
+    for run in ("a", "b"):
+        path = tmp_path / f"{run}.yaml"
+        path.write_text(yaml.safe_dump({**cfg, "tune": tune} if run == "a" else cfg))
+        outs[run] = out = train_priority(path, tmp_path / run, log=lambda s: None)
+        assert out["iterations"] == 2 and out["rows"][-1]["episodes"] >= 1
+        net = torch.jit.load(str(tmp_path / run / "policy" / "policy.pt")).state_dict()
+        meta = json.loads((tmp_path / run / "policy" / "metadata.json").read_text())
+        states.append((net, meta["trained"]["log_std"]))
+    (a, std_a), (b, std_b) = states
+    assert std_a == std_b and all(torch.equal(a[k], b[k]) for k in a)
+    assert std_a != -1.0  # and it did learn something: the score noise moved from its initial value
+    assert (tmp_path / "a" / "learning_curve.png").stat().st_size > 1000
     # the tune section selected the exported policy's margin on two training windows, and it runs with it
-    tuned = out["tuned"]
-    assert len(tuned["windows"]) == 2 and tuned["factor"] in (1.5, 31.0)
-    assert tuned["command"] == f"marlsched train-priority --config {path} --out {tmp_path / 'run'}"
+    tuned = outs["a"]["tuned"]
+    assert len(tuned["windows"]) == 2 and tuned["factor"] in (1.5, 31.0) and "tuned" not in outs["b"]
+    assert tuned["command"] == f"marlsched train-priority --config {tmp_path / 'a.yaml'} --out {tmp_path / 'a'}"
     table = np.array(tuned["avg_jct"])
     assert table.shape == (2, 2)
     assert tuned["factor"] == tuned["factors"][int(np.argmin((table / table.mean(1, keepdims=True)).mean(0)))]
-    sched = load_priority_policy(tmp_path / "run" / "policy", num_agents=4)
+    sched = load_priority_policy(tmp_path / "a" / "policy", num_agents=4)
     assert sched.hysteresis == pytest.approx(np.log(tuned["factor"]))
-    meta = json.loads((tmp_path / "run" / "policy" / "metadata.json").read_text())
+    meta = json.loads((tmp_path / "a" / "policy" / "metadata.json").read_text())
     assert meta["tuned"]["factor"] == tuned["factor"]
     # the recorded figure is what the loaded policy does on that window
     spec = tuned["windows"][1]
@@ -298,40 +305,10 @@ def test_brief_rllib_training_exports_a_policy(ray_local, tmp_path: Path, traces
 
 
 @pytest.mark.slow
-def test_same_seed_same_policy(ray_local, tmp_path: Path, traces_dir: Path) -> None:
-    # Two env runners, episodes ending inside the batch, two PPO updates: the same seed trains the same
-    # network bit for bit.
-    import json
-
-    import yaml
-
-    from marl.training.priority_train import train_priority
-
-    cfg = {
-        "env": {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "window_days": 0.1,
-                "load": [0.8, 1.1], "train_start": 2_592_000, "train_end": 3_600_000},
-        "model": {"hidden": 16},
-        "ppo": {"iterations": 2, "train_batch_size": 1200, "minibatch_size": 600, "num_epochs": 2,
-                "num_env_runners": 2},
-    }  # fmt: skip
-    states = []
-    for run in ("a", "b"):
-        path = tmp_path / f"{run}.yaml"
-        path.write_text(yaml.safe_dump({**cfg, "seed": 3}))
-        out = train_priority(path, tmp_path / run, log=lambda s: None)
-        assert out["rows"][-1]["episodes"] >= 1
-        net = torch.jit.load(str(tmp_path / run / "policy" / "policy.pt")).state_dict()
-        meta = json.loads((tmp_path / run / "policy" / "metadata.json").read_text())
-        states.append((net, meta["trained"]["log_std"]))
-    (a, std_a), (b, std_b) = states
-    assert std_a == std_b and all(torch.equal(a[k], b[k]) for k in a)
-    assert std_a != -1.0  # and it did learn something: the score noise moved from its initial value
-
-
-@pytest.mark.slow
 def test_training_starts_from_a_policy_folder(ray_local, tmp_path: Path, traces_dir: Path) -> None:
     # PPO fine-tuning of a trained policy (the DAgger stage's): every module copy starts from its weights and
     # the env runs with its margin; with a learning rate of 0 the exported network is the start, bit for bit.
+    # The start folder holds only its torch.export program (as under a torch without TorchScript).
     import yaml
 
     from marl.deploy.priority_export import save_priority_policy
@@ -341,6 +318,7 @@ def test_training_starts_from_a_policy_folder(ray_local, tmp_path: Path, traces_
     start = PriorityNet(16)
     torch.nn.init.normal_(start.score[-1].weight, std=0.3)  # not the QSSF start: a residual that matters
     save_priority_policy(start, tmp_path / "start", {"agents": {"hysteresis": float(np.log(4.0))}})
+    (tmp_path / "start" / "policy.pt").unlink()
     cfg = {
         "env": {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "window_days": 0.1,
                 "load": 0.9, "train_start": 2_592_000, "train_end": 3_600_000},

@@ -102,11 +102,14 @@ def test_bad_imitation_config_names_the_field() -> None:
 
 def test_same_seed_same_policy(tmp_path: Path, traces_dir: Path) -> None:
     """Training twice with the same seed gives the same scores on the same state (behaviour cloning on
-    the teacher's rounds: the part where seeding matters, the data order and the initial weights)."""
+    the teacher's rounds: the part where seeding matters, the data order and the initial weights), also
+    when the second run plays its two windows in two processes."""
     trace = f"philly:{traces_dir / 'pollux-osdi21' / 'traces' / 'philly.csv'},model_rule=gavel"
-    cfg = ImitationConfig(trace=trace, **{**TINY, "iterations": 0})
-    for k in ("a", "b", "untrained"):
-        train(cfg if k != "untrained" else replace(cfg, iterations=-1), tmp_path / k)
+    cfg = ImitationConfig(trace=trace, **{**TINY, "iterations": 0, "windows": 2, "days": 0.125, "load": 0.1})
+    runs = {"a": cfg, "b": replace(cfg, workers=2), "untrained": replace(cfg, iterations=-1)}
+    metas = {k: train(c, tmp_path / k) for k, c in runs.items()}
+    same = [[(r["avg_jct"], r["rounds"], r["loss"]) for r in metas[k]["progress"]] for k in ("a", "b")]
+    assert same[0] == same[1] and same[0][0][1] > 0
     a, b, untrained = (load_rounds_policy(tmp_path / k) for k in ("a", "b", "untrained"))
     sim = build_simulator("small-hetero", "synthetic:60,load=1.0,model_rule=gavel", seed=2)
     sim.reset()
@@ -162,12 +165,12 @@ def es_config(traces_dir: Path, **kw) -> RoundsESConfig:
     nov1 = 4_973_359.0
     base = dict(cluster="sia-hetero", trace=trace, interference_data=gavel, days=0.25, train_first=nov1 - 1.5 * 86_400,
                 train_last=nov1 - 1.25 * 86_400, validation_first=nov1 - 86_400, validation_windows=1,
-                validation_days=0.25, hidden=8, pairs=1, iterations=2, eval_every=1, workers=1)  # fmt: skip
+                validation_days=0.25, hidden=8, pairs=1, iterations=1, eval_every=1, workers=1)  # fmt: skip
     return RoundsESConfig(**{**base, **kw})
 
 
 def test_es_writes_a_policy_no_worse_than_its_warm_start_and_is_seeded(tmp_path: Path, traces_dir: Path) -> None:
-    """Two ES iterations on 6-hour windows from the ``gavel-las`` warm start: the folder loads as ``marl:DIR``
+    """An ES iteration on 6-hour windows from the ``gavel-las`` warm start: the folder loads as ``marl:DIR``
     and schedules validly, the selected network is no worse than the warm start on validation (the warm
     start itself can be selected), the progress has a row per iteration, and the same seed gives the same
     weights."""
@@ -179,8 +182,8 @@ def test_es_writes_a_policy_no_worse_than_its_warm_start_and_is_seeded(tmp_path:
     metas = [es_train(es_config(traces_dir), tmp_path / k, log=lambda *_: None) for k in ("a", "b")]
     meta = json.loads((tmp_path / "a" / "metadata.json").read_text())
     assert meta["agent"] == "rounds" and meta["export_max_abs_diff"] < 1e-5
-    assert meta["validation_vs_warm_start"] <= 0.0 and meta["selected_iteration"] in (0, 1, 2)
-    assert [r["iteration"] for r in metas[0]["progress"]] == [0, 1, 2]
+    assert meta["validation_vs_warm_start"] <= 0.0 and meta["selected_iteration"] in (0, 1)
+    assert [r["iteration"] for r in metas[0]["progress"]] == [0, 1]
     assert (tmp_path / "a" / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     a, b = (load_rounds_policy(tmp_path / k) for k in ("a", "b"))
     assert all(
@@ -224,7 +227,7 @@ def test_antithetic_es_climbs_a_quadratic_and_checks_its_fitnesses() -> None:
 def test_lookahead_teacher_labels_the_students_states(tmp_path: Path) -> None:
     """With the look-ahead teacher (``lookahead-oracle``: gavel-las whose settings are played ahead on clones),
     imitation records labelled rounds from the teacher's run and the student's own, on a cluster small enough
-    that jobs queue; windows played in two processes give the same policy as in one."""
+    that jobs queue."""
     import json
 
     import yaml
@@ -241,11 +244,8 @@ def test_lookahead_teacher_labels_the_students_states(tmp_path: Path) -> None:
         prior="gavel-las", stay=0.0, lookahead_every=3, horizon=3600.0,
         **{**TINY, "first_start": 0.0, "days": 0.4, "load": 1.2, "windows": 2},
     )  # fmt: skip
-    metas = [train(replace(cfg, workers=w), tmp_path / f"w{w}") for w in (1, 2)]
-    assert metas[0]["teacher"] == "lookahead-oracle"
-    rows = metas[0]["progress"]
+    meta = train(replace(cfg, workers=2), tmp_path / "w2")
+    assert meta["teacher"] == "lookahead-oracle"
+    rows = meta["progress"]
     assert [r["acted"] for r in rows] == ["teacher", "student"] and rows[1]["rounds"] > rows[0]["rounds"] > 0
-    assert [r["avg_jct"] for r in rows] == [r["avg_jct"] for r in metas[1]["progress"]]
     assert json.loads((tmp_path / "w2" / "metadata.json").read_text())["export_max_abs_diff"] < 1e-5
-    pa, pb = (load_rounds_policy(tmp_path / f"w{w}").scorer.net for w in (1, 2))
-    assert all(torch.equal(x, y) for x, y in zip(pa.state_dict().values(), pb.state_dict().values(), strict=True))

@@ -34,8 +34,9 @@ def priority_module_spec(
     init_policy: str | None = None,
     init_type_log_std: float | None = None,
 ) -> RLModuleSpec:
-    """The shared module of all priority agents for ``layout``'s spaces. ``init_policy``: a TorchScript
-    ``PriorityNet`` (a policy folder's ``policy.pt``, absolute path) whose weights every copy starts from."""
+    """The shared module of all priority agents for ``layout``'s spaces. ``init_policy``: a policy folder's
+    network file (absolute path), its TorchScript ``policy.pt`` or ``torch.export`` program ``policy.pt2``,
+    whose weights every copy starts from."""
     return RLModuleSpec(
         module_class=PriorityRLModule,
         observation_space=layout.space(critic=True),
@@ -50,6 +51,14 @@ def priority_module_spec(
     )
 
 
+def _start_weights(path: str) -> dict[str, torch.Tensor]:
+    """The weights in a policy network file, TorchScript or (``.pt2``) ``torch.export`` program: both keep
+    the module's parameter names."""
+    if path.endswith(".pt2"):
+        return torch.export.load(path).module().state_dict()
+    return torch.jit.load(path, map_location="cpu").state_dict()
+
+
 class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
     """Shared scoring policy and centralised critic of the priority agents."""
 
@@ -58,7 +67,7 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
         self.placing = bool(cfg.get("placing", False))
         self.net = (PlacingPriorityNet if self.placing else PriorityNet)(int(cfg.get("hidden", 64)))
         if cfg.get("init_policy"):  # every copy (learner, env runners) loads the same file: no sync needed
-            state = torch.jit.load(cfg["init_policy"], map_location="cpu").state_dict()
+            state = _start_weights(cfg["init_policy"])
             placing_state = any(k.startswith("topology.") for k in state)
             if isinstance(self.net, PlacingPriorityNet) and not placing_state:
                 self.net.load_order_head(state)  # a priority policy's order, each job on its fastest type

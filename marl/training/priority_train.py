@@ -142,14 +142,14 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
-    from marl.deploy.priority_export import TORCHSCRIPT
+    from marl.deploy.policy_files import network_file
     from marl.models.priority_module import priority_module_spec
 
     p = cfg["ppo"]
     layout = PriorityEnv(cfg["env"]).layout
     model = dict(cfg["model"])
     if model["init_policy"]:  # absolute: env runners may not share the driver's working directory
-        model["init_policy"] = str((Path(model["init_policy"]) / TORCHSCRIPT).resolve())
+        model["init_policy"] = str(network_file(model["init_policy"]).resolve())
     spec = priority_module_spec(layout, **model)
     return (
         PPOConfig()
