@@ -245,8 +245,8 @@ def _prepare_out(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
 
 
 def train_if_asked(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any] | None:
-    """Train the policy the ``marl`` scheduler evaluates; skipped once done (a killed training starts again:
-    its iterations are minutes, not hours)."""
+    """Train the policy the ``marl`` scheduler evaluates; skipped once done (a killed training resumes from
+    its last checkpoint, ``train/checkpoint``)."""
     if cfg.train_config is None or MARL not in cfg.schedulers:
         return None
     run_dir = out / TRAIN_DIR
@@ -268,9 +268,10 @@ def _train_priority(cfg: ExperimentConfig, section: PriorityTrainSection, run_di
             env[key] = absolute_spec(env[key])
     conf["env"] = env
     log(f"training: starting {section.name} (priority agents, PPO) in {run_dir}")
-    t0 = time.perf_counter()
-    summary = train_priority(conf, run_dir, log=log, command=f"marlsched run {cfg.source}")
-    info = {"iterations": summary["iterations"], "train_s": time.perf_counter() - t0, "resumed": False}
+    summary = train_priority(conf, run_dir, log=log, command=f"marlsched run {cfg.source}", resume=True)
+    # train_s: the whole training's, a killed run's time up to its checkpoint included
+    info = {"iterations": summary["iterations"], "train_s": 60.0 * summary["minutes"],
+            "resumed_after": summary["resumed_after"]}  # fmt: skip
     write_atomic(run_dir / "done.json", json.dumps(info, indent=2) + "\n")
     return info
 

@@ -46,6 +46,11 @@ def add_train_commands(subparsers) -> None:
     )
     t.add_argument("--config", required=True, help="YAML config (e.g. experiments/configs/marl_philly.yaml)")
     t.add_argument("--out", required=True, help="output folder")
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a killed training in --out from its last checkpoint (OUT/checkpoint, same config)",
+    )
     t.set_defaults(func=run_train_priority)
 
     u = subparsers.add_parser(
@@ -116,7 +121,8 @@ def run_train(args: argparse.Namespace) -> int:
 def run_train_priority(args: argparse.Namespace) -> int:
     from marl.training.priority_train import train_priority
 
-    train_priority(args.config, args.out)
+    command = f"marlsched train-priority --config {args.config} --out {args.out}"
+    train_priority(args.config, args.out, command=command, resume=args.resume)
     return 0
 
 

@@ -421,6 +421,22 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     assert load_config(path)["tune"] is None  # no tune section: no margin selection after training
 
 
+def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path: Path) -> None:
+    """``--resume`` continues only the training that saved the checkpoint; another config is refused, naming
+    the folder and the fix, before anything is restored; a folder without a checkpoint starts afresh."""
+    import json
+
+    from marl.training.priority_train import _resume_point, parse_config
+
+    cfg = parse_config({"env": {"workload": "synthetic:30,load=0.9"}, "ppo": {"lr": 0.001}}, "a.yaml")
+    assert _resume_point(None, cfg, tmp_path / "checkpoint", log=print) is None
+    (tmp_path / "checkpoint").mkdir()
+    other = parse_config({"env": {"workload": "synthetic:30,load=0.9"}, "ppo": {"lr": 0.002}}, "a.yaml")
+    (tmp_path / "checkpoint" / "progress.json").write_text(json.dumps({"config": json.loads(json.dumps(other))}))
+    with pytest.raises(ValueError, match=r"checkpoint: saved by a training with another config; .* delete"):
+        _resume_point(None, cfg, tmp_path / "checkpoint", log=print)
+
+
 def test_training_windows_refuse_a_period_too_short_for_one() -> None:
     from marl.training.priority_tune import training_windows
 

@@ -233,15 +233,39 @@ def test_scaling_runs_one_policy_file_at_every_agent_count(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+class _Killed(Exception):
+    """Raised from a run's log: the run stops there as a killed one would."""
+
+
 def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Path) -> None:
     from experiments.run import run_experiment
 
-    cfg = parse_experiment_config({**TINY, "schedulers": ["marl", "fifo", "sjf"], "train": TINY_TRAIN}, "tiny.yaml")
+    train = {**TINY_TRAIN, "ppo": {**TINY_TRAIN["ppo"], "iterations": 2}}
+    cfg = parse_experiment_config({**TINY, "schedulers": ["marl", "fifo", "sjf"], "train": train}, "tiny.yaml")
     out = tmp_path / "out"
     logs: list[str] = []
+
+    def killed_in_iteration_2(line: str) -> None:
+        logs.append(line)
+        if line.startswith("iter   2"):
+            raise _Killed
+
+    # The first invocation is killed while training: it leaves the checkpoint of iteration 1, and no policy.
+    with pytest.raises(_Killed):
+        run_experiment(cfg, out, log=killed_in_iteration_2)
+    assert any(line.startswith("training: starting") for line in logs)
+    assert (out / "train" / "checkpoint" / "progress.json").is_file() and not (out / "train" / "policy").exists()
+    first = (out / "train" / "progress.csv").read_text().splitlines()
+    logs.clear()
     summary = run_experiment(cfg, out, log=logs.append)
     assert summary == {"out": str(out), "tasks_run": 9, "tasks_reused": 0}
-    assert any(line.startswith("training: starting") for line in logs)
+    assert f"resuming after iteration 1 from {out / 'train' / 'checkpoint'}" in logs
+    progress = (out / "train" / "progress.csv").read_text().splitlines()
+    assert len(progress) == 3 and progress[1] == first[1]  # iteration 1 kept, iteration 2 trained again
+    assert progress[2].split(",")[2] == str(2 * TINY_TRAIN["ppo"]["train_batch_size"])  # the step count goes on
+    meta = json.loads((out / "train" / "policy" / "metadata.json").read_text())
+    assert meta["trained"]["iterations"] == 2 and meta["trained"]["resumed_after"] == [1]
+    assert not (out / "train" / "checkpoint").exists()  # the policy is complete: nothing left to resume
     for f in ("config.yaml", "metrics.csv", "report.md", "plots/jct_cdf.png", "plots/timeline.png",
               "plots/learning_curve.png", "train/policy/metadata.json"):  # fmt: skip
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
@@ -250,21 +274,18 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Pat
     csv_lines = (out / "metrics.csv").read_text().splitlines()
     assert len(csv_lines) == 1 + 9 and csv_lines[1].startswith("marl,,1,")
 
-    # "Kill" the run: one task's results are gone, another was being written (a stale temporary folder),
-    # and the training is unfinished as far as its done marker goes.
+    # "Kill" the run: one task's results are gone, another was being written (a stale temporary folder).
     tasks = out / "tasks"
     stamps = {p.name: (p / "metrics.json").stat().st_mtime_ns for p in tasks.iterdir()}
     shutil.rmtree(tasks / "sjf__seed2")
     shutil.move(tasks / "fifo__seed3", tasks / ".fifo__seed3.tmp")
-    (out / "train" / "done.json").unlink()
     (out / "report.md").unlink()
 
     logs.clear()
     summary = run_experiment(cfg, out, log=logs.append)
     assert summary["tasks_run"] == 2 and summary["tasks_reused"] == 7
     assert "evaluation: 9 runs (7 finished before, 2 to run)" in logs
-    assert any(line.startswith("training: starting") for line in logs)  # an unfinished training starts again
-    assert (out / "train" / "done.json").is_file()
+    assert f"training: finished before ({out / 'train'})" in logs
     for name, stamp in stamps.items():
         now = (tasks / name / "metrics.json").stat().st_mtime_ns
         assert (now == stamp) == (name not in ("sjf__seed2", "fifo__seed3")), name

@@ -10,11 +10,17 @@ windows (``experiments/benchmarks/heuristic_spread.py --policies marl:OUT/snapsh
 ``tune:`` section then selects the exported policy's preemption margin on the training period
 (:mod:`marl.training.priority_tune`), so the one command ends with the policy as deployed.
 
+Every ``checkpoint_every`` iterations the algorithm (network, optimizer, connectors) and the progress so far
+are saved to ``OUT/checkpoint``; ``resume=True`` (``--resume``; ``marlsched run`` always) continues a killed
+training from there. The episodes in flight at the kill are not saved: a resumed training draws new ones,
+so it is seeded but not bit-identical to one that ran through.
+
     marlsched train-priority --config experiments/configs/marl_philly.yaml --out results/marl_philly
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -50,12 +56,14 @@ PPO_DEFAULTS: dict[str, Any] = {
     "grad_clip": 1.0,
     "sample_timeout_s": 1800,
     "snapshot_every": 10,  # export OUT/snapshots/iter-NNN every so many iterations (0: never), for selection
+    "checkpoint_every": 1,  # save OUT/checkpoint every so many iterations (0: never), to resume a killed run
 }
 # init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
 # init_type_log_std: the placing agents' type-score noise (None: init_log_std); a move needs only ln 1.2
 MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0, "init_policy": None, "init_type_log_std": None}
 CONFIG_SECTIONS = frozenset({"name", "seed", "env", "model", "ppo", "ray", "tune"})
 WARM_START_DIR = "warm_start"  # OUT/warm_start: the network before any update (the paired reference)
+CHECKPOINT_DIR = "checkpoint"  # OUT/checkpoint: the algorithm and progress after the last saved iteration
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -208,11 +216,50 @@ def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
     tmp.replace(path)
 
 
+def _as_json(cfg: Mapping[str, Any]) -> Any:
+    """``cfg`` as it reads back from JSON (tuples as lists), to compare a checkpoint's config with this one."""
+    return json.loads(json.dumps(cfg, default=str))
+
+
+def _resume_point(algo: Any, cfg: Mapping[str, Any], ckpt: Path, log: Log) -> dict[str, Any] | None:
+    """Restore ``algo`` from the checkpoint folder ``ckpt`` and return its saved progress; None where there is
+    none. A checkpoint of another config is refused with the fix."""
+    from marl.deploy.policy_files import read_json
+
+    if not (ckpt / "progress.json").is_file():
+        return None
+    saved = read_json(ckpt / "progress.json")
+    if saved.get("config") != _as_json(cfg):
+        raise ValueError(
+            f"{ckpt}: saved by a training with another config; train into another --out, or delete {ckpt} "
+            "to start this one afresh"
+        )
+    algo.restore_from_path(str((ckpt / "algo").resolve()))
+    log(f"resuming after iteration {len(saved['rows'])} from {ckpt}")
+    return saved
+
+
+def _save_checkpoint(algo: Any, cfg: Mapping[str, Any], ckpt: Path, progress: dict[str, Any]) -> None:
+    """The algorithm and ``progress`` into ``ckpt``, replacing the previous checkpoint only once complete."""
+    from marl.deploy.policy_files import atomic_folder
+
+    with atomic_folder(ckpt) as tmp:
+        algo.save_to_path(str((tmp / "algo").resolve()))
+        (tmp / "progress.json").write_text(json.dumps({"config": _as_json(cfg), **progress}, indent=1) + "\n")
+
+
 def train_priority(
-    config: str | Path | Mapping[str, Any], out_dir: str | Path, log: Log = print, command: str | None = None
+    config: str | Path | Mapping[str, Any],
+    out_dir: str | Path,
+    log: Log = print,
+    command: str | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Train, log progress, export ``OUT/warm_start`` (the network before any update) and ``OUT/policy`` and,
-    with a ``tune`` section, select its margin. ``config``: a YAML path, or a config from :func:`parse_config`."""
+    with a ``tune`` section, select its margin. ``config``: a YAML path, or a config from :func:`parse_config`.
+    ``resume``: continue from ``OUT/checkpoint`` where a killed training left one."""
+    import shutil
+
     import ray
 
     t0 = time.perf_counter()  # the minutes logged include Ray's start-up
@@ -228,12 +275,22 @@ def train_priority(
         started = True
     p = cfg["ppo"]
     rows: list[dict[str, Any]] = []
+    resumed: list[int] = []  # the iterations after which a killed training was resumed
     algo = ppo_config(cfg).build_algo()
     command = command or f"marlsched train-priority --config {config} --out {out_dir}"
-    export = _exporter(algo, cfg, rows, command)
+    export = _exporter(algo, cfg, rows, command, resumed)
+    ckpt = out / CHECKPOINT_DIR
     try:
-        export(out / WARM_START_DIR)
-        for it in range(1, int(p["iterations"]) + 1):
+        saved = _resume_point(algo, cfg, ckpt, log) if resume else None
+        finished = False
+        if saved is None:
+            export(out / WARM_START_DIR)
+        else:
+            rows.extend(saved["rows"])
+            resumed.extend([*saved["resumed"], len(rows)])
+            finished = bool(saved["finished"])
+            t0 -= 60.0 * rows[-1]["minutes"] if rows else 0.0  # the minutes continue the killed run's
+        for it in range(len(rows) + 1, 0 if finished else int(p["iterations"]) + 1):
             with subnormals_flushed():  # the learner's passes run here: a trained start reaches subnormals
                 res = train_iteration(algo, it)
             runners = res.get("env_runners", {})
@@ -257,6 +314,9 @@ def train_priority(
             every = int(p["snapshot_every"])
             if every and it % every == 0 and not last:
                 export(out / "snapshots" / f"iter-{it:03d}")
+            ckpt_every = int(p["checkpoint_every"])
+            if ckpt_every and (it % ckpt_every == 0 or last):
+                _save_checkpoint(algo, cfg, ckpt, {"rows": rows, "resumed": resumed, "finished": last})
             if last:
                 break
         policy = export(out / "policy")
@@ -265,7 +325,9 @@ def train_priority(
         algo.stop()
         if started:
             ray.shutdown()
-    summary: dict[str, Any] = {"iterations": len(rows), "rows": rows, "policy": str(out / "policy")}
+    summary: dict[str, Any] = {
+        "iterations": len(rows), "rows": rows, "policy": str(out / "policy"), "resumed_after": resumed,
+    }  # fmt: skip
     if cfg["tune"] is not None:
         from marl.training.priority_tune import tune_hysteresis
 
@@ -274,12 +336,15 @@ def train_priority(
             policy, cfg["env"], factors=t["factors"], days=t["days"], stride=t["stride"], load=t["load"],
             workers=t["workers"], command=command, log=log,
         )  # fmt: skip
+    shutil.rmtree(ckpt, ignore_errors=True)  # the policy is complete: nothing left to resume
     summary["minutes"] = (time.perf_counter() - t0) / 60.0
     log(f"training to the exported policy: {summary['minutes']:.1f} min")
     return summary
 
 
-def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], command: str) -> Callable[[Path], Path]:
+def _exporter(
+    algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], command: str, resumed: list[int]
+) -> Callable[[Path], Path]:
     """``export(folder)``: the shared module's network as a policy folder, with how it was made."""
     from marl.deploy.priority_export import save_priority_policy
     from marl.models.priority_net import PlacingPriorityNet, PriorityNet
@@ -300,6 +365,7 @@ def _exporter(algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], com
                 "command": command,
                 "config": cfg,
                 "iterations": len(rows),
+                "resumed_after": list(resumed),
                 "minutes": rows[-1]["minutes"] if rows else 0.0,
                 "log_std": float(module.log_std.detach()),
                 "type_log_std": float(module.type_log_std.detach()),
