@@ -290,6 +290,7 @@ def test_evolution_strategies_on_the_type_head_export_a_placing_policy(tmp_path:
         pairs=1,
         iterations=1,
         eval_every=1,
+        workers=1,
     )
     meta = train(cfg, tmp_path / "es", log=lambda s: None)
     assert len(meta["progress"]) == 2 and meta["progress"][0]["validation_vs_warm"] == 0.0

@@ -274,7 +274,7 @@ def test_brief_rllib_training_is_seeded_and_exports_a_policy_with_its_tuned_marg
                 "num_env_runners": 2},
         "seed": 3,
     }  # fmt: skip
-    tune = {"factors": [1.5, 31], "days": 0.5, "stride": 6.0, "load": 0.5, "workers": 2}
+    tune = {"factors": [1.5, 31], "days": 0.5, "stride": 6.0, "load": 0.5, "workers": 1}
     states, outs = [], {}
     for run in ("a", "b"):
         path = tmp_path / f"{run}.yaml"

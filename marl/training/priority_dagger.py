@@ -30,11 +30,8 @@ plot of the held-out estimates (``estimates.png``).
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -52,6 +49,7 @@ from marl.models.priority_net import NetScorer, PriorityNet
 from marl.training.priority_tune import training_windows, tune_hysteresis
 from marl.training.remaining_work import plot_holdout
 from marl.training.rounds_imitation import config_main
+from marl.training.worker_map import worker_map
 
 _KEY = JobSetLayout.column("log_expected_remaining")
 
@@ -280,10 +278,7 @@ def train(cfg: PriorityDaggerConfig, out: str | Path, *, command: str = "", log=
     chunks: list[dict[str, np.ndarray]] = []
     progress: list[dict] = []
     net: PriorityNet | None = None
-    spawn = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(cfg.workers, mp_context=spawn) if cfg.workers > 1 else None
-    with pool or contextlib.nullcontext():
-        run = pool.map if pool is not None else map  # one worker: in this process, no start-up
+    with worker_map(cfg.workers) as run:
         for rnd in range(cfg.dagger_rounds + 1):
             state = None if net is None else net.state_dict()
             specs = cfg.windows(rnd)

@@ -19,17 +19,16 @@ A training config with a ``tune:`` section (keys of :data:`TUNE_DEFAULTS`) runs 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from marl.env.priority_env import PriorityEnvConfig
+from marl.training.worker_map import worker_map
 
 FACTORS = (2.0, 4.0, 8.0, 16.0, 31.0)
 TUNE_DEFAULTS: dict[str, Any] = {"factors": list(FACTORS), "days": 7.0, "stride": 3.5, "load": 0.9, "workers": None}
@@ -94,9 +93,8 @@ def tune_hysteresis(
     log(f"{len(specs)} windows x {len(factors)} factors = {len(tasks)} simulations")
     jct = np.empty(len(tasks))
     # spawned, not forked: this runs at the end of training, in a process whose Ray threads a fork would copy
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, mp_context=ctx) as pool:
-        for i, v in enumerate(pool.map(_run, tasks)):
+    with worker_map(workers or os.cpu_count() or 1) as run:
+        for i, v in enumerate(run(_run, tasks)):
             jct[i] = v
             w, f = divmod(i, len(factors))
             log(f"[{i + 1}/{len(tasks)}] window {w} factor {factors[f]:g}: avg JCT {v:,.0f} s")

@@ -23,11 +23,8 @@ left out.
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -40,6 +37,7 @@ from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.remaining_policy import KIND, LearnedWeightSia, save_remaining_policy
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
 from marl.training.rounds_imitation import config_main
+from marl.training.worker_map import worker_map
 
 DAY = 86_400.0
 NOV1 = 4_973_359.0  # 2017-11-01, seconds from the Philly trace's first arrival
@@ -165,10 +163,7 @@ def train(cfg: RemainingWorkConfig, out: str | Path, *, command: str = "", log=N
     rows: list[dict] = []
     net: RemainingWorkNet | None = None
     scores: dict = {}
-    spawn = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(cfg.workers, mp_context=spawn) if cfg.workers > 1 else None
-    with pool or contextlib.nullcontext():
-        run = pool.map if pool is not None else map  # one worker: in this process, no start-up
+    with worker_map(cfg.workers) as run:
         for rnd in range(cfg.dagger_rounds + 1):
             count = cfg.windows if rnd == 0 else cfg.dagger_windows
             state = None if net is None else net.state_dict()

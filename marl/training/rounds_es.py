@@ -24,11 +24,9 @@ validation windows after them, and both end before 2017-11-01 (the report weeks)
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -44,6 +42,7 @@ from marl.deploy.rounds_policy import KIND, METADATA, save_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
 from marl.training.es import AntitheticES
 from marl.training.rounds_imitation import config_main
+from marl.training.worker_map import worker_map
 
 DAY = 86_400.0
 NOV1 = 4_973_359.0  # 2017-11-01, seconds from the Philly trace's first arrival
@@ -181,11 +180,11 @@ def search(
     rng = es.rng
     val_specs = cfg.validation()
     rows: list[dict] = []
-    with ProcessPoolExecutor(cfg.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with worker_map(cfg.workers) as run:
 
         def play(thetas: list[np.ndarray], specs: list[str]) -> np.ndarray:
             jobs = [job(t, s) for t in thetas for s in specs]
-            return np.array(list(pool.map(play_one, jobs)), dtype=np.float64).reshape(len(thetas), len(specs))
+            return np.array(list(run(play_one, jobs)), dtype=np.float64).reshape(len(thetas), len(specs))
 
         warm = np.log(play([theta0], val_specs)[0])
         best = {"theta": theta0.copy(), "iteration": 0, "validation": 0.0}

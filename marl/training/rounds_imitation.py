@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from cluster_sim.results import save_figure
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.inference import subnormals_flushed
 from marl.models.rounds_scorer import FEATURES, PRIORS, PairScorer, pair_features
+from marl.training.worker_map import worker_map
 
 DAY = 86_400.0
 
@@ -253,8 +253,8 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
     for it in range(cfg.iterations + 1):
         act = "teacher" if it == 0 else "student"
         state = None if act == "teacher" else {k: v.clone() for k, v in net.state_dict().items()}
-        with ProcessPoolExecutor(max(1, cfg.workers)) as pool:
-            played = list(pool.map(play_window, *zip(*[(cfg, spec, act, state) for spec in cfg.specs()], strict=True)))
+        with worker_map(cfg.workers) as run:
+            played = list(run(play_window, *zip(*[(cfg, spec, act, state) for spec in cfg.specs()], strict=True)))
         jcts = [jct for jct, _ in played]
         for _, samples in played:
             data.extend(samples)
