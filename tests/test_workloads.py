@@ -272,6 +272,23 @@ def test_philly_unsorted_ties_keep_file_order(tmp_path: Path) -> None:
     assert w.tenants == ("a", "b") and w.tenant.tolist() == [0, 1, 0]
 
 
+def test_philly_is_parsed_once_per_version_of_the_file(tmp_path: Path) -> None:
+    # Env draws reuse the parsed file; a changed file is read again, and what a caller does with its workload
+    # never reaches the next one.
+    import os
+
+    p = write(tmp_path, "p.csv", PHILLY_HEAD + PHILLY_OK + "2017-10-09 08:00:00,30.0,2,60.0,b\n")
+    first = load_philly(p)
+    first.duration[:] = 1.0
+    assert load_philly(p).duration.tolist() == [66.0, 30.0]
+    stat = p.stat()
+    p.write_text(PHILLY_HEAD + PHILLY_OK + "2017-10-09 08:00:00,40.0,2,80.0,b\n")  # same size, new contents
+    os.utime(p, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert load_philly(p).duration.tolist() == [66.0, 40.0]
+    p.write_text(PHILLY_HEAD + PHILLY_OK)
+    assert load_philly(p).duration.tolist() == [66.0]
+
+
 # ---------------------------------------------------------------- gavel
 
 
