@@ -79,7 +79,7 @@ def add_train_commands(subparsers) -> None:
         description=(
             "Write policy.pt2, the folder's network as a torch.export program, beside its TorchScript policy.pt "
             "(deprecated in recent torch); the loaders read it where TorchScript is missing or unreadable. "
-            "Folders written by this version already carry it. Kinds: priority, rounds, sia-remaining."
+            "Folders written by this version already carry it. Kinds: priority, rounds, sia-remaining, dl2, topdrl."
         ),
     )
     e.add_argument("folders", nargs="+", help="policy folders (e.g. experiments/policies/philly-small)")
@@ -143,6 +143,8 @@ def run_tune_priority(args: argparse.Namespace) -> int:
 
 
 def run_export_program(args: argparse.Namespace) -> int:
+    import marl.baselines.dl2
+    import marl.baselines.topdrl  # noqa: F401  (they register their kinds)
     from marl.deploy.programs import add_program
 
     for folder in args.folders:

@@ -164,7 +164,7 @@ def test_the_torch_export_program_alone_schedules_as_the_torchscript(
 
 def test_export_program_adds_the_program_to_a_folder_without_one(priority_dir: Path, tmp_path: Path) -> None:
     """``marlsched export-program`` writes ``policy.pt2`` into a folder from before programs and records its
-    difference from the network; a kind without a program is refused, naming the file and the kinds."""
+    difference from the network; a kind without a network is refused, naming the file and the kinds."""
     import json
     import shutil
 
@@ -181,7 +181,7 @@ def test_export_program_adds_the_program_to_a_folder_without_one(priority_dir: P
     assert json.loads((older / "metadata.json").read_text())["program_max_abs_diff"] < 1e-5
     (older / "policy.pt").unlink()
     assert load_marl_policy(older).scorer is not None
-    (tmp_path / "dl2").mkdir()
-    (tmp_path / "dl2" / "metadata.json").write_text(json.dumps({"agent": "dl2"}))
-    with pytest.raises(ValueError, match=r"metadata.json: agent 'dl2' has no torch.export program .*priority, rounds"):
-        add_program(tmp_path / "dl2")
+    (tmp_path / "meta").mkdir()  # meta-placement keeps JSON weights: no network to export
+    (tmp_path / "meta" / "metadata.json").write_text(json.dumps({"agent": "metaplace"}))
+    with pytest.raises(ValueError, match=r"metadata.json: agent 'metaplace' has no torch.export .*rounds.*dl2, topdrl"):
+        add_program(tmp_path / "meta")  # the command registered the baselines' kinds

@@ -107,6 +107,10 @@ def test_allocations_are_valid_and_the_export_runs_without_rllib(tmp_path: Path,
     assert out.returncode == 0, out.stderr
     mine = _sim(workload).run(DL2(net)).metrics()["avg_jct"]
     assert float(out.stdout.split()[-1]) == pytest.approx(mine)
+    # the torch.export program alone (a torch without TorchScript) schedules the same
+    (tmp_path / "p" / "policy.pt").unlink()
+    program = load_dl2_policy(tmp_path / "p")
+    assert _sim(workload).run(program).metrics()["avg_jct"] == mine
 
 
 class NoLengthView:

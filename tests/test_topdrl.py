@@ -102,6 +102,29 @@ def test_export_equals_the_network_and_runs_without_rllib(tmp_path: Path, window
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.split()[-1]) == len(ours)
+    # the torch.export program alone (a torch without TorchScript) schedules the same
+    (tmp_path / "p" / "policy.pt").unlink()
+    program = build_simulator("small", window, seed=0).run(load_topdrl_policy(tmp_path / "p")).jct
+    np.testing.assert_array_equal(program, ours)
+
+
+def test_export_program_fills_a_folder_from_before_programs(tmp_path: Path, window: str) -> None:
+    import json
+    import shutil
+
+    from marl.cli import main
+
+    older = tmp_path / "older"
+    shutil.copytree(SHIPPED, older)
+    (older / "policy.pt2").unlink()
+    meta = json.loads((older / "metadata.json").read_text())
+    meta.pop("program_max_abs_diff")
+    (older / "metadata.json").write_text(json.dumps(meta))
+    assert main(["export-program", str(older)]) == 0
+    assert json.loads((older / "metadata.json").read_text())["program_max_abs_diff"] < 1e-5
+    (older / "policy.pt").unlink()
+    ours = build_simulator("small", window, seed=0).run(load_topdrl_policy(SHIPPED)).jct
+    np.testing.assert_array_equal(build_simulator("small", window, seed=0).run(load_topdrl_policy(older)).jct, ours)
 
 
 def test_a_folder_of_another_version_is_refused_with_the_file(tmp_path: Path) -> None:

@@ -33,10 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.export import Dim
 
 from cluster_sim.policies.optimus_elastic import ElasticOptimus
 from cluster_sim.protocol import RUNNING, SchedulerView
-from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
+from marl.deploy.programs import register_kind
 
 KIND = "dl2"
 JOB_FEATURES = (
@@ -55,7 +57,7 @@ JOB_FEATURES = (
     "age",
 )
 GLOBAL_FEATURES = ("free_share", "jobs", "admitted_share")
-TORCHSCRIPT, METADATA = "policy.pt", "metadata.json"
+METADATA = "metadata.json"
 _H = 3600.0
 
 
@@ -330,14 +332,30 @@ def pad_steps(steps: list[tuple]) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return torch.from_numpy(feats), torch.from_numpy(glob), torch.from_numpy(mask)
 
 
+def _example(batch: int, jobs: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random inputs of :class:`DL2Net` (each state with its first job allowed a step)."""
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.rand(batch, jobs + 1, generator=gen) > 0.3
+    mask[:, 0] = True
+    return (
+        torch.rand(batch, jobs, len(JOB_FEATURES), generator=gen),
+        torch.rand(batch, len(GLOBAL_FEATURES), generator=gen),
+        mask,
+    )
+
+
+def save_program_of(net: DL2Net, path: Path) -> float:
+    """``net`` as a ``torch.export`` program at ``path``, free in the batch and the job count; its largest
+    difference from ``net`` on inputs of other sizes."""
+    b, n = Dim("batch", min=1), Dim("jobs", min=1)
+    return save_program(net, _example(2, 6, 0), ({0: b, 1: n}, {0: b}, {0: b, 1: n + 1}), path, _example(3, 11, 1))
+
+
 def save_dl2_policy(net: DL2Net, folder: str | Path, meta: dict) -> Path:
-    """``policy.pt`` (TorchScript) and ``metadata.json``, written atomically; the export's largest
-    difference from the module on a random input is recorded."""
+    """``policy.pt`` (TorchScript), the same network as a ``torch.export`` program (``policy.pt2``) and
+    ``metadata.json``, written atomically; each export's largest difference from the module is recorded."""
     net = net.eval()
-    gen = torch.Generator().manual_seed(0)
-    jobs = torch.rand(2, 6, len(JOB_FEATURES), generator=gen)
-    glob = torch.rand(2, len(GLOBAL_FEATURES), generator=gen)
-    mask = torch.tensor([[True] * 7, [True, False, True, False, False, False, False]])
+    jobs, glob, mask = _example(2, 6, 0)
     with torch.no_grad():
         scripted = torch.jit.script(net)
         diff = (scripted(jobs, glob, mask) - net(jobs, glob, mask)).abs()
@@ -346,6 +364,7 @@ def save_dl2_policy(net: DL2Net, folder: str | Path, meta: dict) -> Path:
     meta = {k: v for k, v in meta.items() if k != "extra_files"}
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
+        program_err = save_program_of(net, tmp / PROGRAM)
         doc = {
             "format": "marlsched-policy",
             "agent": KIND,
@@ -354,6 +373,7 @@ def save_dl2_policy(net: DL2Net, folder: str | Path, meta: dict) -> Path:
             **meta,
         }
         doc["export_max_abs_diff"] = err
+        doc["program_max_abs_diff"] = program_err
         (tmp / METADATA).write_text(json.dumps(doc, indent=2) + "\n")
         for name in extra:
             src = Path(name)
@@ -368,7 +388,8 @@ def is_dl2_policy(policy_dir: str | Path) -> bool:
 
 
 def load_dl2_policy(policy_dir: str | Path, *, name: str = KIND) -> DL2:
-    """The DL2 policy exported in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
+    """The DL2 policy exported in ``policy_dir`` as a cluster_sim scheduler (TorchScript, or its
+    ``torch.export`` program where TorchScript cannot be read; no RLlib)."""
     meta_path = Path(policy_dir) / METADATA
     meta = read_json(meta_path)
     if meta.get("agent") != KIND:
@@ -382,7 +403,10 @@ def load_dl2_policy(policy_dir: str | Path, *, name: str = KIND) -> DL2:
                 f"{meta_path}: {key} {meta.get(key)} differ from this version's {list(want)}; "
                 "retrain it with `marlsched train`"
             )
-    return DL2(load_torchscript(Path(policy_dir) / TORCHSCRIPT), name=name)
+    return DL2(load_network(policy_dir), name=name)
+
+
+register_kind(KIND, lambda meta: (DL2Net(hidden=int(meta["hidden"])), save_program_of))  # `marlsched export-program`
 
 
 __all__ = [
@@ -395,4 +419,5 @@ __all__ = [
     "load_dl2_policy",
     "pad_steps",
     "save_dl2_policy",
+    "save_program_of",
 ]

@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.export import Dim
 
 from cluster_sim.placement import FreePool
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, SchedulerView, Start
-from marl.deploy.policy_files import atomic_folder, load_torchscript, read_json
+from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
+from marl.deploy.programs import register_kind
 
 KIND = "topdrl"
 SLOTS = 8  # GPU slots per server row of the cluster image (servers with fewer are padded)
@@ -51,7 +53,7 @@ JOB_FEATURES = (
     "position",
 )
 GLOBAL_FEATURES = ("queue_length", "free_share", "fitting")
-TORCHSCRIPT, METADATA = "policy.pt", "metadata.json"
+METADATA = "metadata.json"
 _H = 3600.0
 
 
@@ -247,17 +249,33 @@ class TopDRL(PolicyScheduler):
         return int(self.rng.choice(len(p), p=p / p.sum()))
 
 
-def save_topdrl_policy(net: TopDRLNet, folder: str | Path, meta: dict) -> Path:
-    """``policy.pt`` (TorchScript, any cluster size) and ``metadata.json``, written atomically; the
-    export's largest difference from the module on a random input is recorded."""
-    net = net.eval()
-    gen = torch.Generator().manual_seed(0)
-    args = (
-        torch.rand(2, len(CLUSTER_CHANNELS) * SLOTS, 12, generator=gen),
-        torch.rand(2, len(GLOBAL_FEATURES), generator=gen),
-        torch.rand(2, 5, len(JOB_FEATURES), generator=gen),
-        torch.tensor([[True] * 5, [True, True, False, False, False]]),
+def _example(batch: int, servers: int, jobs: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """Random inputs of :class:`TopDRLNet` (each queue with its first slot holding a job)."""
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.rand(batch, jobs, generator=gen) > 0.3
+    mask[:, 0] = True
+    return (
+        torch.rand(batch, len(CLUSTER_CHANNELS) * SLOTS, servers, generator=gen),
+        torch.rand(batch, len(GLOBAL_FEATURES), generator=gen),
+        torch.rand(batch, jobs, len(JOB_FEATURES), generator=gen),
+        mask,
     )
+
+
+def save_program_of(net: TopDRLNet, path: Path) -> float:
+    """``net`` as a ``torch.export`` program at ``path``, free in the batch, the servers and the visible jobs;
+    its largest difference from ``net`` on inputs of other sizes."""
+    b, s, k = Dim("batch", min=1), Dim("servers", min=1), Dim("jobs", min=1)
+    dynamic = ({0: b, 2: s}, {0: b}, {0: b, 1: k}, {0: b, 1: k})
+    return save_program(net, _example(2, 12, 5, 0), dynamic, path, _example(3, 40, 10, 1))
+
+
+def save_topdrl_policy(net: TopDRLNet, folder: str | Path, meta: dict) -> Path:
+    """``policy.pt`` (TorchScript, any cluster size), the same network as a ``torch.export`` program
+    (``policy.pt2``) and ``metadata.json``, written atomically; each export's largest difference from the
+    module is recorded."""
+    net = net.eval()
+    args = _example(2, 12, 5, 0)
     with torch.no_grad():
         scripted = torch.jit.script(net)
         diff = (scripted(*args) - net(*args)).abs()
@@ -266,6 +284,7 @@ def save_topdrl_policy(net: TopDRLNet, folder: str | Path, meta: dict) -> Path:
     meta = {k: v for k, v in meta.items() if k != "extra_files"}
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
+        program_err = save_program_of(net, tmp / PROGRAM)
         doc = {
             "format": "marlsched-policy",
             "agent": KIND,
@@ -274,6 +293,7 @@ def save_topdrl_policy(net: TopDRLNet, folder: str | Path, meta: dict) -> Path:
             "global_features": list(GLOBAL_FEATURES),
             **meta,
             "export_max_abs_diff": err,
+            "program_max_abs_diff": program_err,
         }
         (tmp / METADATA).write_text(json.dumps(doc, indent=2) + "\n")
         for name in extra:  # files written beside the policy (progress, learning curve)
@@ -289,7 +309,8 @@ def is_topdrl_policy(policy_dir: str | Path) -> bool:
 
 
 def load_topdrl_policy(policy_dir: str | Path, *, name: str = KIND, gpu_type: str | None = None) -> TopDRL:
-    """The TopDRL policy exported in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
+    """The TopDRL policy exported in ``policy_dir`` as a cluster_sim scheduler (TorchScript, or its
+    ``torch.export`` program where TorchScript cannot be read; no RLlib)."""
     meta_path = Path(policy_dir) / METADATA
     meta = read_json(meta_path)
     if meta.get("agent") != KIND:
@@ -307,8 +328,21 @@ def load_topdrl_policy(policy_dir: str | Path, *, name: str = KIND, gpu_type: st
                 f"{meta_path}: {key} {meta.get(key)} differ from this version's {list(want)}; "
                 "retrain it with `marlsched train`"
             )
-    net = load_torchscript(Path(policy_dir) / TORCHSCRIPT)
+    net = load_network(policy_dir)
     return TopDRL(net, slots=int(meta["slots"]), gpu_type=gpu_type or meta.get("gpu_type", "any"), name=name)
 
 
-__all__ = ["KIND", "TopDRL", "TopDRLNet", "is_topdrl_policy", "load_topdrl_policy", "save_topdrl_policy"]
+register_kind(  # `marlsched export-program`
+    KIND, lambda meta: (TopDRLNet(hidden=int(meta["hidden"]), pooled=int(meta["pooled"])), save_program_of)
+)
+
+
+__all__ = [
+    "KIND",
+    "TopDRL",
+    "TopDRLNet",
+    "is_topdrl_policy",
+    "load_topdrl_policy",
+    "save_program_of",
+    "save_topdrl_policy",
+]

@@ -3,8 +3,9 @@
 A folder's ``policy.pt`` is TorchScript, which recent torch releases deprecate; ``policy.pt2`` holds the same
 network as a ``torch.export`` program, which the loaders read where TorchScript is missing or unreadable
 (:func:`marl.deploy.policy_files.load_network`). Folders written now carry both; this adds the program to an
-older folder from its TorchScript weights, for the kinds marlsched's own agents ship: the priority agents
-(placing or not), the round scorer and the remaining-work estimate.
+older folder from its TorchScript weights, for the kinds marlsched's own agents ship (the priority agents,
+placing or not, the round scorer and the remaining-work estimate) and the kinds registered by the layers above
+(:func:`register_kind`: the published baselines DL2 and TopDRL, which ``marlsched export-program`` loads).
 """
 
 from __future__ import annotations
@@ -18,8 +19,18 @@ from torch import nn
 from cluster_sim.results import write_atomic
 from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, load_torchscript, read_json
 
+Builder = Callable[[dict], tuple[nn.Module, Callable[[nn.Module, Path], float]]]
+_REGISTERED: dict[str, Builder] = {}
 
-def _builders() -> dict[str, Callable[[dict], tuple[nn.Module, Callable[[nn.Module, Path], float]]]]:
+
+def register_kind(kind: str, builder: Builder) -> None:
+    """Let :func:`add_program` write programs for folders of ``kind``: ``builder(metadata)`` gives the
+    Python module to load the TorchScript weights into and the writer of its program. For the policy kinds
+    of layers this one may not import (``marl.baselines``)."""
+    _REGISTERED[kind] = builder
+
+
+def _builders() -> dict[str, Builder]:
     """Per policy kind: the Python module for a folder's metadata, and the writer of its program."""
     from marl.deploy import priority_export, remaining_policy, rounds_policy
     from marl.models.priority_net import PlacingPriorityNet, PriorityNet
@@ -33,6 +44,7 @@ def _builders() -> dict[str, Callable[[dict], tuple[nn.Module, Callable[[nn.Modu
         ),
         rounds_policy.KIND: lambda m: (PairScorer(hidden=int(m["hidden"])), rounds_policy.save_program_of),
         remaining_policy.KIND: lambda m: (RemainingWorkNet(hidden=int(m["hidden"])), remaining_policy.save_program_of),
+        **_REGISTERED,
     }
 
 
@@ -57,4 +69,4 @@ def add_program(folder: str | Path) -> float:
     return err
 
 
-__all__ = ["add_program"]
+__all__ = ["Builder", "add_program", "register_kind"]
