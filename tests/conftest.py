@@ -41,6 +41,31 @@ def sia_dir(traces_dir: Path) -> Path:
     return _artifact(traces_dir, "sia-sosp23", "traces/bert/placements-dgx-ext.csv")
 
 
+@pytest.fixture
+def refilled_by_export_program(tmp_path: Path):
+    """``refill(folder)``: a copy of a policy folder as written before programs (no ``policy.pt2``, no
+    ``program_max_abs_diff``), given its program by ``marlsched export-program`` and then stripped of its
+    TorchScript, so that only the new program can be read from it."""
+    import json
+    import shutil
+
+    from marl.cli import main
+
+    def refill(folder: Path) -> Path:
+        older = tmp_path / f"older-{folder.name}"
+        shutil.copytree(folder, older)
+        (older / "policy.pt2").unlink()
+        meta = json.loads((older / "metadata.json").read_text())
+        meta.pop("program_max_abs_diff")
+        (older / "metadata.json").write_text(json.dumps(meta))
+        assert main(["export-program", str(older)]) == 0
+        assert json.loads((older / "metadata.json").read_text())["program_max_abs_diff"] < 1e-5
+        (older / "policy.pt").unlink()
+        return older
+
+    return refill
+
+
 @pytest.fixture(scope="session")
 def _ray_session():
     """Stops the in-process Ray of :func:`ray_local` when the session ends."""

@@ -162,25 +162,16 @@ def test_the_torch_export_program_alone_schedules_as_the_torchscript(
         load_marl_policy(only)
 
 
-def test_export_program_adds_the_program_to_a_folder_without_one(priority_dir: Path, tmp_path: Path) -> None:
+def test_export_program_adds_the_program_to_a_folder_without_one(
+    priority_dir: Path, tmp_path: Path, refilled_by_export_program
+) -> None:
     """``marlsched export-program`` writes ``policy.pt2`` into a folder from before programs and records its
     difference from the network; a kind without a network is refused, naming the file and the kinds."""
     import json
-    import shutil
 
-    from marl.cli import main
     from marl.deploy.programs import add_program
 
-    older = tmp_path / "older"
-    shutil.copytree(priority_dir, older)
-    (older / "policy.pt2").unlink()
-    meta = json.loads((older / "metadata.json").read_text())
-    meta.pop("program_max_abs_diff")
-    (older / "metadata.json").write_text(json.dumps(meta))
-    assert main(["export-program", str(older)]) == 0
-    assert json.loads((older / "metadata.json").read_text())["program_max_abs_diff"] < 1e-5
-    (older / "policy.pt").unlink()
-    assert load_marl_policy(older).scorer is not None
+    assert load_marl_policy(refilled_by_export_program(priority_dir)).scorer is not None
     (tmp_path / "meta").mkdir()  # meta-placement keeps JSON weights: no network to export
     (tmp_path / "meta" / "metadata.json").write_text(json.dumps({"agent": "metaplace"}))
     with pytest.raises(ValueError, match=r"metadata.json: agent 'metaplace' has no torch.export .*rounds.*dl2, topdrl"):

@@ -108,21 +108,8 @@ def test_export_equals_the_network_and_runs_without_rllib(tmp_path: Path, window
     np.testing.assert_array_equal(program, ours)
 
 
-def test_export_program_fills_a_folder_from_before_programs(tmp_path: Path, window: str) -> None:
-    import json
-    import shutil
-
-    from marl.cli import main
-
-    older = tmp_path / "older"
-    shutil.copytree(SHIPPED, older)
-    (older / "policy.pt2").unlink()
-    meta = json.loads((older / "metadata.json").read_text())
-    meta.pop("program_max_abs_diff")
-    (older / "metadata.json").write_text(json.dumps(meta))
-    assert main(["export-program", str(older)]) == 0
-    assert json.loads((older / "metadata.json").read_text())["program_max_abs_diff"] < 1e-5
-    (older / "policy.pt").unlink()
+def test_export_program_fills_a_folder_from_before_programs(window: str, refilled_by_export_program) -> None:
+    older = refilled_by_export_program(SHIPPED)
     ours = build_simulator("small", window, seed=0).run(load_topdrl_policy(SHIPPED)).jct
     np.testing.assert_array_equal(build_simulator("small", window, seed=0).run(load_topdrl_policy(older)).jct, ours)
 

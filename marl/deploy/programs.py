@@ -44,7 +44,7 @@ def _builders() -> dict[str, Builder]:
         ),
         rounds_policy.KIND: lambda m: (PairScorer(hidden=int(m["hidden"])), rounds_policy.save_program_of),
         remaining_policy.KIND: lambda m: (RemainingWorkNet(hidden=int(m["hidden"])), remaining_policy.save_program_of),
-        **_REGISTERED,
+        **dict(sorted(_REGISTERED.items())),  # the same message whatever imported first
     }
 
 
@@ -61,6 +61,7 @@ def add_program(folder: str | Path) -> float:
     if kind not in builders:
         raise ValueError(
             f"{meta_path}: agent {kind!r} has no torch.export program in marlsched; kinds: {', '.join(builders)}"
+            " (dl2 and topdrl once marl.baselines.dl2 and .topdrl are imported, as `marlsched export-program` does)"
         )
     net, save = builders[kind](meta)
     net.load_state_dict(load_torchscript(folder / TORCHSCRIPT).state_dict())
