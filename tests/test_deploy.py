@@ -176,3 +176,35 @@ def test_export_program_adds_the_program_to_a_folder_without_one(
     (tmp_path / "meta" / "metadata.json").write_text(json.dumps({"agent": "metaplace"}))
     with pytest.raises(ValueError, match=r"metadata.json: agent 'metaplace' has no torch.export .*rounds.*dl2, topdrl"):
         add_program(tmp_path / "meta")  # the command registered the baselines' kinds
+
+
+def test_a_reused_program_carries_each_networks_weights_and_is_traced_again_where_it_differs(tmp_path: Path) -> None:
+    # Exports of one architecture reuse its traced program with new weights; each file computes its own network,
+    # and a setting the architecture key cannot see (a list) makes the reused program differ, so it is traced anew.
+    import torch
+
+    from marl.deploy.policy_files import load_program, save_program
+
+    class Net(torch.nn.Module):
+        def __init__(self, seed: int, factor: float) -> None:
+            super().__init__()
+            torch.manual_seed(seed)
+            self.lin = torch.nn.Linear(3, 2)
+            self.register_buffer("shift", torch.full((2,), float(seed)))
+            self.factor = [factor]
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x) * self.factor[0] + self.shift
+
+    rows = torch.export.Dim("rows", min=1)
+    x = torch.rand(4, 3, generator=torch.Generator().manual_seed(0))
+    nets = [Net(0, 1.0), Net(1, 1.0), Net(1, 5.0)]
+    for i, net in enumerate(nets):
+        err = save_program(net, (x[:2],), ({0: rows},), tmp_path / f"{i}.pt2", check=(x,))
+        assert err < 1e-6
+    with torch.no_grad():
+        outs = [load_program(tmp_path / f"{i}.pt2")(x) for i in range(3)]
+        for out, net in zip(outs, nets, strict=True):
+            assert torch.allclose(out, net(x), atol=1e-6)
+    assert not torch.allclose(outs[0], outs[1]) and not torch.allclose(outs[1], outs[2])
+    assert nets[0].shift[0] == 0.0  # the first network's own tensors were not handed to the next

@@ -45,19 +45,71 @@ def load_torchscript(path: str | Path):
         raise ValueError(f"{path}: not a readable TorchScript policy ({reason[:160]}); {FIX}") from None
 
 
+_PROGRAMS: dict[str, Any] = {}  # architecture -> its last exported program (a few networks per process)
+_KEEP_PROGRAMS = 8
+_SAME = 1e-5  # a reused program further than this from the module on the check inputs is exported again
+
+
+def _architecture(module, example: tuple, dynamic_shapes: tuple) -> str:
+    """What a traced program depends on besides the weights' values: the modules and their plain settings,
+    the tensors' names, shapes and dtypes, the example's shapes and the free dimensions."""
+    parts = [f"{type(module).__module__}.{type(module).__qualname__}", repr(module), repr(dynamic_shapes)]
+    for name, sub in module.named_modules():
+        plain = sorted((k, repr(v)) for k, v in vars(sub).items()
+                       if not k.startswith("_") and isinstance(v, bool | int | float | str | tuple | None))  # fmt: skip
+        parts.append(f"{name}:{type(sub).__qualname__}:{plain}")
+    parts += [f"{k}:{tuple(v.shape)}:{v.dtype}" for k, v in module.state_dict(keep_vars=True).items()]
+    parts += [f"{tuple(x.shape)}:{x.dtype}" if hasattr(x, "shape") else repr(x) for x in example]
+    return "\n".join(parts)
+
+
+def _with_weights(program, module):
+    """``program`` carrying ``module``'s current parameters and buffers (new tensors: the program's old ones
+    may be another module's own)."""
+    import torch
+
+    state = dict(module.named_parameters()) | dict(module.named_buffers())
+    for store in (program.state_dict, program.constants):
+        for key, old in store.items():
+            if key in state:
+                new = state[key].detach().clone()
+                if isinstance(old, torch.nn.Parameter):
+                    new = torch.nn.Parameter(new, requires_grad=old.requires_grad)
+                store[key] = new
+    return program
+
+
+def _program_error(program, module, check: tuple) -> float:
+    got, want = program.module()(*check), module(*check)
+    got, want = (got, want) if isinstance(got, tuple | list) else ((got,), (want,))
+    return max(float((a - b).abs().max()) for a, b in zip(got, want, strict=True))
+
+
 def save_program(module, example: tuple, dynamic_shapes: tuple, path: str | Path, check: tuple) -> float:
     """``module``'s forward exported with ``torch.export`` (the sizes named in ``dynamic_shapes`` left free)
     and written to ``path`` through a temporary file; returns its largest difference from the module on
     ``check``, inputs of other sizes than ``example``. TorchScript is deprecated in recent torch releases;
-    this program is what loads when TorchScript no longer does (:func:`load_network`)."""
+    this program is what loads when TorchScript no longer does (:func:`load_network`).
+
+    Tracing takes seconds; a training run exports the same network with new weights many times (each
+    selected iteration, each seed of a determinism check), so the last program of each architecture is
+    kept and given the new weights, and traced again if it then differs from the module on ``check``."""
     import torch
 
     path = Path(path)
+    key = _architecture(module, example, dynamic_shapes)
     with torch.no_grad():
-        program = torch.export.export(module, example, dynamic_shapes=dynamic_shapes)
-        got, want = program.module()(*check), module(*check)
-    got, want = (got, want) if isinstance(got, tuple | list) else ((got,), (want,))
-    err = max(float((a - b).abs().max()) for a, b in zip(got, want, strict=True))
+        err = None
+        if key in _PROGRAMS:
+            program = _with_weights(_PROGRAMS[key], module)
+            err = _program_error(program, module, check)
+        if err is None or err > _SAME:
+            program = _with_weights(torch.export.export(module, example, dynamic_shapes=dynamic_shapes), module)
+            err = _program_error(program, module, check)
+    _PROGRAMS.pop(key, None)
+    _PROGRAMS[key] = program
+    while len(_PROGRAMS) > _KEEP_PROGRAMS:
+        del _PROGRAMS[next(iter(_PROGRAMS))]
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # torch.export wants its archive's suffix
     torch.export.save(program, str(tmp))
     os.replace(tmp, path)
