@@ -2,7 +2,8 @@
 
 Grammar: ``KIND:ARG[,OPTION=VALUE]...`` where ARG is a job count for ``synthetic`` and a trace path for
 the loaders (a path therefore cannot contain a comma). Options every kind takes: ``max_jobs=N``,
-``start=SECONDS``, ``end=SECONDS`` (the window ``[start, end)`` from the trace start),
+``start=SECONDS``, ``end=SECONDS`` (the window ``[start, end)`` from the trace start; a date such as
+``start=2017-11-01,end=2017-11-03`` for a trace whose loader records its start: Philly),
 ``arrival_scale=F``, ``load=F`` (arrivals rescaled so the window offers F x the cluster's GPUs) and
 ``apps=PATH`` (each job trains one of Pollux's applications measured in PATH for its trace length, so
 elastic schedulers can resize it: :mod:`cluster_sim.traces.elastic_apps`); each kind in
@@ -20,6 +21,7 @@ from pathlib import Path
 from cluster_sim.synthetic import synthetic_workload
 from cluster_sim.traces import QuietWindowError, load_gavel, load_openb, load_philly, load_pollux, window
 from cluster_sim.traces.elastic_apps import with_applications
+from cluster_sim.traces.periods import seconds_since
 from cluster_sim.workload import Workload
 
 DEFAULT_SYNTHETIC_LOAD = 0.8
@@ -85,11 +87,26 @@ def _convert(spec: str, key: str, value: str, kind: Callable[[str], object]) -> 
     try:
         out = kind(value)
     except ValueError:
-        what = {int: "an integer", float: "a number", flag: "true/false (or 1/0)"}.get(kind, "valid")
+        what = {
+            int: "an integer",
+            float: "a number",
+            flag: "true/false (or 1/0)",
+            trace_time: "seconds from the trace's start or a date (YYYY-MM-DD[THH:MM])",
+        }.get(kind, "valid")
         raise WorkloadSpecError(f"workload spec {spec!r}: option {key}={value!r} is not {what}") from None
     if isinstance(out, float) and not math.isfinite(out):
         raise WorkloadSpecError(f"workload spec {spec!r}: option {key}={value!r} must be finite")
     return out
+
+
+def trace_time(value: str) -> float | str:
+    """Option converter for ``start``/``end``: seconds from the trace's start, or an ISO date (kept as text until
+    the trace is read, since the date's seconds depend on the trace's first arrival)."""
+    try:
+        return float(value)
+    except ValueError:
+        seconds_since("1970-01-01", value)  # a ValueError naming the forms for anything that is not a date
+        return value
 
 
 def flag(value: str) -> bool:
@@ -104,8 +121,8 @@ def flag(value: str) -> bool:
 
 _WINDOW_TYPES: dict[str, Callable[[str], object]] = {
     "max_jobs": int,
-    "start": float,
-    "end": float,
+    "start": trace_time,
+    "end": trace_time,
     "arrival_scale": float,
     "load": float,
     "apps": str,
@@ -159,15 +176,17 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     """The workload a spec string names; ``seed`` drives every random choice (synthetic jobs, models)."""
     _, source, arg, opts = _split(spec)
     start, end = opts.pop("start", None), opts.pop("end", None)
-    time_range = None if start is None and end is None else (start or 0.0, math.inf if end is None else end)
-    win = {"time_range": time_range, "max_jobs": opts.pop("max_jobs", None), "max_gpus": opts.pop("max_gpus", None)}
+    win = {"max_jobs": opts.pop("max_jobs", None), "max_gpus": opts.pop("max_gpus", None)}
     win["arrival_scale"] = opts.pop("arrival_scale", 1.0)
     apps = opts.pop("apps", None)
     if "load" in opts and "load" not in source.options:  # the window offers that load to the cluster
         win["load"] = opts.pop("load")
         win["cluster_gpus"] = cluster_gpus
     try:
-        workload = window(source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts), **win)
+        whole = source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts)
+        start, end = (_seconds(spec, whole, key, t) for key, t in (("start", start), ("end", end)))
+        time_range = None if start is None and end is None else (start or 0.0, math.inf if end is None else end)
+        workload = window(whole, time_range=time_range, **win)
         if not len(workload):
             raise (QuietWorkloadSpecError if time_range is not None else WorkloadSpecError)(
                 f"workload spec {spec!r}: no jobs"
@@ -184,6 +203,19 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
         if type(e) is not ValueError:
             raise
         raise WorkloadSpecError(f"workload spec {spec!r}: {e}") from None
+
+
+def _seconds(spec: str, workload: Workload, key: str, value: float | str | None) -> float | None:
+    """A window bound in seconds from the trace's start; a date is read against the start the loader recorded."""
+    if not isinstance(value, str):
+        return value
+    origin = workload.meta.get("trace_start")
+    if origin is None:
+        raise WorkloadSpecError(
+            f"workload spec {spec!r}: {key}={value} is a date, but {workload.source} records no start time to "
+            "count from; give seconds from its first arrival"
+        )
+    return seconds_since(origin, value)
 
 
 def _synthetic(

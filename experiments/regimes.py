@@ -25,12 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster_sim.traces.periods import DAY, PERIODS, window_spec
+
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
 GAVEL = TRACES / "gavel" / "simulation_throughputs.json"
 SIA = TRACES / "sia-sosp23"
-DEV_START, DEV_END = 4_973_359.0, 6_182_959.0  # 2017-11-01 .. 2017-11-15, seconds from the trace start
-DAY = 86_400.0
+# the report period (2017-11-01 .. 2017-11-15), seconds from the trace start: the regimes' windows lie in it
+DEV_START, DEV_END = PERIODS["report"].start_s, PERIODS["report"].end_s
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Regime:
             return [(str(self.synthetic), k) for k in range(self.windows)]
         length = self.days * DAY
         starts = [DEV_START + k * length for k in range(self.windows) if DEV_START + (k + 1) * length <= DEV_END + 1]
-        return [(f"{self.trace},start={t0:.0f},end={t0 + length:.0f},load={self.load}", 0) for t0 in starts]
+        return [(window_spec(self.trace, t0, t0 + length, self.load), 0) for t0 in starts]
 
 
 def _aware(predictor: str) -> str:

@@ -14,6 +14,7 @@ import torch
 
 from cluster_sim.build import build_simulator
 from cluster_sim.policies import get_policy
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from marl.baselines.dl2 import (
     DL2,
     GLOBAL_FEATURES,
@@ -28,7 +29,7 @@ from marl.training.config import TrainConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "experiments" / "policies" / "dl2-pollux"
-DEV = 4_973_359.0
+DEV = HELD_OUT_START
 COSTS = {"restart_cost": 30.0, "start_cost": 30.0}
 
 
@@ -143,7 +144,7 @@ class _GuardedDL2(DL2):
 
 
 def test_observations_never_read_a_jobs_length(philly: str) -> None:
-    spec = f"{philly},start={DEV},end={DEV + 86400},load=0.6,max_jobs=40"
+    spec = window_spec(philly, DEV, DEV + DAY, 0.6, ["max_jobs=40"])
     probe = _GuardedDL2(_net(), record=True, keep=1.0)
     res = _sim(spec).run(probe)
     assert res.metrics()["jobs_completed"] == 40 and len(probe.steps) > 100

@@ -126,7 +126,7 @@ def test_qssf_order_serves_the_queue_as_qssf_np_does_and_packs_in_that_order(tra
     # every job when qssf-np does; with blind packing it still differs from the arrival order's schedule.
     from cluster_sim.build import build_simulator
 
-    spec = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,start=4973359,end=5059759,load=1.1"
+    spec = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,start=2017-11-01,end=2017-11-02,load=1.1"
     data = f"gavel:{traces_dir}/gavel/simulation_throughputs.json"
 
     def run(name: str, sharing: bool):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from cluster_sim.build import build_simulator
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from cluster_sim.workload import Workload
 from marl.deploy.priority_export import load_priority_policy, save_priority_policy
 from marl.env.priority_agents import PriorityAgents, qssf_scores
@@ -22,17 +23,14 @@ from marl.env.priority_features import JobSetLayout
 from marl.env.topology_obs import cand_column
 from marl.models.priority_net import PLACING_INPUTS, NetScorer, PlacingPriorityNet, PriorityNet
 
-DEV = 4_973_359.0
+DEV = HELD_OUT_START
 GAVEL = "gavel:{}/gavel/simulation_throughputs.json"
 
 
 @pytest.fixture(scope="module")
 def hetero_window(traces_dir: Path) -> str:
-    start = DEV + 2 * 86400.0
-    return (
-        f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,model_rule=gavel,"
-        f"start={start},end={start + 86400},load=0.9"
-    )
+    start = DEV + 2 * DAY
+    return window_spec(f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,model_rule=gavel", start, start + DAY, 0.9)
 
 
 def _sim(spec, traces_dir: Path, cluster: str = "small-hetero"):
@@ -276,7 +274,7 @@ def test_evolution_strategies_on_the_type_head_export_a_placing_policy(tmp_path:
 
     from marl.training.placing_es import PlacingESConfig, train
 
-    nov1 = 4_973_359.0
+    nov1 = HELD_OUT_START
     cfg = PlacingESConfig(
         trace=f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,model_rule=gavel",
         interference_data=GAVEL.format(traces_dir),

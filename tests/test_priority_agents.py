@@ -12,19 +12,20 @@ import torch
 
 from cluster_sim.build import build_simulator
 from cluster_sim.policies import get_policy
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from cluster_sim.workload import Workload
 from marl.env.priority_agents import PriorityAgents, qssf_scores
 from marl.env.priority_env import PriorityEnvConfig
 from marl.models.priority_net import NetScorer, PriorityNet
 
-DEV = 4_973_359.0
+DEV = HELD_OUT_START
 SHIPPED = Path(__file__).resolve().parents[1] / "experiments" / "policies" / "philly-small"
 
 
 @pytest.fixture(scope="module")
 def window(traces_dir: Path) -> str:
-    start = DEV + 6 * 86400.0
-    return f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,start={start},end={start + 86400},load=0.9"
+    start = DEV + 6 * DAY
+    return window_spec(f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", start, start + DAY, 0.9)
 
 
 def _run(spec: str, policy, cluster: str = "small"):
@@ -60,14 +61,14 @@ def test_untrained_network_scores_equal_qssf_scores(window: str) -> None:
 def test_policy_flushes_subnormals_only_while_it_scores_and_keeps_its_scores(window: str) -> None:
     """Subnormal activations made the DAgger-trained network ~20x slower; scoring flushes them, which must
     leave every score as it was and the processor's IEEE behaviour restored after (other code relies on it)."""
-    from marl.deploy.load import load_marl_policy
+    from marl.deploy.registry import load_policy
     from marl.models.inference import subnormals_flushed
 
     tiny = torch.tensor([1e-39])
     with subnormals_flushed():
         if (tiny * 2.0).item() != 0.0:
             pytest.skip("this CPU cannot flush subnormals")
-    sched = load_marl_policy(SHIPPED.parent / "philly-small-dagger")
+    sched = load_policy(SHIPPED.parent / "philly-small-dagger")
     obs = _first_choice(sched, window)
     flushed = sched.scorer(obs.arrays)
     assert (tiny * 2.0).item() > 0.0  # restored after scoring

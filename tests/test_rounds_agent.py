@@ -12,13 +12,14 @@ import torch
 
 from cluster_sim.build import build_simulator
 from cluster_sim.policies.rigid_rounds import ScoredRounds
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from marl.deploy.rounds_policy import load_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer, pair_features
 from marl.training.rounds_es import RoundsESConfig
 from marl.training.rounds_imitation import ImitationConfig, round_loss, train
 
 TINY = dict(
-    first_start=4_973_359.0 - 86_400.0, days=0.25, load=0.2, windows=1, iterations=1, epochs=2, every=1, hidden=16
+    first_start=HELD_OUT_START - 86_400.0, days=0.25, load=0.2, windows=1, iterations=1, epochs=2, every=1, hidden=16
 )
 
 
@@ -135,8 +136,10 @@ def test_shipped_small_hetero_policy_loads_and_schedules() -> None:
 
 def queued_window(traces_dir: Path) -> str:
     """68 Philly jobs of 2017-10-31 (6 hours, load 0.9 of Sia's 64 GPUs): they queue, so the order counts."""
-    start = 4_973_359 - 86_400
-    return f"philly:{traces_dir / 'pollux-osdi21' / 'traces' / 'philly.csv'},model_rule=gavel,start={start},end={start + 21_600},load=0.9"  # noqa: E501
+    start = HELD_OUT_START - DAY
+    return window_spec(
+        f"philly:{traces_dir / 'pollux-osdi21' / 'traces' / 'philly.csv'},model_rule=gavel", start, start + 21_600, 0.9
+    )
 
 
 def test_untrained_network_on_the_gavel_las_prior_is_that_heuristic(traces_dir: Path) -> None:
@@ -162,7 +165,7 @@ def test_untrained_network_on_the_gavel_las_prior_is_that_heuristic(traces_dir: 
 def es_config(traces_dir: Path, **kw) -> RoundsESConfig:
     trace = f"philly:{traces_dir / 'pollux-osdi21' / 'traces' / 'philly.csv'},model_rule=gavel"
     gavel = f"gavel:{traces_dir / 'gavel' / 'simulation_throughputs.json'}"
-    nov1 = 4_973_359.0
+    nov1 = HELD_OUT_START
     base = dict(cluster="sia-hetero", trace=trace, interference_data=gavel, days=0.25, train_first=nov1 - 1.5 * 86_400,
                 train_last=nov1 - 1.25 * 86_400, validation_first=nov1 - 86_400, validation_windows=1,
                 validation_days=0.25, hidden=8, pairs=1, iterations=1, eval_every=1, workers=1)  # fmt: skip
@@ -201,7 +204,7 @@ def test_bad_es_config_names_the_field(traces_dir: Path) -> None:
     with pytest.raises(ValueError, match="params: 'all'; choose one of linear, linear\\+last"):
         es_config(traces_dir, params="all")
     with pytest.raises(ValueError, match="train_last: training windows must end before validation_first"):
-        es_config(traces_dir, train_last=4_973_359.0 - 86_400)
+        es_config(traces_dir, train_last=HELD_OUT_START - 86_400)
     with pytest.raises(ValueError, match="validation windows must end by 2017-11-01"):
         es_config(traces_dir, validation_windows=9)
     with pytest.raises(ValueError, match="sigma: must be > 0"):

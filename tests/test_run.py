@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from experiments.run_config import ExperimentConfigError, load_experiment_config, parse_experiment_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,8 +157,8 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(tmp_path: Pa
     from marl.env.priority_agents import PriorityAgents
 
     philly = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,model_rule=gavel"
-    start = 4_973_359 + 4 * 86_400  # a held-out day (2017-11-05: 243 jobs)
-    workload = f"{philly},start={start},end={start + 86_400},load=0.9"
+    start = HELD_OUT_START + 4 * DAY  # a held-out day (2017-11-05: 243 jobs)
+    workload = window_spec(philly, start, start + DAY, 0.9)
     migrate = float(np.log(1.2))
     cfg = parse_experiment_config(
         {

@@ -15,6 +15,16 @@ from cluster_sim.model_zoo import MODEL_NAMES, ZOO
 from cluster_sim.pollux_apps import load_application
 from cluster_sim.synthetic import derive_philly_tables, synthetic_workload
 from cluster_sim.traces import TraceFormatError, load_gavel, load_openb, load_philly, load_pollux
+from cluster_sim.traces.periods import (
+    DAY,
+    HELD_OUT_START,
+    PERIODS,
+    PHILLY_START,
+    REPORT_END,
+    period,
+    philly_seconds,
+    window_spec,
+)
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import WorkloadSpecError, parse_workload_spec
 
@@ -532,7 +542,7 @@ def test_load_option_rescales_a_trace_window_to_offer_that_load(traces_dir: Path
     """``load=F``: the GPU-time the window's jobs can run inside the (rescaled) window equals F x the
     cluster's GPUs over it."""
     philly = traces_dir / "pollux-osdi21" / "traces" / "philly.csv"
-    start, end = 4_973_359.0, 6_182_959.0  # 2017-11-01 .. 2017-11-15
+    start, end = HELD_OUT_START, REPORT_END  # 2017-11-01 .. 2017-11-15
     base = parse_workload_spec(f"philly:{philly},start={start},end={end}", cluster_gpus=256, seed=0)
     for load in (0.7, 0.9, 1.1):
         w = parse_workload_spec(f"philly:{philly},start={start},end={end},load={load}", cluster_gpus=256, seed=0)
@@ -550,6 +560,35 @@ def test_load_option_rescales_a_trace_window_to_offer_that_load(traces_dir: Path
     own = synthetic_workload(50, load=0.5, cluster_gpus=64, seed=0)
     spec = parse_workload_spec("synthetic:50,load=0.5", cluster_gpus=64, seed=0)
     np.testing.assert_array_equal(spec.arrival, own.arrival)
+
+
+def test_windows_given_as_dates_are_the_windows_in_seconds(philly_path: Path) -> None:
+    """``start=2017-11-01``: the same jobs as the seconds from the trace's first arrival; the periods are
+    consecutive, in order, and their windows lie inside them."""
+    by_date = parse_workload_spec(
+        f"philly:{philly_path},start=2017-11-01,end=2017-11-03,load=0.9", cluster_gpus=256, seed=0
+    )
+    by_seconds = parse_workload_spec(
+        window_spec(f"philly:{philly_path}", HELD_OUT_START, HELD_OUT_START + 2 * DAY, 0.9), cluster_gpus=256, seed=0
+    )
+    assert len(by_date) > 100 and same(by_date, by_seconds)
+    assert philly_seconds("2017-11-01") == HELD_OUT_START == 4_973_359.0  # the offset the shipped policies recorded
+    origin = np.datetime64(load_philly(philly_path).meta["trace_start"])
+    assert origin == PHILLY_START  # the periods count from the first arrival the loader measures from
+    assert philly_seconds("2017-11-01T12:00") == HELD_OUT_START + DAY / 2
+    train, select, report = (PERIODS[n] for n in ("train", "select", "report"))
+    assert train.start_s == 0.0 and train.end_s == select.start_s < select.end_s == report.start_s == HELD_OUT_START
+    for spec in select.windows(f"philly:{philly_path}", days=2, stride=1, load=0.9):
+        opts = dict(item.split("=") for item in spec.split(",")[1:])
+        assert select.start_s <= float(opts["start"]) < float(opts["end"]) <= select.end_s
+    with pytest.raises(ValueError, match="holds no 30-day window"):
+        report.windows("philly:x", days=30, stride=1, load=None)
+    with pytest.raises(ValueError, match="periods are train, select, report"):
+        period("test")
+    with pytest.raises(WorkloadSpecError, match=r"start='Nov 1'.* or a date \(YYYY-MM-DD"):
+        parse_workload_spec(f"philly:{philly_path},start=Nov 1", cluster_gpus=256, seed=0)
+    with pytest.raises(WorkloadSpecError, match="records no start time"):
+        parse_workload_spec("synthetic:20,start=2017-11-01", cluster_gpus=64, seed=0)
 
 
 def test_synthetic_gpu_scale_and_window_load_reach_a_queue_at_scale() -> None:

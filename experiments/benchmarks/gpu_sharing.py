@@ -27,7 +27,7 @@ from cluster_sim.policies.gpu_packing import GpuPacking
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 PHILLY = SHARED / "pollux-osdi21" / "traces" / "philly.csv"
 GAVEL = f"gavel:{SHARED / 'gavel' / 'simulation_throughputs.json'}"
-DEV_WINDOW = "start=4973359,end=6182959"  # 2017-11-01 .. 2017-11-15, seconds from the trace start
+DEV_WINDOW = "start=2017-11-01,end=2017-11-15"  # the report period
 
 
 def main() -> None:

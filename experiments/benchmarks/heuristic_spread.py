@@ -16,6 +16,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from cluster_sim.traces.periods import window_spec
+
 
 def play(cluster: str, spec: str, seed: int, name: str, interference: str, data: str | None, sharing: bool,
          options: dict) -> tuple[float, int]:  # fmt: skip
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         length = args.days * 86400.0
         stride = (args.stride or args.days) * 86400.0
         workloads = [
-            (f"{args.trace},start={t0},end={min(t0 + length, args.end)},load={args.load}", 0)
+            (window_spec(args.trace, t0, min(t0 + length, args.end), args.load), 0)
             for t0 in np.arange(args.start, args.end - length + stride - 1.0, stride)
         ]
         cluster, interference, sharing, options = args.cluster, args.interference, False, {}

@@ -41,7 +41,7 @@ PHILLY = TRACES / "pollux-osdi21" / "traces" / "philly.csv"
 GAVEL = TRACES / "gavel" / "simulation_throughputs.json"  # measured pairs for --interference oracle
 DEFAULT_POLICIES = ("fifo", "sjf", "srtf", "tiresias", "gandiva", "drf", "optimus-oracle", "closest-gpus")
 HEAVY_POLICIES = ("fifo", "tiresias", "srtf", "gandiva", "drf", "qssf")
-DEV_WINDOW = "start=4973359,end=6182959"
+DEV_WINDOW = "start=2017-11-01,end=2017-11-15"  # the report period
 DC10K_WORKLOAD = "synthetic:100000,window_load=0.9,gpu_scale=8"
 SMALL_QUEUED = "synthetic:20000,window_load=0.9"  # 2017-11-01 00:00 .. 2017-11-15 00:00, seconds from the trace start
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from cluster_sim.traces.periods import DAY, window_spec
 from marl.training.config import ConfigChecker
 
-DAY = 86_400.0
 REWARDS = ("throughput", "jct")
 
 
@@ -30,7 +30,7 @@ class WindowsConfig:
         out = []
         for k in range(self.count):
             t0 = self.start + k * self.stride_days * DAY
-            out.append(f"{trace},start={t0:.0f},end={t0 + self.days * DAY:.0f},load={load}")
+            out.append(window_spec(trace, t0, t0 + self.days * DAY, load))
         return out
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from cluster_sim.build import build_simulator
+from cluster_sim.traces.periods import HELD_OUT_START, window_spec
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.env.priority_agents import PriorityAgents, qssf_scores
 from marl.env.seeding import copy_offset, reset_generator
@@ -46,7 +47,7 @@ class PriorityEnvConfig:
     cluster: str = "small"
     trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv"
     train_start: float = 1_728_000.0  # day 20: the trace has a handful of jobs before
-    train_end: float = 4_973_359.0  # 2017-11-01, where the held-out period starts
+    train_end: float = HELD_OUT_START  # 2017-11-01, where the report period starts
     window_days: float = 7.0
     load: tuple[float, float] = (0.9, 0.9)
     workload: str | None = None  # a fixed spec (evaluation) instead of random windows
@@ -90,7 +91,7 @@ class PriorityEnvConfig:
         length = self.window_days * 86400.0
         start = float(rng.uniform(self.train_start, self.train_end - length))
         load = float(rng.uniform(*self.load))
-        return f"{self.trace},start={start:.0f},end={start + length:.0f},load={load:.3f}"
+        return window_spec(self.trace, start, start + length, round(load, 3))
 
 
 class InSystemIntegral:

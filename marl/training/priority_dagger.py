@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cluster_sim.traces.periods import HELD_OUT_START
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.priority_export import save_priority_policy
 from marl.env.priority_agents import PriorityAgents
@@ -61,7 +62,7 @@ class PriorityDaggerConfig:
     cluster: str = "small"
     trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv"
     train_start: float = 1_728_000.0  # day 20 of the trace
-    train_end: float = 4_973_359.0  # 2017-11-01: the held-out weeks start here
+    train_end: float = HELD_OUT_START  # 2017-11-01: the report weeks start here
     num_agents: int = 4
     # the training simulations' contention: "oracle" (Gavel's measured pairs, interference_data) or "learned"
     # (interference_data: a predictor file of `marlsched interference train`); evaluation uses the oracle
@@ -101,8 +102,8 @@ class PriorityDaggerConfig:
             raise ValueError(f"dagger_rounds: must be >= 0, got {self.dagger_rounds}")
         if not 0.0 <= self.holdout < 1.0:
             raise ValueError(f"holdout: a share of the rows in [0, 1), got {self.holdout}")
-        if self.train_end > 4_973_359.0:
-            raise ValueError("train_end: the held-out weeks start at 2017-11-01 (4973359); train before them")
+        if self.train_end > HELD_OUT_START:
+            raise ValueError(f"train_end: the report weeks start at 2017-11-01 ({HELD_OUT_START:.0f}); end before them")
         self.factors()
         self.windows(0)  # a training period too short for one window fails here, by name
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from cluster_sim.traces.periods import window_spec
 from marl.env.priority_env import PriorityEnvConfig
 from marl.training.worker_map import worker_map
 
@@ -44,7 +45,7 @@ def training_windows(env: PriorityEnvConfig, days: float, stride: float, load: f
             f"the training period ({(env.train_end - env.train_start) / 86400:.1f} days) holds no {days}-day window; "
             "pass a smaller --days"
         )
-    return [f"{env.trace},start={t:.0f},end={t + length:.0f},load={load}" for t in starts]
+    return [window_spec(env.trace, t, t + length, load) for t in starts]
 
 
 def _run(task: tuple[str, dict[str, Any], str, float]) -> float:

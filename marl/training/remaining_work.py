@@ -33,14 +33,14 @@ import numpy as np
 import torch
 
 from cluster_sim.results import save_figure
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.remaining_policy import KIND, LearnedWeightSia, save_remaining_policy
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
 from marl.training.rounds_imitation import config_main
 from marl.training.worker_map import worker_map
 
-DAY = 86_400.0
-NOV1 = 4_973_359.0  # 2017-11-01, seconds from the Philly trace's first arrival
+NOV1 = HELD_OUT_START  # 2017-11-01, seconds from the Philly trace's first arrival
 SIA_SETTINGS = {"restart_cost": 30.0, "start_cost": 30.0, "app_restart_costs": True, "calibration": True}
 
 
@@ -86,7 +86,7 @@ class RemainingWorkConfig:
 
     def window(self, days_before: int) -> str:
         start = NOV1 - days_before * DAY
-        return f"{self.trace},start={start:.0f},end={start + self.hours * 3600.0:.0f},load={self.load}"
+        return window_spec(self.trace, start, start + self.hours * 3600.0, self.load)
 
 
 class Recorder(LearnedWeightSia):

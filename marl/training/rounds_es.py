@@ -37,6 +37,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.results import save_figure
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from marl.deploy.policy_files import load_network, read_json
 from marl.deploy.rounds_policy import KIND, METADATA, save_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
@@ -44,8 +45,7 @@ from marl.training.es import AntitheticES
 from marl.training.rounds_imitation import config_main
 from marl.training.worker_map import worker_map
 
-DAY = 86_400.0
-NOV1 = 4_973_359.0  # 2017-11-01, seconds from the Philly trace's first arrival
+NOV1 = HELD_OUT_START  # 2017-11-01, seconds from the Philly trace's first arrival
 PARAMS = ("linear", "linear+last")
 
 
@@ -95,7 +95,7 @@ class RoundsESConfig:
             raise ValueError("validation windows must end by 2017-11-01 (the report weeks are held out)")
 
     def window(self, start: float, days: float) -> str:
-        return f"{self.trace},start={start:.0f},end={start + days * DAY:.0f},load={self.load}"
+        return window_spec(self.trace, start, start + days * DAY, self.load)
 
     def validation(self) -> list[str]:
         step = self.validation_days * DAY

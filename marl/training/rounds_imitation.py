@@ -37,13 +37,11 @@ from cluster_sim.policies.gavel import GavelPriorityScore
 from cluster_sim.policies.lookahead import LookaheadRounds
 from cluster_sim.policies.rigid_rounds import SCORERS, ScoredRounds, type_capacity
 from cluster_sim.results import save_figure
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.inference import subnormals_flushed
 from marl.models.rounds_scorer import FEATURES, PRIORS, PairScorer, pair_features
 from marl.training.worker_map import worker_map
-
-DAY = 86_400.0
-
 
 # the scorers of cluster_sim.policies.rigid_rounds that see true work, and the look-ahead over gavel-las
 TEACHERS = ("oracle", "oracle-area", "lookahead")
@@ -56,7 +54,7 @@ class ImitationConfig:
 
     cluster: str = "small-hetero"
     trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv,model_rule=gavel"
-    first_start: float = 4_973_359.0 - 8 * 2 * DAY  # 2017-10-16: eight 2-day windows before 2017-11-01
+    first_start: float = HELD_OUT_START - 8 * 2 * DAY  # 2017-10-16: eight 2-day windows before 2017-11-01
     windows: int = 8
     days: float = 2.0
     load: float = 0.9
@@ -90,12 +88,8 @@ class ImitationConfig:
             raise ValueError(f"drop: unknown feature(s) {', '.join(unknown)}; the features are {', '.join(FEATURES)}")
 
     def specs(self) -> list[str]:
-        length = self.days * DAY
-        return [
-            f"{self.trace},start={self.first_start + k * length:.0f},end={self.first_start + (k + 1) * length:.0f},"
-            f"load={self.load}"
-            for k in range(self.windows)
-        ]
+        t0, length = self.first_start, self.days * DAY
+        return [window_spec(self.trace, t0 + k * length, t0 + (k + 1) * length, self.load) for k in range(self.windows)]
 
 
 def teacher_assignment(view, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray, teacher: np.ndarray,

@@ -1,0 +1,107 @@
+"""The three periods of the Philly trace that every experiment keeps apart, named once.
+
+A learned scheduler's figure means something only when the windows it is reported on chose nothing:
+
+- ``train`` (the trace's start .. 2017-10-15): networks and heuristic settings are fitted here;
+- ``select`` (2017-10-15 .. 2017-11-01): seeds, iterations, margins and recipes are chosen here;
+- ``report`` (2017-11-01 .. 2017-11-15): figures are reported here and nothing is chosen.
+
+Windows are given to the workload loaders as seconds from the trace's first arrival
+(``start=4973359``) or as dates (``start=2017-11-01``, :mod:`cluster_sim.workload_spec`); every window string
+in marlsched is built by :func:`window_spec` from these periods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+DAY = 86_400.0
+# first arrival of the Philly trace as Pollux's artifact ships it (pollux-osdi21/traces/philly.csv; its timestamps
+# carry no zone); load_philly measures arrivals from it, so a date maps to the same seconds on every machine
+PHILLY_START = np.datetime64("2017-09-04T10:30:41", "s")
+
+
+def philly_seconds(date: str) -> float:
+    """Seconds from the Philly trace's first arrival to ``date`` (ISO, e.g. ``2017-11-01`` or
+    ``2017-11-01T12:00``)."""
+    return seconds_since(PHILLY_START, date)
+
+
+def seconds_since(origin: np.datetime64 | str, date: str) -> float:
+    """Seconds from ``origin`` to ``date`` (both ISO dates or date-times without a zone)."""
+    try:
+        when = np.datetime64(date, "s")
+    except ValueError:
+        raise ValueError(f"{date!r} is not a date; write YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]") from None
+    return float((when - np.datetime64(origin, "s")) / np.timedelta64(1, "s"))
+
+
+@dataclass(frozen=True)
+class Period:
+    """A span of the Philly trace with one use: ``[first, end)`` as dates (``first=None``: the trace's start)."""
+
+    name: str
+    first: str | None
+    end: str
+    use: str
+
+    @property
+    def start_s(self) -> float:
+        return 0.0 if self.first is None else philly_seconds(self.first)
+
+    @property
+    def end_s(self) -> float:
+        return philly_seconds(self.end)
+
+    def windows(self, trace: str, days: float, stride: float, load: float | None) -> list[str]:
+        """Workload specs of ``days``-long windows of ``trace`` every ``stride`` days inside the period."""
+        length, step = days * DAY, stride * DAY
+        starts = np.arange(self.start_s, self.end_s - length + 1.0, step)
+        if not len(starts):
+            raise ValueError(
+                f"the {self.name} period ({(self.end_s - self.start_s) / DAY:.1f} days) holds no {days:g}-day window"
+            )
+        return [window_spec(trace, t, t + length, load) for t in starts]
+
+
+PERIODS: dict[str, Period] = {
+    "train": Period("train", None, "2017-10-15", "fit networks and heuristic settings"),
+    "select": Period("select", "2017-10-15", "2017-11-01", "choose seeds, iterations, margins and recipes"),
+    "report": Period("report", "2017-11-01", "2017-11-15", "report figures; never used for a choice"),
+}
+# 2017-11-01: where the windows the shipped policies were never trained on begin (train and select lie before it)
+HELD_OUT_START = PERIODS["report"].start_s
+REPORT_END = PERIODS["report"].end_s
+
+
+def period(name: str) -> Period:
+    """The named period; an error listing the names otherwise."""
+    if name not in PERIODS:
+        raise ValueError(f"unknown period {name!r}; the periods are {', '.join(PERIODS)}")
+    return PERIODS[name]
+
+
+def window_spec(trace: str, start: float, end: float, load: float | None = None, extra: Sequence[str] = ()) -> str:
+    """``TRACE,start=S,end=E[,load=L][,EXTRA...]``: one window of a trace spec (seconds from its first arrival,
+    written as whole seconds; ``load`` as Python writes the float, so it reads back bit for bit)."""
+    parts = [trace, f"start={start:.0f}", f"end={end:.0f}"]
+    if load is not None:
+        parts.append(f"load={load}")
+    return ",".join([*parts, *extra])
+
+
+__all__ = [
+    "DAY",
+    "HELD_OUT_START",
+    "PERIODS",
+    "PHILLY_START",
+    "REPORT_END",
+    "Period",
+    "period",
+    "philly_seconds",
+    "seconds_since",
+    "window_spec",
+]
