@@ -15,18 +15,17 @@ from typing import Any
 import yaml
 
 from cluster_sim.plugins import PluginError, absolute_target, import_target
+from cluster_sim.policy_folders import folder_prefixes
 from cluster_sim.protocol import Scheduler
 
 PROTOCOL_HINT = "a scheduler has `name`, `reset(view)` and `schedule(view) -> list[Decision]` (cluster_sim/protocol.py)"
-# spec prefixes that name other kinds of scheduler (exported policy folders), not a module
-RESERVED_PREFIXES = ("marl", "topdrl", "dl2", "metaplace")
 
 
 def is_custom_spec(spec: str) -> bool:
     """Whether ``spec`` names a class in a module (``TARGET:Class``) rather than a built-in policy."""
     head = spec.split(",", 1)[0]
     prefix, colon, _ = head.partition(":")
-    return bool(colon) and prefix not in RESERVED_PREFIXES
+    return bool(colon) and prefix not in folder_prefixes()  # PREFIX:DIR names a policy folder, not a module
 
 
 def parse_custom_spec(spec: str) -> tuple[str, str, dict[str, Any]]:

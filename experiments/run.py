@@ -48,7 +48,7 @@ from experiments.tasks import (
     task_id,
     write_task,
 )
-from marl.training.local_ray import start_local_ray
+from marl.training.local_ray import init_ray as start_or_connect
 
 Log = Callable[[str], None]
 
@@ -94,23 +94,7 @@ def ray_address(cfg: ExperimentConfig, address: str | None) -> str | None:
 
 def init_ray(cfg: ExperimentConfig, address: str | None, log: Log) -> bool:
     """Connect to a cluster or start Ray in-process; returns whether this call started (and must stop) it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = ray_address(cfg, address)
-    t0 = time.perf_counter()
-    if address:
-        ray.init(address=address, log_to_driver=False)  # num_cpus may not be passed when connecting
-        where = f"cluster at {address}"
-    else:
-        num_cpus = cfg.ray.num_cpus or os.cpu_count() or 1
-        start_local_ray(num_cpus, cfg.ray.object_store_mb * 1024**2)
-        where = f"in-process ({num_cpus} CPUs)"
-    cpus = ray.cluster_resources().get("CPU", 0)
-    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    log(f"ray: {where}, {nodes} node(s), {cpus:g} CPUs ({time.perf_counter() - t0:.1f} s)")
-    return True
+    return start_or_connect(ray_address(cfg, address), cfg.ray.num_cpus, cfg.ray.object_store_mb * 1024**2, log)
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -119,8 +103,8 @@ def init_ray(cfg: ExperimentConfig, address: str | None, log: Log) -> bool:
 def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
     """One self-contained spec (absolute paths) per scheduler x workload x seed."""
     from cluster_sim.plugins import absolute_target
+    from cluster_sim.policy_folders import split_folder_name
     from cluster_sim.scheduler_spec import absolute_custom_spec, is_custom_spec
-    from experiments.simulate import folder_policy
 
     cluster = cfg.cluster
     if isinstance(cluster, str) and Path(cluster).is_file():
@@ -132,8 +116,8 @@ def task_specs(cfg: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
 
             folder = "policy" if name == MARL else WARM_START_DIR
             policy = f"marl:{(out / TRAIN_DIR / folder).resolve()}"
-        elif folder_policy(name):
-            prefix, folder = folder_policy(name)
+        elif split_folder_name(name):
+            prefix, folder = split_folder_name(name)
             policy = f"{prefix}:{os.path.abspath(folder)}"
         elif is_custom_spec(name):
             policy = absolute_custom_spec(name)

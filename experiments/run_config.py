@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from experiments.simulate import folder_policy, load_folder_policy
+from cluster_sim.policy_folders import load_folder_policy, split_folder_name
 from interference.loader import interference_modes
 from marl.training.config import (
     ConfigChecker,
@@ -180,7 +180,7 @@ def parse_experiment_config(
 
 def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> PriorityTrainSection:
     """The priority agents' training section (``extends`` merged); its env inherits the experiment's cluster."""
-    from marl.training.priority_train import parse_config
+    from marl.training.priority_train import check_keys, parse_config
 
     chk = _PrefixedChecker(source, lines, ("train",))
     if not isinstance(data, Mapping):
@@ -209,36 +209,12 @@ def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> 
         raise chk.fail(("env", "cluster"), "must equal the experiment's cluster (or leave it out to inherit it)")
     env.setdefault("cluster", cfg.cluster)
     data["env"] = env
-    _check_priority_keys(data, chk)
+    check_keys(data, chk)
     try:
         parsed = parse_config(data, f"{source}: train", default_name=f"{cfg.name}-marl")
     except (TypeError, ValueError) as err:
         raise chk.fail((), str(err)) from None
     return PriorityTrainSection(parsed)
-
-
-def _check_priority_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
-    """Every key of the section known, else its path, line and the allowed keys (values: ``parse_config``)."""
-    from dataclasses import fields as dc_fields
-
-    from marl.env.priority_env import PriorityEnvConfig
-    from marl.training.priority_train import CONFIG_SECTIONS, MODEL_DEFAULTS, PPO_DEFAULTS
-    from marl.training.priority_tune import TUNE_DEFAULTS
-
-    allowed = {
-        "env": [f.name for f in dc_fields(PriorityEnvConfig) if f.name != "envs_per_runner"],
-        "model": list(MODEL_DEFAULTS), "ppo": list(PPO_DEFAULTS), "tune": list(TUNE_DEFAULTS),
-        "ray": ["num_cpus", "object_store_mb"],
-    }  # fmt: skip
-    for key, value in data.items():
-        if key not in CONFIG_SECTIONS:
-            raise chk.fail((str(key),), f"unknown key; allowed keys here: {', '.join(sorted(CONFIG_SECTIONS))}")
-        if key in allowed and value is not None:
-            if not isinstance(value, Mapping):
-                raise chk.fail((key,), f"expected a mapping with keys {', '.join(allowed[key])}, got {value!r}")
-            for sub in value:
-                if sub not in allowed[key]:
-                    raise chk.fail((key, str(sub)), f"unknown key; allowed keys here: {', '.join(allowed[key])}")
 
 
 def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
@@ -324,7 +300,7 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
                     f"section and {MARL!r} to the schedulers",
                 )
             continue
-        if folder_policy(name):
+        if split_folder_name(name):
             try:  # its files are read now, not inside a Ray task
                 load_folder_policy(name)
             except (ValueError, FileNotFoundError) as err:

@@ -38,8 +38,8 @@ def add_simulate_command(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             f"cluster presets: {', '.join(PRESETS)} (or a YAML file)\n"
-            f"policies: {', '.join(policy_names())}, marl:POLICY_DIR, topdrl:POLICY_DIR, dl2:POLICY_DIR,\n"
-            "          metaplace:POLICY_DIR,\n"
+            f"policies: {', '.join(policy_names())},\n"
+            "          marl:POLICY_DIR (a trained policy, any kind; topdrl:, dl2:, metaplace: for one of that kind),\n"
             "          MODULE_OR_FILE.py:ClassName[,key=value...] (your own scheduler class)\n"
             "workloads: synthetic:N[,load=F] | philly:PATH | openb:PATH | gavel:PATH | pollux:PATH,\n"
             "           each with optional ,max_jobs=N ,start=S ,end=S ,arrival_scale=F"
@@ -96,41 +96,12 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
     )
 
 
-# exported policy folders, named PREFIX:POLICY_DIR: the loader (module, function) and the command that makes one
-FOLDER_POLICIES: dict[str, tuple[str, str, str]] = {
-    "marl": ("marl.deploy.load", "load_marl_policy", "marlsched train-priority"),
-    "topdrl": ("marl.baselines.topdrl", "load_topdrl_policy", "marlsched train with agent: topdrl"),
-    "dl2": ("marl.baselines.dl2", "load_dl2_policy", "marlsched train with agent: dl2"),
-    "metaplace": ("marl.baselines.metaplace", "load_metaplace_policy", "marlsched train with agent: metaplace"),
-}
-
-
-def folder_policy(name: str) -> tuple[str, str] | None:
-    """(prefix, folder) of a ``PREFIX:POLICY_DIR`` scheduler name, None for any other name."""
-    prefix, colon, folder = name.partition(":")
-    return (prefix, folder) if colon and prefix in FOLDER_POLICIES else None
-
-
-def load_folder_policy(name: str):
-    """The scheduler exported in the folder a ``PREFIX:POLICY_DIR`` name gives (TorchScript, no RLlib)."""
-    import importlib
-
-    prefix, folder = folder_policy(name) or ("", "")
-    module, func, maker = FOLDER_POLICIES[prefix]
-    if not Path(folder).is_dir():
-        raise FileNotFoundError(f"--policy {name}: no policy folder {folder!r}; make one with {maker}")
-    return getattr(importlib.import_module(module), func)(folder, name=name)
-
-
 def make_scheduler_by_name(name: str, seed: int, **options):
-    """A heuristic by name (``options`` to its constructor); ``marl:POLICY_DIR`` for an exported MARL
-    policy, ``topdrl:POLICY_DIR`` / ``dl2:POLICY_DIR`` / ``metaplace:POLICY_DIR`` for a trained TopDRL / DL2 /
-    meta-RL placement (all run without RLlib); or
+    """A heuristic by name (``options`` to its constructor), a trained policy's folder (``marl:POLICY_DIR``, any
+    kind; ``topdrl:``, ``dl2:``, ``metaplace:`` for a folder of that kind; all run without RLlib), or
     ``MODULE_OR_FILE:ClassName[,key=value...]`` for a scheduler class of the user's own."""
     from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
 
-    if folder_policy(name):
-        return load_folder_policy(name)
     if is_custom_spec(name):
         return load_custom_scheduler(name, seed=seed)
     from cluster_sim.policies import get_policy

@@ -1,4 +1,4 @@
-"""`marlsched train-priority`, `tune-priority`, `train` (the published learned schedulers) and `export-program`;
+"""`marlsched train` (every learned scheduler; `train-priority` is the same), `tune-priority` and `export-program`;
 experiments.cli registers them (:func:`add_train_commands`).
 
 Heavy modules (torch, ray) load inside the commands so that `marlsched --help` starts fast.
@@ -10,48 +10,44 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["add_train_commands", "main", "run_export_program", "run_train", "run_train_priority", "run_tune_priority"]
+__all__ = ["add_train_commands", "main", "run_export_program", "run_train", "run_tune_priority"]
 
 
 def add_train_commands(subparsers) -> None:
     """Register ``train``, ``train-priority``, ``tune-priority`` and ``export-program`` on an argparse subparsers
     object (each sets ``func``)."""
-    p = subparsers.add_parser(
-        "train",
-        help="train a published learned scheduler (TopDRL, DL2, meta-RL placement) from a config with `agent:`",
-        description=(
-            "Train a published learned scheduler from a YAML config naming it: `agent: topdrl` (e.g. "
-            "experiments/configs/topdrl_small.yaml; --policy topdrl:OUT/policy), `agent: dl2` (e.g. "
-            "experiments/configs/dl2_pollux.yaml; --policy dl2:OUT/policy) or `agent: metaplace` "
-            "(experiments/configs/metaplace_philly.yaml; --policy metaplace:OUT/policy). Writes progress.csv, "
-            "learning_curve.png, policy/ and evaluation/ into --out. marlsched's own agents train with "
-            "`marlsched train-priority`."
-        ),
-    )
-    p.add_argument("--config", required=True, help="training config YAML with an agent: key")
-    p.add_argument("--out", required=True, help="run folder to create (results, policy)")
-    p.add_argument("--iterations", type=int, default=None, help="total iterations (overrides the config)")
-    p.add_argument("--no-eval", action="store_true", help="skip the final evaluation against the heuristics")
-    p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
-    p.set_defaults(func=run_train)
+    from marl.training.recipes import recipes_table
 
-    t = subparsers.add_parser(
-        "train-priority",
-        help="train the preemptive priority agents (QSSF warm start, PPO on trace windows) and export them",
-        description=(
-            "Train the priority agents of marl.env.priority_agents on random windows of a trace with RLlib PPO; "
-            "writes progress.csv, learning_curve.png and the exported policy folder OUT/policy, usable as "
-            "`simulate --policy marl:OUT/policy` on any cluster."
-        ),
-    )
-    t.add_argument("--config", required=True, help="YAML config (e.g. experiments/configs/marl_philly.yaml)")
-    t.add_argument("--out", required=True, help="output folder")
-    t.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue a killed training in --out from its last checkpoint (OUT/checkpoint, same config)",
-    )
-    t.set_defaults(func=run_train_priority)
+    for command, about in (
+        ("train", "train a learned scheduler (an agent and an algorithm, named in the config) and export it"),
+        ("train-priority", "the same as `marlsched train` (kept for older scripts; configs without agent: train "
+         "the priority agents with PPO)"),
+    ):  # fmt: skip
+        p = subparsers.add_parser(
+            command,
+            help=about,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=(
+                "Train the learned scheduler a YAML config names: `agent:` (default priority, marlsched's "
+                "per-partition agents) and `algo:` (default: the agent's first below); the rest of the file is that "
+                "algorithm's settings, each key checked with its line. Writes the trained policy to OUT/policy "
+                "(usable as `simulate --policy marl:OUT/policy`) with its progress and learning curve.\n\n"
+                "agent / algo:\n" + recipes_table()
+            ),
+        )
+        p.add_argument("--config", required=True, help="training config YAML (agent:, algo: and their settings)")
+        p.add_argument("--out", required=True, help="run folder to create (OUT/policy is the trained policy)")
+        p.add_argument("--iterations", type=int, default=None, help="iterations or rounds (overrides the config)")
+        p.add_argument(
+            "--address",
+            default=None,
+            help="Ray cluster to train on (auto, HOST:PORT; default: the config's ray.address, then RAY_ADDRESS, "
+            "else Ray in-process); algo ppo",
+        )
+        p.add_argument("--resume", action="store_true", help="continue a killed training in --out (algo ppo)")
+        p.add_argument("--no-eval", action="store_true", help="skip the final evaluation against the heuristics")
+        p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+        p.set_defaults(func=run_train)
 
     u = subparsers.add_parser(
         "tune-priority",
@@ -87,42 +83,21 @@ def add_train_commands(subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """``marlsched train --config`` of a published learned scheduler (``agent: topdrl``, ``dl2``, ``metaplace``)."""
-    from marl.baselines.dl2_train import load_dl2_config, train_dl2
-    from marl.baselines.metaplace_train import load_metaplace_config, train_metaplace
-    from marl.baselines.topdrl_train import load_topdrl_config, train_topdrl
-    from marl.training.config import config_agent
+    """``marlsched train --config``: the agent and algorithm the config names (:mod:`marl.training.recipes`)."""
+    from marl.training.recipes import POLICY, TrainRequest, train
 
-    trainers = {
-        "topdrl": (load_topdrl_config, train_topdrl),
-        "dl2": (load_dl2_config, train_dl2),
-        "metaplace": (load_metaplace_config, train_metaplace),
-    }
-    agent = config_agent(args.config)
-    if agent not in trainers:
-        raise ValueError(f"{args.config}: agent {agent!r} is not one marlsched train trains; choose agent: "
-                         f"{' or '.join(trainers)} (marlsched's own agents: marlsched train-priority)")  # fmt: skip
-    if (Path(args.out) / "policy").exists():
-        raise ValueError(f"{args.out} already holds a trained policy; choose another --out")
-    load, train = trainers[agent]
-    cfg = load(args.config)
     command = f"marlsched train --config {args.config} --out {args.out}"
     if args.iterations is not None:
-        if args.iterations < 1:
-            raise ValueError(f"--iterations must be >= 1, got {args.iterations}")
         command += f" --iterations {args.iterations}"
-    log = (lambda msg: None) if args.quiet else print
-    summary = train(cfg, args.out, iterations=args.iterations, evaluate=False if args.no_eval else None,
-                           command=command, log=log)  # fmt: skip
-    print(f"run folder: {summary['out']} ({summary['iterations']} iterations, selected {summary['selected']})")
-    return 0
-
-
-def run_train_priority(args: argparse.Namespace) -> int:
-    from marl.training.priority_train import train_priority
-
-    command = f"marlsched train-priority --config {args.config} --out {args.out}"
-    train_priority(args.config, args.out, command=command, resume=args.resume)
+    request = TrainRequest(
+        config=Path(args.config), out=Path(args.out), iterations=args.iterations, address=args.address,
+        resume=args.resume, evaluate=False if args.no_eval else None, command=command,
+        log=(lambda msg: None) if args.quiet else print,
+    )  # fmt: skip
+    train(request)
+    print(
+        f"policy: {Path(args.out) / POLICY} (run it with: marlsched simulate --policy marl:{Path(args.out) / POLICY})"
+    )
     return 0
 
 
@@ -143,9 +118,7 @@ def run_tune_priority(args: argparse.Namespace) -> int:
 
 
 def run_export_program(args: argparse.Namespace) -> int:
-    import marl.baselines.dl2
-    import marl.baselines.topdrl  # noqa: F401  (they register their kinds)
-    from marl.deploy.programs import add_program
+    from marl.deploy.registry import add_program
 
     for folder in args.folders:
         err = add_program(folder)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cluster_sim.build import build_simulator
-from marl.deploy.load import load_marl_policy
+from marl.deploy.registry import load_policy
 
 WORKLOAD = "synthetic:600,window_load=1.2"  # jobs queue on small: the scores decide who runs
 
@@ -43,7 +43,7 @@ def reference(priority_dir: Path):
     """In-process TorchScript inference of 4 agents on the workload, and the number of scoring rounds."""
     from marl.env.priority_agents import PriorityAgents
 
-    sched = load_marl_policy(priority_dir)
+    sched = load_policy(priority_dir)
     sched.agents_wanted = 4
     calls = []
     inner = sched.scorer
@@ -120,9 +120,12 @@ def test_a_folder_of_another_kind_is_refused_with_the_kinds_that_run(tmp_path: P
 
     (tmp_path / "metadata.json").write_text(json.dumps({"agent": "hgnn"}))
     with pytest.raises(ValueError, match="priority, rounds, sia-remaining"):
-        load_marl_policy(tmp_path)
-    with pytest.raises(FileNotFoundError, match="not a policy folder"):
-        load_marl_policy(tmp_path / "missing")
+        load_policy(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"no policy folder '.*missing'; make one with"):
+        load_policy(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty is not a policy folder"):
+        load_policy(tmp_path / "empty")
 
 
 def test_the_torch_export_program_alone_schedules_as_the_torchscript(
@@ -142,7 +145,7 @@ def test_the_torch_export_program_alone_schedules_as_the_torchscript(
     only = tmp_path / "program-only"
     shutil.copytree(priority_dir, only)
     (only / "policy.pt").unlink()
-    sched = load_marl_policy(only)
+    sched = load_policy(only)
     sched.agents_wanted = 4
     _same_results(_sim().run(sched), reference[0])
     script = load_torchscript(priority_dir / "policy.pt")
@@ -156,10 +159,10 @@ def test_the_torch_export_program_alone_schedules_as_the_torchscript(
         np.testing.assert_array_equal(served, script(jobs, parts)[0].numpy())
     (only / "policy.pt").write_bytes(b"not TorchScript")
     with pytest.warns(UserWarning, match="policy.pt: not a readable TorchScript policy"):
-        assert load_marl_policy(only).scorer is not None
+        assert load_policy(only).scorer is not None
     (only / "policy.pt2").write_bytes(b"not a program")
     with pytest.raises(ValueError, match=r"policy.pt2: not a readable torch.export program .*copy the policy"):
-        load_marl_policy(only)
+        load_policy(only)
 
 
 def test_export_program_adds_the_program_to_a_folder_without_one(
@@ -169,13 +172,63 @@ def test_export_program_adds_the_program_to_a_folder_without_one(
     difference from the network; a kind without a network is refused, naming the file and the kinds."""
     import json
 
-    from marl.deploy.programs import add_program
+    from marl.deploy.registry import add_program
 
-    assert load_marl_policy(refilled_by_export_program(priority_dir)).scorer is not None
+    assert load_policy(refilled_by_export_program(priority_dir)).scorer is not None
     (tmp_path / "meta").mkdir()  # meta-placement keeps JSON weights: no network to export
     (tmp_path / "meta" / "metadata.json").write_text(json.dumps({"agent": "metaplace"}))
-    with pytest.raises(ValueError, match=r"metadata.json: agent 'metaplace' has no torch.export .*rounds.*dl2, topdrl"):
-        add_program(tmp_path / "meta")  # the command registered the baselines' kinds
+    with pytest.raises(ValueError, match=r"metadata.json: agent 'metaplace' has no torch.export .*rounds.*topdrl, dl2"):
+        add_program(tmp_path / "meta")
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "experiments" / "policies"
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in SHIPPED.iterdir() if (p / "metadata.json").is_file()))
+def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
+    """``get_policy("marl:DIR")`` (cluster_sim's own API, through the entry points) gives the scheduler of the
+    folder's kind, as ``simulate`` and ``run`` do; the kind's own prefix loads it too, and another kind's refuses."""
+    from cluster_sim.policies import get_policy
+    from marl.agents import AGENTS, resolve
+    from marl.deploy.registry import policy_kind
+
+    kind = policy_kind(SHIPPED / folder)
+    assert kind in AGENTS
+    sched = get_policy(f"marl:{SHIPPED / folder}")
+    assert sched.name == f"marl:{SHIPPED / folder}"
+    assert type(sched).__name__ in {"PriorityAgents", "ScoredRounds", "LearnedWeightSia", "TopDRL", "DL2", "MetaPlace"}
+    assert type(sched) is type(resolve(AGENTS[kind].loader)(SHIPPED / folder))
+    assert isinstance(sched, resolve(AGENTS[kind].decision))  # the spec's decision layer is what schedules
+    if kind in ("topdrl", "dl2", "metaplace"):
+        assert type(get_policy(f"{kind}:{SHIPPED / folder}")) is type(sched)
+    wrong = "dl2" if kind != "dl2" else "topdrl"
+    with pytest.raises(ValueError, match=f"agent is {kind!r}, not {wrong!r}; load it as marl:"):
+        get_policy(f"{wrong}:{SHIPPED / folder}")
+
+
+def test_a_plugin_prefix_names_its_folders_everywhere_a_scheduler_name_goes(tmp_path: Path) -> None:
+    from cluster_sim import policy_folders
+    from cluster_sim.policies import get_policy
+    from cluster_sim.scheduler_spec import is_custom_spec
+
+    seen = []
+
+    def load(prefix: str, folder: str, *, name: str) -> object:
+        seen.append((prefix, folder, name))
+        return get_policy("fifo")
+
+    assert is_custom_spec("mine:Sched") and "marl" in policy_folders.folder_prefixes()
+    policy_folders.register_folder_prefix("mine", load)
+    try:
+        assert not is_custom_spec("mine:Sched")  # now a folder, not a module's class
+        assert get_policy(f"mine:{tmp_path}").name == "fifo"
+        assert seen == [("mine", str(tmp_path), f"mine:{tmp_path}")]
+        with pytest.raises(ValueError, match="already registered"):
+            policy_folders.register_folder_prefix("marl", load)
+    finally:
+        del policy_folders._REGISTERED["mine"]
+    with pytest.raises(ValueError, match=r"unknown scheduler 'mine:.*PREFIX:DIR .*prefixes: .*marl"):
+        get_policy(f"mine:{tmp_path}")
 
 
 def test_a_reused_program_carries_each_networks_weights_and_is_traced_again_where_it_differs(tmp_path: Path) -> None:
@@ -208,3 +261,28 @@ def test_a_reused_program_carries_each_networks_weights_and_is_traced_again_wher
             assert torch.allclose(out, net(x), atol=1e-6)
     assert not torch.allclose(outs[0], outs[1]) and not torch.allclose(outs[1], outs[2])
     assert nets[0].shift[0] == 0.0  # the first network's own tensors were not handed to the next
+
+
+def test_every_kind_writes_one_schema_with_its_provenance_and_a_newer_format_is_refused(tmp_path: Path) -> None:
+    """``write_metadata`` (every kind's writer calls it): format, version, agent, provenance (command, config, code
+    and library versions); a folder from a newer format is refused with the fix; folders of format 1 still load."""
+    import json
+    import shutil
+
+    from marl.deploy.policy_files import FORMAT_VERSION, write_metadata
+    from marl.deploy.registry import read_metadata
+
+    doc = write_metadata(tmp_path, "metaplace", {"command": "marlsched train --config c.yaml", "config": {"seed": 1}})
+    on_disk = json.loads((tmp_path / "metadata.json").read_text())
+    assert on_disk == doc and doc["format_version"] == FORMAT_VERSION == 2 and doc["agent"] == "metaplace"
+    prov = doc["provenance"]
+    assert prov["command"] == "marlsched train --config c.yaml" and prov["config"] == {"seed": 1}
+    assert prov["code_version"] and {"python", "numpy", "torch"} <= set(prov["libraries"])
+    newer = tmp_path / "newer"
+    shutil.copytree(SHIPPED / "topdrl-small", newer)
+    meta = json.loads((newer / "metadata.json").read_text())
+    assert "format_version" not in meta  # written before the schema: format 1, loaded alike
+    assert read_metadata(SHIPPED / "topdrl-small")[0].agent == "topdrl"
+    (newer / "metadata.json").write_text(json.dumps({**meta, "format_version": 99}))
+    with pytest.raises(ValueError, match="format_version 99 is newer than this marlsched's 2; upgrade"):
+        load_policy(newer)

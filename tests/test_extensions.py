@@ -322,15 +322,10 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
     from experiments.readme_examples import readme_commands
     from experiments.run_config import load_experiment_config
     from experiments.simulate import make_scheduler_by_name, split_policies
-    from marl.baselines.dl2_train import load_dl2_config
-    from marl.baselines.metaplace_train import load_metaplace_config
-    from marl.baselines.topdrl_train import load_topdrl_config
-    from marl.training.config import config_agent
-    from marl.training.priority_train import load_config as load_priority_config
+    from marl.training.recipes import load_recipe_config
     from topology.datacenter import CLUSTER_PRESETS
 
     monkeypatch.chdir(REPO)
-    baseline_loaders = {"topdrl": load_topdrl_config, "dl2": load_dl2_config, "metaplace": load_metaplace_config}
     commands = readme_commands()
     assert len(commands) >= 15
     checked = 0
@@ -358,10 +353,8 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
                     make_scheduler_by_name(name, 0)
         elif args.command == "run":
             load_experiment_config(args.config)
-        elif args.command == "train":
-            baseline_loaders[config_agent(args.config)](args.config)
-        elif args.command == "train-priority":
-            load_priority_config(args.config)
+        elif args.command in ("train", "train-priority"):
+            load_recipe_config(args.config)
         elif args.command == "interference":
             for value in (getattr(args, "data", None), getattr(args, "model", None), getattr(args, "pairs", None)):
                 if value and not later(value):

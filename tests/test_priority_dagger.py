@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
+from cluster_sim.traces.periods import DAY, HELD_OUT_START
 from experiments.benchmarks import priority_room
-from marl.deploy.load import load_marl_policy
+from marl.deploy.registry import load_policy
 from marl.env.priority_agents import OracleKeyAgents, PriorityAgents, qssf_scores
 from marl.env.priority_features import JobSetLayout
 from marl.models.priority_net import PriorityNet
 from marl.training.priority_dagger import PriorityDaggerConfig, _collect, estimates, fit_priority, train
 
-NOV1 = 4_973_359.0
-DAY = 86_400.0
+NOV1 = HELD_OUT_START
 
 
 def tiny_config(traces_dir: Path, **kw) -> PriorityDaggerConfig:
@@ -89,7 +89,7 @@ def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Pat
     assert saved["tuned"]["factors"] == [4.0, 8.0]  # the margin was selected on the training windows
     assert saved["agents"]["hysteresis"] == pytest.approx(np.log(saved["tuned"]["factor"]))
     assert any("hysteresis ln" in line for line in logs) and (tmp_path / "a" / "estimates.png").stat().st_size > 0
-    policy = load_marl_policy(tmp_path / "a", name="learned")
+    policy = load_policy(tmp_path / "a", name="learned")
     assert isinstance(policy, PriorityAgents) and policy.name == "learned"
     assert policy.hysteresis == pytest.approx(saved["agents"]["hysteresis"])
 

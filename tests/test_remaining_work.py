@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cluster_sim.policies.sia import Sia
-from marl.deploy.load import load_marl_policy
+from marl.deploy.registry import load_policy
 from marl.deploy.remaining_policy import LearnedWeightSia, load_remaining_policy
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
 from marl.training.remaining_work import RemainingWorkConfig, train
@@ -75,7 +75,7 @@ def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Pat
     x = torch.randn(11, len(FEATURES))
     with torch.no_grad():
         assert torch.allclose(a(x), net.eval()(x), atol=1e-6)
-    policy = load_marl_policy(tmp_path / "a", name="learned")
+    policy = load_policy(tmp_path / "a", name="learned")
     assert isinstance(policy, LearnedWeightSia) and policy.name == "learned"
     result = sia_sim(sia_dir, 20).run(policy)
     assert np.isfinite(result.end).all()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from cluster_sim.build import build_simulator
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from marl.baselines.topdrl import TopDRL, TopDRLNet, load_topdrl_policy, save_topdrl_policy
 from marl.baselines.topdrl_train import parse_topdrl_config, returns_at, train_topdrl
 from marl.training.config import TrainConfigError
@@ -20,7 +21,7 @@ from marl.training.config import TrainConfigError
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "experiments" / "policies" / "topdrl-small"
 CLUSTER_64 = str(REPO / "experiments" / "configs" / "clusters" / "small-64.yaml")
-DEV = 4_973_359.0
+DEV = HELD_OUT_START
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,8 @@ def trace(traces_dir: Path) -> str:
 
 @pytest.fixture(scope="module")
 def window(trace: str) -> str:
-    start = DEV + 6 * 86400.0
-    return f"{trace},start={start},end={start + 86400},load=0.9"
+    start = DEV + 6 * DAY
+    return window_spec(trace, start, start + DAY, 0.9)
 
 
 def _net(seed: int = 0) -> TopDRLNet:
@@ -207,7 +208,8 @@ def test_train_refuses_an_agent_it_does_not_know_and_a_bad_topdrl_key(tmp_path: 
     cfg = tmp_path / "dl3.yaml"
     cfg.write_text("agent: dl3\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
-    assert "agent 'dl3' is not one marlsched train trains; choose agent: topdrl" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{cfg}, line 1: agent: 'dl3' is not an agent marlsched trains; agents: priority, rounds," in err
     cfg.write_text("agent: topdrl\ntrain:\n  rollout: 4\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err

@@ -83,6 +83,7 @@ from cluster_sim.policies.sia import Sia
 from cluster_sim.policies.sjf import SJF
 from cluster_sim.policies.srtf import SRTF
 from cluster_sim.policies.tiresias import Tiresias
+from cluster_sim.policy_folders import folder_prefixes, load_folder_policy, split_folder_name
 from cluster_sim.typed_placement import GPU_TYPE_ORDERS
 
 ORDERINGS: dict[str, type[PolicyScheduler]] = {
@@ -192,7 +193,9 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
     its constructor (``thresholds``, ``interval``, ``name`` ...; a named policy's own settings are the
     defaults they override); an option the scheduler does not take is a ``TypeError`` naming it.
     ``NAME@ORDER`` (``qssf@fastest``) is ``NAME`` with ``gpu_type=ORDER``: on a cluster of several GPU
-    types, the order in which a heuristic tries the types for a job (:mod:`cluster_sim.typed_placement`)."""
+    types, the order in which a heuristic tries the types for a job (:mod:`cluster_sim.typed_placement`).
+    ``PREFIX:DIR`` (``marl:experiments/policies/philly-small``) is the trained policy saved in that folder
+    (:mod:`cluster_sim.policy_folders`)."""
     base, at, order = name.partition("@")
     if at:
         if order not in GPU_TYPE_ORDERS:
@@ -203,12 +206,15 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
         return policy
     if name in POLICIES:
         return POLICIES[name](seed, **options) if options else POLICIES[name](seed)
+    if split_folder_name(name):
+        return load_folder_policy(name, **options)
     ordering, plus, placement = name.partition("+")
     if plus and ordering in ORDERINGS and placement in PLACEMENTS:
         return make_scheduler(ordering, placement, seed=seed, **options)
     raise ValueError(
         f"unknown scheduler {name!r}; choose one of: {', '.join(POLICIES)}, or ORDERING+PLACEMENT with "
-        f"ORDERING in {{{', '.join(ORDERINGS)}}} and PLACEMENT in {{{', '.join(placement_names())}}}"
+        f"ORDERING in {{{', '.join(ORDERINGS)}}} and PLACEMENT in {{{', '.join(placement_names())}}}, or PREFIX:DIR "
+        f"for a trained policy's folder (prefixes: {', '.join(folder_prefixes()) or 'none; pip install marlsched'})"
     )
 
 

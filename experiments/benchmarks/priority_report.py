@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from cluster_sim.traces.periods import window_spec
 from experiments.regimes import DEV_END, DEV_START, GAVEL, PHILLY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def window_specs(days: float, stride: float, load: float, start: float = DEV_STA
     """Philly windows of ``days`` every ``stride`` days between ``start`` and ``end`` at ``load``."""
     length, step = days * 86400.0, stride * 86400.0
     starts = np.arange(start, end - length + 1.0, step)
-    return [f"philly:{PHILLY},start={t:.0f},end={t + length:.0f},load={load}" for t in starts]
+    return [window_spec(f"philly:{PHILLY}", t, t + length, load) for t in starts]
 
 
 class TimedScorer:
@@ -266,9 +267,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dc1k-workload", default="synthetic:10000,load=0.9", help="dc-1k's workload spec")
     ap.add_argument("--reuse", action="store_true", help="keep the simulations already in OUT/results.json")
     args = ap.parse_args(argv)
-    from marl.deploy.priority_export import is_priority_policy
+    from marl.deploy.registry import policy_kind
 
-    if not is_priority_policy(args.policy):
+    if policy_kind(args.policy) != "priority":
         raise SystemExit(
             f"--policy {args.policy}: not a priority-agent policy folder (metadata.json, agent 'priority')"
         )

@@ -45,7 +45,7 @@ def run_one(task: tuple[int, str, str, float, int, str]) -> tuple[int, str, floa
 
     from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
-    from marl.deploy.load import load_marl_policy
+    from cluster_sim.policy_folders import split_folder_name
     from marl.env.priority_agents import OracleKeyAgents, PriorityAgents
 
     torch.set_num_threads(1)
@@ -64,8 +64,8 @@ def run_one(task: tuple[int, str, str, float, int, str]) -> tuple[int, str, floa
         sched = cls(None, num_agents=agents, hysteresis=float(np.log(factor)), name=variant,
                     gpu_type="fastest" if move or not gpu_type else gpu_type,
                     migrate=float(np.log(float(gpu_type[4:] or 2))) if move else None)  # fmt: skip
-    elif variant.startswith("marl:"):
-        sched = load_marl_policy(variant[len("marl:") :], name=variant)
+    elif split_folder_name(variant):
+        sched = get_policy(variant)
         sched.agents_wanted = agents
     else:
         sched = get_policy(variant, seed=0)

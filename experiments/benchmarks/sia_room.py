@@ -45,9 +45,12 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.gpu_profiles import RESTART_COST
+from cluster_sim.policies import get_policy
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.policies.sia import Sia
+from cluster_sim.policy_folders import split_folder_name
 from cluster_sim.protocol import SchedulerView
+from cluster_sim.traces.periods import window_spec
 
 VARIANTS = (
     "sia", "restarts-free", "starts-free", "4x-gpus", "sia-oracle", "oracle-restarts", "las-weights",
@@ -92,7 +95,7 @@ def philly_window(k: int, hours: float, load: float) -> str:
     from experiments.regimes import DAY, DEV_START, PHILLY, SIA
 
     start = DEV_START + k * DAY
-    return f"philly:{PHILLY},start={start},end={start + hours * 3600.0},load={load},apps={SIA}/traces"
+    return window_spec(f"philly:{PHILLY}", start, start + hours * 3600.0, load, [f"apps={SIA}/traces"])
 
 
 def measure(workload: int | str, variant: str) -> dict[str, float]:
@@ -118,10 +121,8 @@ def measure(workload: int | str, variant: str) -> dict[str, float]:
         policy = OracleRestartSia(name="oracle-restarts")
     elif variant in ("las-weights", "history-weights"):
         policy = EstimateWeightedSia(variant.split("-")[0])
-    elif variant.startswith("marl:"):
-        from marl.deploy.load import load_marl_policy
-
-        policy = load_marl_policy(variant[len("marl:") :], name=variant)
+    elif split_folder_name(variant):
+        policy = get_policy(variant)
     elif variant != "sia":
         raise ValueError(f"unknown variant {variant!r}; choose from {VARIANTS} or marl:DIR")
     sim = build_simulator(cluster, spec, seed=0, interference=reg.interference, **options)

@@ -26,7 +26,7 @@ start imitates it step by step on the states the network itself visits (DAgger),
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,16 @@ from torch.export import Dim
 
 from cluster_sim.policies.optimus_elastic import ElasticOptimus
 from cluster_sim.protocol import RUNNING, SchedulerView
-from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
-from marl.deploy.programs import register_kind
+from marl.deploy.policy_files import (
+    METADATA,
+    PROGRAM,
+    TORCHSCRIPT,
+    atomic_folder,
+    load_network,
+    read_json,
+    save_program,
+    write_metadata,
+)
 
 KIND = "dl2"
 JOB_FEATURES = (
@@ -57,7 +65,6 @@ JOB_FEATURES = (
     "age",
 )
 GLOBAL_FEATURES = ("free_share", "jobs", "admitted_share")
-METADATA = "metadata.json"
 _H = 3600.0
 
 
@@ -365,26 +372,11 @@ def save_dl2_policy(net: DL2Net, folder: str | Path, meta: dict) -> Path:
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
         program_err = save_program_of(net, tmp / PROGRAM)
-        doc = {
-            "format": "marlsched-policy",
-            "agent": KIND,
-            "job_features": list(JOB_FEATURES),
-            "global_features": list(GLOBAL_FEATURES),
-            **meta,
-        }
+        doc = {"job_features": list(JOB_FEATURES), "global_features": list(GLOBAL_FEATURES), **meta}
         doc["export_max_abs_diff"] = err
         doc["program_max_abs_diff"] = program_err
-        (tmp / METADATA).write_text(json.dumps(doc, indent=2) + "\n")
-        for name in extra:
-            src = Path(name)
-            if src.is_file():
-                (tmp / src.name).write_bytes(src.read_bytes())
+        write_metadata(tmp, KIND, doc, extra)
     return Path(folder)
-
-
-def is_dl2_policy(policy_dir: str | Path) -> bool:
-    path = Path(policy_dir) / METADATA
-    return path.is_file() and read_json(path).get("agent") == KIND
 
 
 def load_dl2_policy(policy_dir: str | Path, *, name: str = KIND) -> DL2:
@@ -406,7 +398,9 @@ def load_dl2_policy(policy_dir: str | Path, *, name: str = KIND) -> DL2:
     return DL2(load_network(policy_dir), name=name)
 
 
-register_kind(KIND, lambda meta: (DL2Net(hidden=int(meta["hidden"])), save_program_of))  # `marlsched export-program`
+def network_of(meta: dict[str, Any]) -> tuple[DL2Net, Callable[[DL2Net, Path], float]]:
+    """The untrained network a folder's metadata describes and the writer of its program (export-program)."""
+    return DL2Net(hidden=int(meta["hidden"])), save_program_of
 
 
 __all__ = [
@@ -415,8 +409,8 @@ __all__ = [
     "Allocation",
     "DL2Net",
     "NumpyForward",
-    "is_dl2_policy",
     "load_dl2_policy",
+    "network_of",
     "pad_steps",
     "save_dl2_policy",
     "save_program_of",

@@ -37,7 +37,7 @@ import numpy as np
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.protocol import SchedulerView
-from marl.deploy.policy_files import atomic_folder, read_json
+from marl.deploy.policy_files import METADATA, atomic_folder, read_json, write_metadata
 
 KIND = "metaplace"
 FEATURES = (
@@ -52,7 +52,7 @@ FEATURES = (
     "gpus",
     "attained",
 )
-METADATA, WEIGHTS, CONTEXT = "metadata.json", "weights.json", "context.json"
+WEIGHTS, CONTEXT = "weights.json", "context.json"
 _H = 3600.0
 
 
@@ -223,20 +223,10 @@ def save_metaplace_policy(weights: MetaPlaceWeights, folder: str | Path, meta: d
     extra = meta.pop("extra_files", [])
     with atomic_folder(folder) as tmp:
         (tmp / WEIGHTS).write_text(json.dumps(weights.to_json()) + "\n")
-        doc = {"format": "marlsched-policy", "agent": KIND, "features": list(FEATURES), "hidden": weights.hidden}
-        (tmp / METADATA).write_text(json.dumps({**doc, **meta}, indent=2) + "\n")
+        write_metadata(tmp, KIND, {"features": list(FEATURES), "hidden": weights.hidden, **meta}, extra)
         if context is not None:
             (tmp / CONTEXT).write_text(json.dumps(context.to_json()) + "\n")
-        for name in extra:
-            src = Path(name)
-            if src.is_file():
-                (tmp / src.name).write_bytes(src.read_bytes())
     return Path(folder)
-
-
-def is_metaplace_policy(policy_dir: str | Path) -> bool:
-    path = Path(policy_dir) / METADATA
-    return path.is_file() and read_json(path).get("agent") == KIND
 
 
 def load_metaplace_weights(policy_dir: str | Path) -> tuple[MetaPlaceWeights, dict[str, Any]]:
@@ -272,7 +262,6 @@ __all__ = [
     "MetaPlace",
     "MetaPlaceWeights",
     "SpeedContext",
-    "is_metaplace_policy",
     "load_metaplace_policy",
     "load_metaplace_weights",
     "save_metaplace_policy",

@@ -23,7 +23,7 @@ not know them, so the history estimate takes their place.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,16 @@ from cluster_sim.placement import FreePool
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, SchedulerView, Start
-from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
-from marl.deploy.programs import register_kind
+from marl.deploy.policy_files import (
+    METADATA,
+    PROGRAM,
+    TORCHSCRIPT,
+    atomic_folder,
+    load_network,
+    read_json,
+    save_program,
+    write_metadata,
+)
 
 KIND = "topdrl"
 SLOTS = 8  # GPU slots per server row of the cluster image (servers with fewer are padded)
@@ -53,7 +61,6 @@ JOB_FEATURES = (
     "position",
 )
 GLOBAL_FEATURES = ("queue_length", "free_share", "fitting")
-METADATA = "metadata.json"
 _H = 3600.0
 
 
@@ -286,8 +293,6 @@ def save_topdrl_policy(net: TopDRLNet, folder: str | Path, meta: dict) -> Path:
         scripted.save(str(tmp / TORCHSCRIPT))
         program_err = save_program_of(net, tmp / PROGRAM)
         doc = {
-            "format": "marlsched-policy",
-            "agent": KIND,
             "cluster_channels": list(CLUSTER_CHANNELS),
             "job_features": list(JOB_FEATURES),
             "global_features": list(GLOBAL_FEATURES),
@@ -295,17 +300,8 @@ def save_topdrl_policy(net: TopDRLNet, folder: str | Path, meta: dict) -> Path:
             "export_max_abs_diff": err,
             "program_max_abs_diff": program_err,
         }
-        (tmp / METADATA).write_text(json.dumps(doc, indent=2) + "\n")
-        for name in extra:  # files written beside the policy (progress, learning curve)
-            src = Path(name)
-            if src.is_file():
-                (tmp / src.name).write_bytes(src.read_bytes())
+        write_metadata(tmp, KIND, doc, extra)  # and the files written beside the policy (progress, learning curve)
     return Path(folder)
-
-
-def is_topdrl_policy(policy_dir: str | Path) -> bool:
-    path = Path(policy_dir) / METADATA
-    return path.is_file() and read_json(path).get("agent") == KIND
 
 
 def load_topdrl_policy(policy_dir: str | Path, *, name: str = KIND, gpu_type: str | None = None) -> TopDRL:
@@ -332,17 +328,17 @@ def load_topdrl_policy(policy_dir: str | Path, *, name: str = KIND, gpu_type: st
     return TopDRL(net, slots=int(meta["slots"]), gpu_type=gpu_type or meta.get("gpu_type", "any"), name=name)
 
 
-register_kind(  # `marlsched export-program`
-    KIND, lambda meta: (TopDRLNet(hidden=int(meta["hidden"]), pooled=int(meta["pooled"])), save_program_of)
-)
+def network_of(meta: dict[str, Any]) -> tuple[TopDRLNet, Callable[[TopDRLNet, Path], float]]:
+    """The untrained network a folder's metadata describes and the writer of its program (export-program)."""
+    return TopDRLNet(hidden=int(meta["hidden"]), pooled=int(meta["pooled"])), save_program_of
 
 
 __all__ = [
     "KIND",
     "TopDRL",
     "TopDRLNet",
-    "is_topdrl_policy",
     "load_topdrl_policy",
+    "network_of",
     "save_program_of",
     "save_topdrl_policy",
 ]

@@ -91,10 +91,11 @@ class RayActorScorer:
         num_cpus: float | None = None,
         num_threads: int = 1,
     ) -> None:
-        from marl.deploy.priority_export import is_priority_policy, read_priority_metadata
+        from marl.deploy.priority_export import read_priority_metadata
+        from marl.deploy.registry import policy_kind
         from marl.models.priority_net import PLACING_INPUTS
 
-        if not is_priority_policy(policy_dir):
+        if policy_kind(policy_dir) != "priority":
             raise ValueError(f"{policy_dir} is not a priority-agent policy folder (no agent: priority in its metadata)")
         self.policy_dir = Path(policy_dir)
         self.num_agents = int(num_agents)

@@ -8,14 +8,22 @@ line, instead of a deserialiser's traceback.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.metadata
 import json
 import os
+import platform
 import shutil
+import subprocess
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+METADATA = "metadata.json"
+FORMAT = "marlsched-policy"
+# 2: one schema for every kind (format_version, agent, provenance); 1: folders written before, which load alike
+FORMAT_VERSION = 2
 FIX = "copy the policy folder again (a file may be truncated) or train it again (its metadata.json holds the command)"
 
 
@@ -220,15 +228,79 @@ def atomic_folder(folder: str | Path) -> Iterator[Path]:
         os.replace(tmp, folder)
 
 
+def write_metadata(folder: Path, agent: str, meta: Mapping[str, Any], extra_files: Iterable[str] = ()) -> dict:
+    """Write ``folder/metadata.json`` in the one schema of every policy folder: format, its version, the agent kind,
+    the kind's own keys (``meta``) and the provenance that rebuilds it; copy ``extra_files`` (progress, plots)
+    beside it. Returns the document."""
+    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "agent": agent, **meta}
+    doc["provenance"] = provenance(doc)
+    (folder / METADATA).write_text(json.dumps(doc, indent=2) + "\n")
+    for name in extra_files:
+        src = Path(name)
+        if src.is_file():
+            (folder / src.name).write_bytes(src.read_bytes())
+    return doc
+
+
+def provenance(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What rebuilds a folder: the command and config that trained it (where the trainer keeps them), the code
+    version and the versions of the libraries that computed it."""
+    trained = meta.get("trained") or {}
+    return {
+        "command": meta.get("command") or trained.get("command"),
+        "config": meta.get("config") or trained.get("config"),
+        "code_version": code_version(),
+        "libraries": library_versions(),
+    }
+
+
+@functools.cache
+def code_version() -> str:
+    """The git commit of this checkout (``+dirty`` with uncommitted changes), else the installed package version."""
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if head.returncode == 0:
+            dirty = subprocess.run(
+                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=5,
+            ).stdout.strip()  # fmt: skip
+            return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return f"marlsched {importlib.metadata.version('marlsched')}"
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("numpy", "torch", "torch_geometric", "ray"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
 __all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "METADATA",
     "PROGRAM",
     "TORCHSCRIPT",
     "atomic_folder",
+    "code_version",
+    "library_versions",
     "load_network",
     "load_program",
     "load_torchscript",
     "network_file",
     "network_from_bytes",
+    "provenance",
     "read_json",
     "save_program",
+    "write_metadata",
 ]

@@ -8,22 +8,29 @@ the partition's size, and by default there is one agent per rack.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.export import Dim
 
-from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
+from marl.deploy.policy_files import (
+    METADATA,
+    PROGRAM,
+    TORCHSCRIPT,
+    atomic_folder,
+    load_network,
+    read_json,
+    save_program,
+    write_metadata,
+)
 from marl.env.priority_agents import PriorityAgents
 from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
 from marl.env.topology_obs import CAND_FEATURES, GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES
 from marl.models.priority_net import PLACING_INPUTS, NetScorer, PlacingPriorityNet, PriorityNet
 
 KIND = "priority"
-METADATA = "metadata.json"
 
 
 TOPOLOGY_FEATURES = {"gpu_features": GPU_FEATURES, "server_features": SERVER_FEATURES,
@@ -78,8 +85,6 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
         example = _example(net)
         err = max(float((a - b).abs().max()) for a, b in zip(scripted(*example), net(*example), strict=True))
     full = {
-        "format": "marlsched-policy",
-        "agent": KIND,
         "placing": placing,
         "hidden": net.hidden,
         "job_features": list(JOB_FEATURES),
@@ -92,13 +97,13 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
         full["program_max_abs_diff"] = save_program_of(net, tmp / PROGRAM)
-        (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
+        write_metadata(tmp, KIND, full)
     return folder
 
 
-def is_priority_policy(policy_dir: str | Path) -> bool:
-    path = Path(policy_dir) / METADATA
-    return path.is_file() and read_json(path).get("agent") == KIND
+def network_of(meta: Mapping[str, Any]) -> tuple[PriorityNet, Callable[[PriorityNet, Path], float]]:
+    """The untrained network a folder's metadata describes and the writer of its program (export-program)."""
+    return (PlacingPriorityNet if meta.get("placing") else PriorityNet)(int(meta["hidden"])), save_program_of
 
 
 def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:

@@ -12,7 +12,6 @@ The folder holds ``policy.pt`` (TorchScript, any number of jobs) and ``metadata.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,20 @@ from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.policies.sia import Sia
 from cluster_sim.protocol import SchedulerView
 from cluster_sim.results import write_dict_rows
-from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
+from marl.deploy.policy_files import (
+    METADATA,
+    PROGRAM,
+    TORCHSCRIPT,
+    atomic_folder,
+    load_network,
+    read_json,
+    save_program,
+    write_metadata,
+)
 from marl.models.inference import subnormals_flushed
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, job_features
 
 KIND = "sia-remaining"
-METADATA = "metadata.json"
 
 
 class LearnedWeightSia(Sia):
@@ -85,7 +92,7 @@ def save_remaining_policy(
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
         full = {**meta, "export_max_abs_diff": err, "program_max_abs_diff": save_program_of(net, tmp / PROGRAM)}
-        (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
+        full = write_metadata(tmp, KIND, {k: v for k, v in full.items() if k not in ("format", "agent")})
         write_dict_rows(meta.get("progress", []), tmp / "progress.csv")
         if plot is not None:
             plot(full, tmp / "estimates.png")
@@ -100,9 +107,9 @@ def save_program_of(net: RemainingWorkNet, path: Path) -> float:
     return save_program(net, rows[:1], ({0: Dim("jobs", min=1)},), path, check=rows[1:])
 
 
-def is_remaining_policy(policy_dir: str | Path) -> bool:
-    path = Path(policy_dir) / METADATA
-    return path.is_file() and read_json(path).get("agent") == KIND
+def network_of(meta: dict[str, Any]) -> tuple[RemainingWorkNet, Callable[[RemainingWorkNet, Path], float]]:
+    """The untrained network a folder's metadata describes and the writer of its program (export-program)."""
+    return RemainingWorkNet(hidden=int(meta["hidden"])), save_program_of
 
 
 def load_remaining_policy(policy_dir: str | Path, *, name: str = "marl") -> LearnedWeightSia:
@@ -112,11 +119,11 @@ def load_remaining_policy(policy_dir: str | Path, *, name: str = "marl") -> Lear
     if meta.get("features") != list(FEATURES):
         raise ValueError(
             f"{path}: features {meta.get('features')} differ from this version's {list(FEATURES)}; retrain it "
-            "(python -m marl.training.remaining_work)"
+            "(marlsched train, agent: sia-remaining)"
         )
     net = load_network(policy_dir)
     sia = meta.get("sia", {})
     return LearnedWeightSia(net, power=float(meta.get("power", 0.5)), name=name, **sia)
 
 
-__all__ = ["KIND", "LearnedWeightSia", "is_remaining_policy", "load_remaining_policy", "save_remaining_policy"]
+__all__ = ["KIND", "LearnedWeightSia", "load_remaining_policy", "network_of", "save_remaining_policy"]

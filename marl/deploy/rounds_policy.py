@@ -3,20 +3,28 @@ its metadata, written atomically by its trainers and loaded as a ``cluster_sim``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.export import Dim
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.results import write_dict_rows
-from marl.deploy.policy_files import PROGRAM, TORCHSCRIPT, atomic_folder, load_network, read_json, save_program
+from marl.deploy.policy_files import (
+    METADATA,
+    PROGRAM,
+    TORCHSCRIPT,
+    atomic_folder,
+    load_network,
+    read_json,
+    save_program,
+    write_metadata,
+)
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
 
 KIND = "rounds"
-METADATA = "metadata.json"
 
 
 def save_rounds_policy(
@@ -33,7 +41,7 @@ def save_rounds_policy(
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
         full = {**meta, "export_max_abs_diff": err, "program_max_abs_diff": save_program_of(net, tmp / PROGRAM)}
-        (tmp / METADATA).write_text(json.dumps(full, indent=2) + "\n")
+        write_metadata(tmp, KIND, {k: v for k, v in full.items() if k not in ("format", "agent")})
         rows = meta.get("progress", [])
         write_dict_rows(rows, tmp / "progress.csv")
         if rows and plot is not None:
@@ -53,9 +61,9 @@ def save_program_of(net: PairScorer, path: Path) -> float:
     return save_program(net, pairs(7, 3), ({0: jobs, 1: types}, {0: jobs, 1: types}), path, check=pairs(40, 4))
 
 
-def is_rounds_policy(policy_dir: str | Path) -> bool:
-    path = Path(policy_dir) / METADATA
-    return path.is_file() and read_json(path).get("agent") == KIND
+def network_of(meta: dict[str, Any]) -> tuple[PairScorer, Callable[[PairScorer, Path], float]]:
+    """The untrained network a folder's metadata describes and the writer of its program (export-program)."""
+    return PairScorer(hidden=int(meta["hidden"])), save_program_of
 
 
 def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredRounds:
@@ -64,7 +72,7 @@ def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredR
     if meta.get("features") != list(FEATURES):
         raise ValueError(
             f"{Path(policy_dir) / METADATA}: features {meta.get('features')} differ from this version's "
-            f"{list(FEATURES)}; retrain it (python -m marl.training.rounds_es)"
+            f"{list(FEATURES)}; retrain it (marlsched train, agent: rounds)"
         )
     net = load_network(policy_dir)
     return ScoredRounds(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)

@@ -138,14 +138,3 @@ def read_yaml_config(path: str | Path, what: str, error: type[Exception]) -> tup
     except yaml.YAMLError as err:
         raise error(f"{path}: not valid YAML: {err}") from None
     return data, yaml_key_lines(text)
-
-
-def config_agent(path: str | Path) -> str | None:
-    """The ``agent`` a training config names (a published learned scheduler, e.g. ``topdrl``, trained by
-    :mod:`marl.baselines`), None for marlsched's own agents (or a file that does not parse: the loader
-    reports it)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return data.get("agent") if isinstance(data, dict) else None

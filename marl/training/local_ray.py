@@ -69,6 +69,32 @@ def start_local_ray(num_cpus: int | None, object_store_bytes: int) -> None:
     reap_on_exit()
 
 
+def init_ray(address: str | None, num_cpus: int | None, object_store_bytes: int, log=print) -> bool:
+    """Connect to the Ray cluster at ``address`` (``auto``, ``HOST:PORT``; None: ``RAY_ADDRESS`` where set, as
+    inside ``ray job submit``) or start Ray in-process (:func:`start_local_ray`); logs where, with the nodes, CPUs
+    and a cluster's dashboard. Returns whether this call started Ray (and so must stop it); False where Ray was
+    already up."""
+    import time
+
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    t0 = time.perf_counter()
+    if address:
+        ctx = ray.init(address=address, log_to_driver=False)  # num_cpus may not be passed when connecting
+        where = f"cluster at {address} (dashboard: {ctx.dashboard_url or 'not running'})"
+    else:
+        num_cpus = num_cpus or os.cpu_count() or 1
+        start_local_ray(num_cpus, object_store_bytes)
+        where = f"in-process ({num_cpus} CPUs)"
+    cpus = ray.cluster_resources().get("CPU", 0)
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    log(f"ray: {where}, {nodes} node(s), {cpus:g} CPUs ({time.perf_counter() - t0:.1f} s)")
+    return True
+
+
 def reap_on_exit() -> None:
     """Start the watchdog over the processes this process has started so far (Ray's, right after init)."""
     import psutil
@@ -95,4 +121,4 @@ def reap_on_exit() -> None:
     _WATCHDOG_PIPES.append(write)
 
 
-__all__ = ["WORKER_THREAD_VARS", "one_thread_per_worker", "reap_on_exit", "start_local_ray"]
+__all__ = ["WORKER_THREAD_VARS", "init_ray", "one_thread_per_worker", "reap_on_exit", "start_local_ray"]

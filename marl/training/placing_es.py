@@ -10,12 +10,11 @@ scorer's: every candidate θ ± σε plays the same drawn 1-day training window 
 ``small-hetero`` (the workload cancels within each pair), θ plays three 2-day windows of 2017-10-25..31
 every ``eval_every`` iterations, and the folder keeps the θ that did best there, the warm start included.
 
-    python -m marl.training.placing_es --out results/placing-es --minutes 25
+    marlsched train --config experiments/configs/placing_es_small_hetero.yaml --out results/placing-es
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -30,7 +29,6 @@ from marl.deploy.priority_export import read_priority_metadata, save_priority_po
 from marl.models.priority_net import NetScorer, PlacingPriorityNet
 from marl.training.es import AntitheticES
 from marl.training.rounds_es import RoundsESConfig, plot_es, search, search_record, training_starts
-from marl.training.rounds_imitation import config_main
 
 PARAMS = ("last", "last+order")
 
@@ -115,11 +113,3 @@ def train(cfg: PlacingESConfig, out: str | Path, *, command: str = "", log=print
     folder = save_priority_policy(net, out, meta)
     plot_es(rows, Path(folder) / "learning_curve.png")
     return meta
-
-
-def main(argv: list[str] | None = None) -> int:
-    return config_main(PlacingESConfig, "marl.training.placing_es", __doc__, train, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -25,12 +25,11 @@ network ranks unseen states: the correlation of its estimate with the truth besi
 estimate. The policy ships the fit on all rows, in the format of every priority policy folder (``marl:DIR``), with a
 plot of the held-out estimates (``estimates.png``).
 
-    python -m marl.training.priority_dagger --out experiments/policies/philly-small-dagger
+    marlsched train --config experiments/configs/priority_dagger_small.yaml --out results/philly_small_dagger
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -49,7 +48,6 @@ from marl.models.inference import subnormals_flushed
 from marl.models.priority_net import NetScorer, PriorityNet
 from marl.training.priority_tune import training_windows, tune_hysteresis
 from marl.training.remaining_work import plot_holdout
-from marl.training.rounds_imitation import config_main
 from marl.training.worker_map import worker_map
 
 _KEY = JobSetLayout.column("log_expected_remaining")
@@ -327,11 +325,3 @@ def train(cfg: PriorityDaggerConfig, out: str | Path, *, command: str = "", log=
                         workers=cfg.workers, command=command, log=log)  # fmt: skip
     log(f"{time.perf_counter() - started:.0f} s in all")
     return meta
-
-
-def main(argv: list[str] | None = None) -> int:
-    return config_main(PriorityDaggerConfig, "marl.training.priority_dagger", __doc__, train, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,12 +27,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cluster_sim.results import write_dict_rows
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
 from marl.models.inference import subnormals_flushed
-from marl.training.local_ray import start_local_ray
+from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.training.local_ray import init_ray
 from marl.training.ppo_iteration import train_iteration
 
 POLICY_ID = "shared"
@@ -66,26 +65,57 @@ WARM_START_DIR = "warm_start"  # OUT/warm_start: the network before any update (
 CHECKPOINT_DIR = "checkpoint"  # OUT/checkpoint: the algorithm and progress after the last saved iteration
 
 
+RAY_KEYS = ("num_cpus", "object_store_mb", "address")  # address: a Ray cluster (None: Ray starts in-process)
+
+
 def load_config(path: str | Path) -> dict[str, Any]:
-    """The YAML config with defaults filled in; unknown sections or keys are named in the error."""
-    path = Path(path)
-    return parse_config(yaml.safe_load(path.read_text()) or {}, str(path), default_name=path.stem)
+    """The YAML config with defaults filled in; an unknown section or key is named with its line."""
+    data, lines = read_yaml_config(path, "training config", TrainConfigError)
+    data = dict(data or {})
+    if data.get("agent", "priority") != "priority":
+        raise ConfigChecker(str(path), lines).fail(("agent",), f"{data['agent']!r}: use `marlsched train --config`")
+    data.pop("agent", None)
+    if data.pop("algo", "ppo") != "ppo":
+        raise ConfigChecker(str(path), lines).fail(("algo",), "this trainer is PPO; use `marlsched train --config`")
+    return parse_checked(data, str(path), lines)
 
 
-def parse_config(raw: Mapping[str, Any], path: str, default_name: str = "priority") -> dict[str, Any]:
-    """Plain data (a YAML file's, or an experiment's ``train:`` section) into a training config with defaults
-    filled in; ``path`` names where it came from in the errors."""
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{path}: expected a mapping with the sections {sorted(CONFIG_SECTIONS)}")
-    unknown = sorted(set(raw) - CONFIG_SECTIONS)
-    if unknown:
-        raise ValueError(f"{path}: unknown sections {unknown}; allowed: {sorted(CONFIG_SECTIONS)}")
+def parse_checked(data: Any, source: str, lines: dict[tuple[str, ...], int]) -> dict[str, Any]:
+    """:func:`parse_config` of a file's data, its errors naming the lines of ``source``."""
+    return parse_config(data, source, default_name=Path(source).stem, chk=ConfigChecker(source, lines))
+
+
+def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
+    """Every section and key known, else its path, line and the allowed keys (the values: :func:`parse_config`)."""
+    from dataclasses import fields as dc_fields
+
     from marl.training.priority_tune import TUNE_DEFAULTS
 
-    for section, defaults in (("model", MODEL_DEFAULTS), ("ppo", PPO_DEFAULTS), ("tune", TUNE_DEFAULTS)):
-        bad = sorted(set(raw.get(section) or {}) - set(defaults))
-        if bad:
-            raise ValueError(f"{path}: {section} has unknown keys {bad}; allowed: {sorted(defaults)}")
+    allowed = {
+        "env": [f.name for f in dc_fields(PriorityEnvConfig) if f.name != "envs_per_runner"],
+        "model": list(MODEL_DEFAULTS), "ppo": list(PPO_DEFAULTS), "tune": list(TUNE_DEFAULTS), "ray": list(RAY_KEYS),
+    }  # fmt: skip
+    if not isinstance(data, Mapping):
+        raise chk.fail((), f"expected a mapping with the sections {', '.join(sorted(CONFIG_SECTIONS))}")
+    for key, value in data.items():
+        if key not in CONFIG_SECTIONS:
+            raise chk.fail((str(key),), f"unknown key; allowed keys here: {', '.join(sorted(CONFIG_SECTIONS))}")
+        if key in allowed and value is not None:
+            if not isinstance(value, Mapping):
+                raise chk.fail((key,), f"expected a mapping with keys {', '.join(allowed[key])}, got {value!r}")
+            for sub in value:
+                if sub not in allowed[key]:
+                    raise chk.fail((key, str(sub)), f"unknown key; allowed keys here: {', '.join(allowed[key])}")
+
+
+def parse_config(
+    raw: Mapping[str, Any], path: str, default_name: str = "priority", chk: ConfigChecker | None = None
+) -> dict[str, Any]:
+    """Plain data (a YAML file's, or an experiment's ``train:`` section) into a training config with defaults
+    filled in; ``path`` names where it came from in the errors (``chk``: with the lines of its keys)."""
+    check_keys(raw, chk or ConfigChecker(path, {}))
+    from marl.training.priority_tune import TUNE_DEFAULTS
+
     envs = (raw.get("ppo") or {}).get("num_envs_per_env_runner", 1)
     if isinstance(envs, bool) or not isinstance(envs, int) or envs < 1:
         raise ValueError(f"{path}: ppo.num_envs_per_env_runner must be an integer >= 1, got {envs!r}")
@@ -104,7 +134,7 @@ def parse_config(raw: Mapping[str, Any], path: str, default_name: str = "priorit
         "env": env,
         "model": model,
         "ppo": {**PPO_DEFAULTS, **(raw.get("ppo") or {})},
-        "ray": {"num_cpus": 2, "object_store_mb": 100, **(raw.get("ray") or {})},
+        "ray": {"num_cpus": 2, "object_store_mb": 100, "address": None, **(raw.get("ray") or {})},
         # None: no margin selection after training (``marlsched tune-priority`` can run it later)
         "tune": {**TUNE_DEFAULTS, **raw["tune"]} if raw.get("tune") is not None else None,
     }
@@ -269,10 +299,8 @@ def train_priority(
     PriorityEnv(cfg["env"]).draw_simulator()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    started = False
-    if not ray.is_initialized():
-        start_local_ray(cfg["ray"]["num_cpus"], int(cfg["ray"]["object_store_mb"]) * 1024**2)
-        started = True
+    ray_cfg = cfg["ray"]
+    started = init_ray(ray_cfg.get("address"), ray_cfg["num_cpus"], int(ray_cfg["object_store_mb"]) * 1024**2, log)
     p = cfg["ppo"]
     rows: list[dict[str, Any]] = []
     resumed: list[int] = []  # the iterations after which a killed training was resumed

@@ -18,12 +18,11 @@ fit on all rows. Windows are held out by time: they are ``hours`` long, one a da
 ``windows`` days before 2017-11-01 (the report weeks start there). Windows too quiet for ``load`` are
 left out.
 
-    python -m marl.training.remaining_work --out experiments/policies/sia-philly     # ~10 min on 2 cores
+    marlsched train --config experiments/configs/sia_remaining_philly.yaml --out results/sia-philly   # ~11 min
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -37,7 +36,6 @@ from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.remaining_policy import KIND, LearnedWeightSia, save_remaining_policy
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
-from marl.training.rounds_imitation import config_main
 from marl.training.worker_map import worker_map
 
 NOV1 = HELD_OUT_START  # 2017-11-01, seconds from the Philly trace's first arrival
@@ -237,11 +235,3 @@ def plot_holdout(pred: np.ndarray, true: np.ndarray, last: dict, path: Path) -> 
                  fontsize=9)  # fmt: skip
     fig.tight_layout()
     save_figure(fig, path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return config_main(RemainingWorkConfig, "marl.training.remaining_work", __doc__, train, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,12 +19,11 @@ the long jobs end, days later.
 Windows are held out by time: training windows start between ``train_first`` and ``train_last``,
 validation windows after them, and both end before 2017-11-01 (the report weeks).
 
-    python -m marl.training.rounds_es --out results/rounds-es --minutes 30
+    marlsched train --config experiments/configs/rounds_es_small_hetero.yaml --out results/rounds-es
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -38,11 +37,10 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.results import save_figure
 from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
-from marl.deploy.policy_files import load_network, read_json
-from marl.deploy.rounds_policy import KIND, METADATA, save_rounds_policy
+from marl.deploy.policy_files import METADATA, load_network, read_json
+from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
 from marl.training.es import AntitheticES
-from marl.training.rounds_imitation import config_main
 from marl.training.worker_map import worker_map
 
 NOV1 = HELD_OUT_START  # 2017-11-01, seconds from the Philly trace's first arrival
@@ -283,11 +281,3 @@ def plot_es(rows: list[dict], path: Path, _teacher: str = "") -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return config_main(RoundsESConfig, "marl.training.rounds_es", __doc__, train, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,13 +17,11 @@ rounds so far are kept, and the network is refit on them. Loss per round, pairwi
 
 Returns are not used at all: the signal is the teacher's choice in every round, hundreds per window.
 
-    python -m marl.training.rounds_imitation --out results/rounds --iterations 4
+    marlsched train --config experiments/configs/rounds_dagger_lookahead.yaml --out results/rounds-lookahead
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -300,25 +298,3 @@ def plot_progress(rows: list[dict], path: Path, teacher_name: str = "rounds-orac
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path)
-
-
-def config_main(cls: type, module: str, doc: str, run, argv: list[str] | None) -> int:
-    """A command line with one ``--field`` per field of the dataclass ``cls`` and ``--out``; calls
-    ``run(cfg, out, command=...)`` with the command as typed (for the policy's metadata)."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    for f, v in asdict(cls()).items():
-        ap.add_argument(f"--{f.replace('_', '-')}", type=type(v), default=v)
-    args = vars(ap.parse_args(argv))
-    out = args.pop("out")
-    run(cls(**args), out, command=" ".join([f"python -m {module}", *(argv if argv is not None else sys.argv[1:])]))
-    print(f"wrote {out}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return config_main(ImitationConfig, "marl.training.rounds_imitation", __doc__, train, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The priority agents, marlsched's own: one agent per partition of the data center, all sharing one network.
+
+- Network: a set encoder of the partition's jobs and of every partition's summary, plus, where the agents place,
+  the hierarchical topology encoder (torch-geometric, GPU -> server -> rack -> partition); weights that depend
+  on no size (``marl.models.priority_net``).
+- Decision: a Decima-style order over all jobs of the partition (start, keep, preempt with a margin) and, placing,
+  a score per (job, GPU type) that picks the type a job starts on and moves running jobs to a faster one
+  (``marl.env.priority_agents``). Untrained, the network is QSSF.
+- Observes: requests, tenant, wait, attained service and the tenant's history of finished jobs; never a job's own
+  duration (``marl.env.priority_features``, ``marl.env.topology_obs``).
+"""
+
+from marl.agents.spec import AgentSpec, Algorithm
+
+SPEC = AgentSpec(
+    name="priority",
+    about="per-partition agents sharing one network: who runs, in what order, on which GPU type",
+    network="marl.deploy.priority_export:network_of",
+    decision="marl.env.priority_agents:PriorityAgents",
+    observes="marl.env.priority_features:JOB_FEATURES",
+    loader="marl.deploy.priority_export:load_priority_policy",
+    algorithms=(
+        Algorithm("ppo", "per-partition agents, shared RLModule, RLlib PPO",
+                  "marl.training.priority_train:train_priority", "ppo.iterations",
+                  "experiments/configs/marl_philly.yaml", parse="marl.training.priority_train:parse_checked"),
+        Algorithm("dagger", "DAgger on the true remaining time (privileged label)",
+                  "marl.training.priority_dagger:train", "dagger_rounds",
+                  "experiments/configs/priority_dagger_small.yaml",
+                  settings="marl.training.priority_dagger:PriorityDaggerConfig"),
+        Algorithm("es", "evolution strategies on the placing agents' GPU-type head", "marl.training.placing_es:train",
+                  "iterations", "experiments/configs/placing_es_small_hetero.yaml",
+                  settings="marl.training.placing_es:PlacingESConfig"),
+    ),
+)  # fmt: skip

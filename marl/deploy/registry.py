@@ -1,0 +1,111 @@
+"""The one registry of policy-folder kinds: how every folder marlsched writes is loaded, exported and remade.
+
+A policy folder holds ``metadata.json`` with ``format: marlsched-policy`` and ``agent: KIND``; the agent's spec
+(:data:`marl.agents.AGENTS`) says which function loads the folder as a cluster_sim scheduler (no RLlib, no ray),
+which network its ``policy.pt`` holds (what ``marlsched export-program`` rebuilds; none for weights kept as JSON)
+and which command makes one. ``marl:DIR`` loads a folder of any kind; ``topdrl:DIR``, ``dl2:DIR`` and
+``metaplace:DIR`` load a folder that must be of that kind. cluster_sim finds these prefixes through the
+``marlsched.policy_folders`` entry points (pyproject.toml), so ``cluster_sim.policies.get_policy("marl:DIR")``
+works from the Python API as in ``simulate``, ``run``, the benchmarks and the Ray actors, without cluster_sim
+importing marl.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cluster_sim.results import write_atomic
+from marl.agents import AGENTS, AgentSpec, resolve
+from marl.deploy.policy_files import (
+    FORMAT,
+    FORMAT_VERSION,
+    METADATA,
+    PROGRAM,
+    TORCHSCRIPT,
+    load_torchscript,
+    read_json,
+)
+
+# the prefixes of a scheduler name that load a folder (pyproject.toml's marlsched.policy_folders entry points),
+# and the kind each one requires (None: the kind the folder's metadata names)
+PREFIXES: dict[str, str | None] = {"marl": None, "topdrl": "topdrl", "dl2": "dl2", "metaplace": "metaplace"}
+
+
+def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
+    """The kind and metadata of a policy folder; an error naming the folder or file and the fix otherwise."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no policy folder {str(folder)!r}; make one with e.g. {AGENTS['priority'].made_by}")
+    path = folder / METADATA
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} is not a policy folder (no {METADATA})")
+    meta = read_json(path)
+    agent = meta.get("agent")
+    if agent not in AGENTS:
+        raise ValueError(f"{path}: agent {agent!r} is not a policy kind marlsched knows; kinds: {', '.join(AGENTS)}")
+    if meta.get("format", FORMAT) != FORMAT:
+        raise ValueError(f"{path}: format {meta.get('format')!r} is not {FORMAT!r}; it was not written by marlsched")
+    if int(meta.get("format_version", 1)) > FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: format_version {meta['format_version']} is newer than this marlsched's {FORMAT_VERSION}; "
+            "upgrade marlsched to load it"
+        )
+    return AGENTS[agent], meta
+
+
+def policy_kind(folder: str | Path) -> str | None:
+    """The ``agent`` kind of a policy folder, None where ``folder`` is not a readable one of a known kind."""
+    try:
+        return read_metadata(folder)[0].name
+    except (OSError, ValueError):
+        return None
+
+
+def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "marl", **options: Any) -> Any:
+    """The policy in ``folder`` as a cluster_sim scheduler, whatever its kind (``kind``: refuse any other);
+    ``options`` go to the kind's loader (``num_agents`` for the priority agents, ``gpu_type`` for TopDRL ...)."""
+    found, _ = read_metadata(folder)
+    if kind is not None and found.name != kind:
+        raise ValueError(
+            f"{Path(folder) / METADATA}: agent is {found.name!r}, not {kind!r}; load it as marl:{folder}, or give a "
+            f"folder made by {AGENTS[kind].made_by}"
+        )
+    return resolve(found.loader)(folder, name=name, **options)
+
+
+def load_prefixed(prefix: str, folder: str, *, name: str | None = None, **options: Any) -> Any:
+    """The scheduler of a ``PREFIX:DIR`` name (the entry point cluster_sim calls for each prefix)."""
+    if prefix not in PREFIXES:
+        raise ValueError(f"{prefix}:{folder}: {prefix!r} is not a policy-folder prefix; use {', '.join(PREFIXES)}")
+    return load_policy(folder, kind=PREFIXES[prefix], name=name or f"{prefix}:{folder}", **options)
+
+
+def add_program(folder: str | Path) -> float:
+    """Write ``folder/policy.pt2`` (the network as a ``torch.export`` program) from ``folder/policy.pt`` for a
+    folder written before folders carried one, and record in its metadata the program's largest difference
+    from the network (on inputs of other sizes than it was exported with); returns it."""
+    folder = Path(folder)
+    kind, meta = read_metadata(folder)
+    if kind.network is None:
+        with_net = ", ".join(k for k, v in AGENTS.items() if v.network)
+        raise ValueError(
+            f"{folder / METADATA}: agent {kind.name!r} has no torch.export program (it keeps no network); kinds that "
+            f"have one: {with_net}"
+        )
+    net, save = resolve(kind.network)(meta)
+    net.load_state_dict(load_torchscript(folder / TORCHSCRIPT).state_dict())
+    err = save(net.eval(), folder / PROGRAM)
+    write_atomic(folder / METADATA, json.dumps({**meta, "program_max_abs_diff": err}, indent=2) + "\n")
+    return err
+
+
+__all__ = [
+    "PREFIXES",
+    "add_program",
+    "load_policy",
+    "load_prefixed",
+    "policy_kind",
+    "read_metadata",
+]

@@ -1,0 +1,116 @@
+"""What ``marlsched train --config`` trains: an agent spec (:data:`marl.agents.AGENTS`) and one of its algorithms.
+
+A training config names ``agent:`` (default ``priority``: marlsched's per-partition agents) and ``algo:`` (default:
+the agent's first algorithm); the rest of the file is that algorithm's settings, either one flat mapping (the
+algorithm's settings dataclass) or the agent's sections. One checker reads every config, so a wrong agent,
+algorithm or key fails at once with the file, line, key path and the allowed values. Every trained policy lands
+in ``OUT/policy``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from marl.agents import AGENTS, AgentSpec, Algorithm, resolve
+from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
+
+Log = Callable[[str], None]
+POLICY = "policy"  # OUT/policy: the trained policy folder, whatever trained it
+DEFAULT_AGENT = "priority"
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """One ``marlsched train`` invocation: what the command line adds to the config."""
+
+    config: Path
+    out: Path
+    iterations: int | None = None
+    address: str | None = None  # a Ray cluster for the algorithms that use Ray (``ppo``); RAY_ADDRESS otherwise
+    resume: bool = False
+    evaluate: bool | None = None
+    command: str = ""
+    log: Log = print
+
+
+def read_recipe(path: str | Path) -> tuple[AgentSpec, Algorithm, dict[str, Any], ConfigChecker]:
+    """The agent and algorithm a training config names, the rest of its keys and the checker of its lines."""
+    data, lines = read_yaml_config(path, "training config", TrainConfigError)
+    chk = ConfigChecker(str(path), lines)
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise chk.fail((), "a training config holds a mapping: agent, algo and the algorithm's settings")
+    data = dict(data)
+    agent, algo = data.pop("agent", DEFAULT_AGENT), data.pop("algo", None)
+    if agent not in AGENTS:
+        raise chk.fail(("agent",), f"{agent!r} is not an agent marlsched trains; agents: {', '.join(AGENTS)}")
+    spec = AGENTS[agent]
+    try:
+        algorithm = spec.algorithm(algo)
+    except ValueError as err:
+        raise chk.fail(("algo",), str(err)) from None
+    if algorithm.settings is None and agent != DEFAULT_AGENT:  # the baselines' sections keep their agent key
+        data = {"agent": agent, **data}
+    return spec, algorithm, data, chk
+
+
+def load_recipe_config(path: str | Path, iterations: int | None = None) -> tuple[AgentSpec, Algorithm, Any]:
+    """The agent, algorithm and checked settings of a training config (``iterations``: the count to override),
+    without training: what ``marlsched train`` checks before it starts."""
+    spec, algorithm, data, chk = read_recipe(path)
+    if iterations is not None and iterations < 1:
+        raise ValueError(f"--iterations must be >= 1, got {iterations}")
+    if algorithm.settings is None:
+        cfg = resolve(str(algorithm.parse))(data, chk.source, chk.lines)
+        if iterations is not None and isinstance(cfg, dict):  # ppo's; the baselines' trainers take the count
+            section, _, key = algorithm.iterations.partition(".")
+            cfg[section][key] = iterations
+        return spec, algorithm, cfg
+    cls = resolve(algorithm.settings)
+    if iterations is not None:
+        data[algorithm.iterations] = iterations
+    try:
+        return spec, algorithm, chk.section(cls, data, ())
+    except TrainConfigError:
+        raise
+    except (TypeError, ValueError) as err:
+        key, _, rest = str(err).partition(":")  # the dataclasses' own checks start with the key they refuse
+        if key in {f.name for f in dataclasses.fields(cls)}:
+            raise chk.fail((key,), rest.strip()) from None
+        raise chk.fail((), str(err)) from None
+
+
+def train(req: TrainRequest) -> dict[str, Any]:
+    """Train what ``req.config`` names into ``req.out`` (the policy in ``OUT/policy``); the trainer's summary."""
+    spec, algorithm, cfg = load_recipe_config(req.config, req.iterations)
+    if (req.out / POLICY).exists() and not req.resume:
+        raise ValueError(f"{req.out} already holds a trained policy; choose another --out")
+    if algorithm.name != "ppo":  # only RLlib's PPO runs on a Ray cluster and resumes from a checkpoint
+        for given, flag, what in ((req.address, "--address", "on a Ray cluster"), (req.resume, "--resume", "resumed")):
+            if given:
+                raise ValueError(
+                    f"{flag}: agent {spec.name!r} with algo {algorithm.name!r} is not trained {what} (ppo is)"
+                )
+    trainer = resolve(algorithm.trainer)
+    if algorithm.name == "ppo":
+        cfg["ray"]["address"] = req.address or cfg["ray"].get("address") or os.environ.get("RAY_ADDRESS") or None
+        return trainer(cfg, req.out, log=req.log, command=req.command, resume=req.resume)
+    if algorithm.settings is not None:  # the flat loops write the policy folder they are given
+        return trainer(cfg, req.out / POLICY, command=req.command)
+    return trainer(cfg, req.out, iterations=req.iterations, evaluate=req.evaluate, command=req.command, log=req.log)
+
+
+def recipes_table() -> str:
+    """The agents and their algorithms, for ``marlsched train --help``."""
+    rows = [(f"{s.name} / {a.name}", a) for s in AGENTS.values() for a in s.algorithms]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"  {label:<{width}}  {a.about} (e.g. {a.example})" for label, a in rows)
+
+
+__all__ = ["POLICY", "TrainRequest", "load_recipe_config", "read_recipe", "recipes_table", "train"]

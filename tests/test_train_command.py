@@ -1,0 +1,136 @@
+"""`marlsched train --config`: one command and one checker for every agent and algorithm (marl.training.recipes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cluster_sim.traces.periods import DAY, HELD_OUT_START
+from experiments.cli import build_parser, main
+from marl.agents import AGENTS
+from marl.training.recipes import load_recipe_config
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_PPO = {  # the priority agents on a fixed workload, one small PPO iteration
+    "env": {"workload": "synthetic:30,load=0.9", "interference": "none", "interference_data": None},
+    "model": {"hidden": 16},
+    "ppo": {"iterations": 3, "num_env_runners": 1, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1,
+            "snapshot_every": 0},
+}  # fmt: skip
+
+
+def test_help_lists_every_agent_and_algorithm_and_each_example_config_checks(capsys) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    pairs = [(spec, algo) for spec in AGENTS.values() for algo in spec.algorithms]
+    assert len(pairs) == 9 and next(iter(AGENTS)) == "priority"
+    assert [a.name for a in AGENTS["priority"].algorithms] == ["ppo", "dagger", "es"]
+    for spec, algo in pairs:
+        assert f"{spec.name} / {algo.name} {algo.about}" in text
+        assert algo.example in text
+        got, got_algo, cfg = load_recipe_config(REPO / algo.example)  # every example is a config of its pair
+        assert (got.name, got_algo.name) == (spec.name, algo.name) and cfg is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("agent: dl3\n", "line 1: agent: 'dl3' is not an agent marlsched trains; agents: priority, rounds, sia-"),
+        ("agent: rounds\nalgo: ppo\n", "line 2: algo: agent 'rounds' trains with algo es, dagger, not 'ppo'"),
+        ("env:\n  workload: synthetic:30\nray:\n  adress: auto\n",
+         "line 4: ray.adress: unknown key; allowed keys here: num_cpus, object_store_mb, address"),
+        ("agent: priority\nalgo: dagger\ndays: 7\ndayz: 3\n", "line 4: dayz: unknown key; allowed keys here: cluster,"),
+        ("agent: priority\nalgo: dagger\ndays: -1\n", "line 3: days: must be > 0, got -1.0"),
+        ("agent: rounds\nalgo: dagger\nwindows: x\n", "line 3: windows: expected an integer, got 'x'"),
+        ("agent: topdrl\ntrain:\n  rollout: 4\n", "line 3: train.rollout: unknown key; allowed keys here: iterations"),
+    ],
+)  # fmt: skip
+def test_a_bad_config_names_its_line_and_key_and_writes_nothing(tmp_path: Path, capsys, text: str, where: str) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert f"marlsched train: error: {cfg}, {where}" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_options_the_algorithm_cannot_honour_are_refused(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text("agent: priority\nalgo: dagger\n")
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--address", "auto"]) == 2
+    assert "--address: agent 'priority' with algo 'dagger' is not trained on a Ray cluster (ppo is)" in (
+        capsys.readouterr().err
+    )
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--iterations", "0"]) == 2
+    assert "--iterations must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_ppo_trains_through_the_one_command_and_the_policy_runs_through_get_policy(
+    ray_local, tmp_path: Path, capsys
+) -> None:
+    """No ``agent:``: the priority agents, PPO on RLlib; ``--iterations`` overrides the config; the folder runs
+    as ``marl:OUT/policy`` from the Python API; the recorded command is the one typed."""
+    import json
+
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    cfg = tmp_path / "ppo.yaml"
+    cfg.write_text(yaml.safe_dump(TINY_PPO))
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(cfg), "--out", str(out), "--iterations", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "iter   1" in printed and "iter   2" not in printed  # one iteration, not the config's three
+    meta = json.loads((out / "policy" / "metadata.json").read_text())
+    assert meta["agent"] == "priority"
+    assert meta["trained"]["command"] == f"marlsched train --config {cfg} --out {out} --iterations 1"
+    result = build_simulator("small", "synthetic:30,load=0.9", seed=0).run(get_policy(f"marl:{out / 'policy'}"))
+    assert result.metrics()["jobs_completed"] == 30
+    assert main(["train", "--config", str(cfg), "--out", str(out)]) == 2  # a finished run is not overwritten
+    assert "already holds a trained policy" in capsys.readouterr().err
+
+
+def test_a_flat_loop_trains_through_the_one_command_into_out_policy(tmp_path: Path, traces_dir: Path) -> None:
+    """DAgger on the priority agents (a flat config): the policy lands in OUT/policy, loads by its kind, and the
+    same config trained twice gives the same network bit for bit."""
+    import torch
+
+    from marl.deploy.registry import policy_kind
+
+    cfg = tmp_path / "dagger.yaml"
+    cfg.write_text(
+        yaml.safe_dump({
+            "agent": "priority", "algo": "dagger",
+            "trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv",
+            "interference_data": f"gavel:{traces_dir}/gavel/simulation_throughputs.json",
+            "train_start": HELD_OUT_START - 1.5 * DAY, "train_end": HELD_OUT_START, "days": 1.0, "stride": 0.5,
+            "load": 0.9, "record_every": 2, "hidden": 8, "epochs": 2, "batch": 64, "dagger_rounds": 0, "workers": 1,
+        })
+    )  # fmt: skip
+    nets = []
+    for run in ("a", "b"):
+        assert main(["train", "--config", str(cfg), "--out", str(tmp_path / run), "--quiet"]) == 0
+        assert policy_kind(tmp_path / run / "policy") == "priority"
+        nets.append(torch.jit.load(str(tmp_path / run / "policy" / "policy.pt")).state_dict())
+    assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
+
+
+def test_every_agent_spec_names_code_that_exists() -> None:
+    """A spec names its network, decision layer, inputs, loader and each algorithm's loop by reference: each
+    resolves, the inputs are column names, and a spec without a network is one whose folders keep none."""
+    from marl.agents import resolve
+
+    for spec in AGENTS.values():
+        assert callable(resolve(spec.loader)) and isinstance(resolve(spec.decision), type)
+        columns = resolve(spec.observes)
+        assert len(columns) >= 4 and all(isinstance(c, str) for c in columns)
+        assert spec.network is None or callable(resolve(spec.network))
+        for algo in spec.algorithms:
+            assert callable(resolve(algo.trainer))
+            assert (algo.settings is None) != (algo.parse is None)  # a flat dataclass, or the agent's sections
+            assert callable(resolve(algo.settings or algo.parse))
+    assert AGENTS["metaplace"].network is None
+    with pytest.raises(ValueError, match="agent 'rounds' trains with algo es, dagger, not 'pg'"):
+        AGENTS["rounds"].algorithm("pg")
