@@ -64,6 +64,24 @@ class InvalidDecision(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class SchedulerTraits:
+    """What a scheduler declares about itself (see :class:`Scheduler`); absent attributes are False."""
+
+    elastic: bool = False
+    one_gpu_type: bool = False
+    wants_all_points: bool = False
+
+
+def traits_of(scheduler: object) -> SchedulerTraits:
+    """The traits ``scheduler`` declares through its attributes."""
+    return SchedulerTraits(
+        elastic=bool(getattr(scheduler, "elastic", False)),
+        one_gpu_type=bool(getattr(scheduler, "one_gpu_type", False)),
+        wants_all_points=bool(getattr(scheduler, "wants_all_points", False)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class JobReport:
     """Measurements an elastic job reports about itself (AdaptDL's profile and gradient statistics).
 
@@ -223,7 +241,13 @@ class ClusterStateView(SchedulerView, Protocol):
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """Decides at each scheduling point (arrival, completion, requested wake-up)."""
+    """Decides at each scheduling point (arrival, completion, requested wake-up).
+
+    A scheduler may declare traits as attributes (read by :func:`traits_of`, the one place the simulator reads
+    them): ``elastic`` (its jobs resize; the simulation runs elastic jobs), ``one_gpu_type`` (a job runs on
+    one GPU type at a time), ``wants_all_points`` (it is consulted at every event, not only where jobs wait)
+    and ``round_seconds`` (its own per-round decision times, for a policy that decides once a round).
+    """
 
     name: str
 

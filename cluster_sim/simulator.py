@@ -50,6 +50,7 @@ from cluster_sim.protocol import (
     Scheduler,
     SetBatch,
     Start,
+    traits_of,
 )
 from cluster_sim.results import SimResult
 from cluster_sim.workload import Workload
@@ -458,25 +459,11 @@ class Simulator:
         """Simulate the whole workload; returns per-job results and metrics. ``until``: stop at the first
         scheduling point at or after that time instead (jobs not finished then keep no end time), for
         training episodes whose returns beyond it no longer count."""
-        if self._elastic_setting is None:
-            self.elastic = bool(getattr(scheduler, "elastic", False))
-        if self._mix_setting is None:
-            self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not getattr(scheduler, "one_gpu_type", False)
-        self._check_fits_one_type()
-        self.reset()
-        scheduler.reset(self)
+        self.start(scheduler)
         wall0 = _time.perf_counter()
         bar = _progress_bar(len(self.jobs), scheduler.name) if progress else None
         last_done = 0
-        while self.advance():
-            if self._queue or getattr(scheduler, "wants_all_points", False):
-                t0 = _time.perf_counter()
-                decisions = scheduler.schedule(self)
-                took = _time.perf_counter() - t0
-                self.scheduler_seconds += took
-                self._round_seconds.append(took)
-                if decisions:
-                    self.apply(decisions)
+        while self.step(scheduler):
             if until is not None and self.now >= until:
                 break
             if bar is not None and self._done - last_done >= 500:
@@ -489,6 +476,38 @@ class Simulator:
         if getattr(scheduler, "round_seconds", None) is not None:
             self._round_seconds = list(scheduler.round_seconds)
         return self.result(scheduler.name, _time.perf_counter() - wall0)
+
+    def start(self, scheduler: Scheduler) -> None:
+        """Back to time 0 for ``scheduler``: its declared traits set the simulation's modes (unless the simulator
+        was built with them), then it sees the empty cluster (``scheduler.reset``)."""
+        traits = traits_of(scheduler)
+        if self._elastic_setting is None:
+            self.elastic = traits.elastic
+        if self._mix_setting is None:
+            self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not traits.one_gpu_type
+        self._check_fits_one_type()
+        self.reset()
+        scheduler.reset(self)
+
+    def step(self, scheduler: Scheduler) -> bool:
+        """Process the events up to the next scheduling point and let ``scheduler`` decide there
+        (:meth:`consult`); False once every job is done. :meth:`run` is :meth:`start`, then steps."""
+        if not self.advance():
+            return False
+        self.consult(scheduler)
+        return True
+
+    def consult(self, scheduler: Scheduler) -> None:
+        """Let ``scheduler`` decide at the current point, where jobs wait (or always, for one that wants every
+        point), and carry out its decisions; its time is counted in the result."""
+        if self._queue or traits_of(scheduler).wants_all_points:
+            t0 = _time.perf_counter()
+            decisions = scheduler.schedule(self)
+            took = _time.perf_counter() - t0
+            self.scheduler_seconds += took
+            self._round_seconds.append(took)
+            if decisions:
+                self.apply(decisions)
 
     def advance(self) -> bool:
         """Process every event up to the next scheduling point; False once all jobs are done."""

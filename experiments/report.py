@@ -156,8 +156,14 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         + f"; {len(specs)} simulations, each a Ray task. Values are mean ± std over {over}.",
         "",
     ]
-    if train_info is not None and cfg.train_config is not None:
+    if train_info is not None and isinstance(cfg.train_config, PriorityTrainSection):
         lines += _priority_training_lines(cfg.train_config, train_info)
+    elif train_info is not None and cfg.train_config is not None:
+        lines += [
+            f"`marl` is the policy this run trained (`train/`): agent `{cfg.train_config.agent}` with algo "
+            f"`{cfg.train_config.algo}` in {train_info.get('train_s', 0):.0f} s, on the windows of its train section.",
+            "",
+        ]
     return lines
 
 

@@ -35,6 +35,7 @@ from experiments.run_config import (
     MARL_WARM_START,
     ExperimentConfig,
     PriorityTrainSection,
+    TrainSection,
     absolute_spec,
     load_experiment_config,
 )
@@ -238,7 +239,29 @@ def train_if_asked(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]
     if done_marker.is_file() and (run_dir / "policy" / "metadata.json").is_file():
         log(f"training: finished before ({run_dir})")
         return json.loads(done_marker.read_text())
-    return _train_priority(cfg, cfg.train_config, run_dir, log)
+    if isinstance(cfg.train_config, PriorityTrainSection):
+        return _train_priority(cfg, cfg.train_config, run_dir, log)
+    return _train_recipe(cfg, cfg.train_config, run_dir, log)
+
+
+def _train_recipe(cfg: ExperimentConfig, section: TrainSection, run_dir: Path, log: Log) -> dict[str, Any]:
+    """Any other agent or algorithm, trained in this process as `marlsched train` would (the policy in
+    ``run_dir/policy``), and its done marker; a killed training starts again."""
+    from marl.agents import AGENTS
+    from marl.training.recipes import POLICY, TrainRequest, run_recipe
+
+    spec = AGENTS[section.agent]
+    algorithm = spec.algorithm(section.algo)
+    shutil.rmtree(run_dir / POLICY, ignore_errors=True)  # a killed run's half is not resumed
+    log(f"training: starting {section.name} ({spec.about}) in {run_dir}")
+    t0 = time.perf_counter()
+    request = TrainRequest(config=Path(cfg.source), out=run_dir, evaluate=False, command=f"marlsched run {cfg.source}",
+                           log=log)  # fmt: skip
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_recipe(spec, algorithm, section.settings, request)
+    info = {"agent": spec.name, "algo": algorithm.name, "train_s": time.perf_counter() - t0}
+    write_atomic(run_dir / "done.json", json.dumps(info, indent=2) + "\n")
+    return info
 
 
 def _train_priority(cfg: ExperimentConfig, section: PriorityTrainSection, run_dir: Path, log: Log) -> dict[str, Any]:

@@ -2,10 +2,10 @@
 schedulers to compare over seeds, optional MARL training, optional agent-count scaling, Ray settings).
 
 Validation reuses marl.training.config's checker, so a wrong key or value fails at once with the file, the dotted
-key path, its line and the allowed keys or values. The ``train`` section is the priority agents' training
-config (the keys of `marlsched train-priority --config`, optionally with ``agent: priority``);
-``train.extends: PATH`` starts from such a YAML file and the other keys of the section override it
-(mappings merge key by key). Its ``env.cluster`` defaults to the experiment's ``cluster``.
+key path, its line and the allowed keys or values. The ``train`` section is a training config of
+`marlsched train --config` (``agent``, ``algo`` and their settings; default the priority agents' PPO, whose
+``env.cluster`` defaults to the experiment's ``cluster``); ``train.extends: PATH`` starts from such a YAML file
+and the other keys of the section override it (mappings merge key by key).
 """
 
 from __future__ import annotations
@@ -79,6 +79,24 @@ class PriorityTrainSection:
 
 
 @dataclass(frozen=True)
+class TrainSection:
+    """A ``train:`` section of any other agent or algorithm than the priority agents' PPO: trained as its own
+    config says (its cluster and windows), then evaluated as ``marl`` on the experiment's workloads."""
+
+    agent: str
+    algo: str
+    data: dict[str, Any]  # the section's keys (extends merged), as `marlsched train --config` reads them
+    settings: Any  # the checked settings (marl.training.recipes.check_settings)
+
+    @property
+    def name(self) -> str:
+        return f"{self.agent}-{self.algo}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.data, "agent": self.agent, "algo": self.algo}
+
+
+@dataclass(frozen=True)
 class ExperimentConfig:
     name: str = "experiment"
     seed: int = 0
@@ -120,7 +138,7 @@ class ExperimentConfig:
         return str(opts.pop("policy", label)), opts
 
     @property
-    def train_config(self) -> PriorityTrainSection | None:
+    def train_config(self) -> PriorityTrainSection | TrainSection | None:
         return self.__dict__.get("_train")
 
     @property
@@ -178,21 +196,17 @@ def parse_experiment_config(
     return cfg
 
 
-def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> PriorityTrainSection:
-    """The priority agents' training section (``extends`` merged); its env inherits the experiment's cluster."""
+def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> PriorityTrainSection | TrainSection:
+    """The training section (``extends`` merged): any agent and algorithm of `marlsched train --config`; the
+    priority agents' PPO inherits the experiment's cluster."""
     from marl.training.priority_train import check_keys, parse_config
+    from marl.training.recipes import check_settings, recipe_of
 
     chk = _PrefixedChecker(source, lines, ("train",))
     if not isinstance(data, Mapping):
-        raise chk.fail((), "expected a mapping with the keys of `marlsched train-priority --config` (and optionally "
-                       "extends: PATH)")  # fmt: skip
+        raise chk.fail((), "expected a mapping with the keys of `marlsched train --config` (agent, algo and their "
+                       "settings; optionally extends: PATH)")  # fmt: skip
     data = dict(data)
-    agent = data.pop("agent", PRIORITY_AGENT)
-    if agent != PRIORITY_AGENT:
-        raise chk.fail(
-            ("agent",), f"{agent!r}: an experiment trains the {PRIORITY_AGENT} agents (published learned "
-            "schedulers train with `marlsched train` and run here as topdrl:DIR, dl2:DIR, metaplace:DIR)"
-        )  # fmt: skip
     base_path = data.pop("extends", None)
     if base_path is not None:
         path = Path(str(base_path))
@@ -202,6 +216,9 @@ def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> 
         if not isinstance(base, Mapping):
             raise chk.fail(("extends",), f"{path} does not hold a training config mapping")
         data = _merge(base, data)
+    spec, algorithm, data = recipe_of(data, chk)
+    if (spec.name, algorithm.name) != (PRIORITY_AGENT, "ppo"):  # trained as its config says, then run here
+        return TrainSection(spec.name, algorithm.name, data, check_settings(algorithm, data, chk))
     if not isinstance(cfg.cluster, str):
         raise chk.fail((), "the priority agents train on a named cluster preset or file; name one in cluster")
     env = dict(data.get("env") or {})
@@ -293,11 +310,11 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
                 raise chk.fail(("schedulers", str(i)), f"{MARL!r} is the policy this run trains: add a train section")
             continue
         if name == MARL_WARM_START:
-            if cfg.train_config is None or MARL not in cfg.schedulers:
+            if not isinstance(cfg.train_config, PriorityTrainSection) or MARL not in cfg.schedulers:
                 raise chk.fail(
                     ("schedulers", str(i)),
-                    f"{MARL_WARM_START!r} is the untrained network of the policy this run trains; add a train "
-                    f"section and {MARL!r} to the schedulers",
+                    f"{MARL_WARM_START!r} is the untrained network of the priority agents this run trains with "
+                    f"PPO; add a train section of theirs and {MARL!r} to the schedulers",
                 )
             continue
         if split_folder_name(name):
@@ -339,8 +356,8 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
 
     sc = cfg.scaling_config
     assert sc is not None
-    if cfg.train_config is None:
-        raise chk.fail(("scaling",), "needs a train section (the agents' env and network)")
+    if not isinstance(cfg.train_config, PriorityTrainSection):
+        raise chk.fail(("scaling",), "needs a train section of the priority agents (their env and network)")
     if sc.policy != "untrained":
         from marl.deploy.priority_export import read_priority_metadata
 

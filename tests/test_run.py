@@ -99,7 +99,14 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"workload": "trace.csv"}, ["workload:", "synthetic:N_JOBS", "philly:PATH"]),
         ({"train": {**TINY_TRAIN, "env": {"load": [1.0, 0.5]}}}, ["train:", "load must be a number or [low, high]"]),
         ({"train": {**TINY_TRAIN, "ppo": {"num_envs_per_env_runner": 0}}}, ["train:", "must be an integer >= 1"]),
-        ({"train": {**TINY_TRAIN, "agent": "topdrl"}}, ["train.agent:", "an experiment trains the priority agents"]),
+        ({"train": {**TINY_TRAIN, "agent": "dl3"}}, ["train.agent:", "'dl3' is not an agent marlsched trains"]),
+        ({"train": {**TINY_TRAIN, "agent": "topdrl"}}, ["train.ppo:", "unknown key", "evaluation"]),
+        ({"train": {"agent": "rounds", "algo": "es", "dayz": 1}}, ["train.dayz:", "unknown key", "days"]),
+        ({"train": {"agent": "rounds", "algo": "pg"}}, ["train.algo:", "trains with algo es, dagger, not 'pg'"]),
+        (
+            {"train": {"agent": "priority", "algo": "dagger"}, "schedulers": ["marl", "marl-warm-start"]},
+            ["schedulers.1:", "untrained network of the priority agents this run trains with PPO"],
+        ),
         ({"train": {**TINY_TRAIN, "critic": {}}}, ["train.critic:", "unknown key", "ppo"]),
         ({"train": {**TINY_TRAIN, "env": {"cluster": "dc-1k"}}}, ["train.env.cluster:", "must equal"]),
         ({"train": {"agent": "priority"}, "scaling": {"agents": [1, 3]}}, ["scaling.agents.1:", "allowed: [1, 2, 4]"]),
@@ -194,6 +201,36 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(tmp_path: Pa
     sim = build_simulator("small-hetero", workload, seed=0, interference="none", restart_cost=30.0)
     assert avg_jct("marl-warm-start") == float(sim.run(reference).jct.mean())  # bit for bit
     assert avg_jct("qssf@any") > avg_jct("marl-warm-start")  # the type choice matters in this window
+    assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0  # trained once, kept
+
+
+def test_run_trains_any_agent_its_train_section_names(tmp_path: Path, traces_dir: Path) -> None:
+    """``train: {agent: priority, algo: dagger, ...}``: the one framework's loop trains it inside the run (the
+    policy in ``train/policy``), ``marl`` is evaluated beside the heuristics, and the report says what trained it."""
+    from experiments.run import run_experiment
+
+    cfg = parse_experiment_config(
+        {
+            **TINY, "schedulers": ["fifo", "marl"],
+            "train": {
+                "agent": "priority", "algo": "dagger",
+                "trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv",
+                "interference_data": f"gavel:{traces_dir}/gavel/simulation_throughputs.json",
+                "train_start": HELD_OUT_START - 1.5 * DAY, "train_end": HELD_OUT_START, "days": 1.0, "stride": 0.5,
+                "record_every": 2, "hidden": 8, "epochs": 2, "batch": 64, "dagger_rounds": 0, "workers": 1,
+            },
+        },
+        "dagger.yaml",
+    )  # fmt: skip
+    assert cfg.train_config.to_dict()["algo"] == "dagger"
+    out = tmp_path / "out"
+    logs: list[str] = []
+    assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 6
+    assert any("training: starting priority-dagger" in line for line in logs)
+    meta = json.loads((out / "train" / "policy" / "metadata.json").read_text())
+    assert meta["agent"] == "priority" and meta["provenance"]["command"] == "marlsched run dagger.yaml"
+    report = (out / "report.md").read_text()
+    assert "| marl |" in report and "agent `priority` with algo `dagger`" in report
     assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0  # trained once, kept
 
 
@@ -382,6 +419,22 @@ def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> No
     assert len(tasks) == 8 and all(t["jobs_completed"] == 40 for t in tasks)
     assert len({t["node_id"] for t in tasks}) == 2  # both nodes ran simulations
     assert (out / "report.md").is_file() and (out / "plots" / "jct_cdf.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_training_runs_on_a_two_node_cluster_given_its_address(two_node_cluster, tmp_path: Path) -> None:
+    """``marlsched train --address``: PPO connects to the cluster (both nodes, its dashboard said) instead of
+    starting its own Ray, and the policy lands in OUT/policy."""
+    address, env = two_node_cluster
+    config = _write(tmp_path, yaml.safe_dump(TINY_TRAIN), "ppo.yaml")
+    out = tmp_path / "trained"
+    proc = subprocess.run(
+        [str(VENV_BIN / "marlsched"), "train", "--config", str(config), "--out", str(out), "--address", address],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"ray: cluster at {address}, 2 node(s), 2 CPUs" in proc.stdout
+    assert "iter   1" in proc.stdout and (out / "policy" / "policy.pt").is_file()
 
 
 def _start_run(tmp_path: Path):

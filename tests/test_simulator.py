@@ -406,3 +406,42 @@ def test_outputs_respect_the_umask(tmp_path) -> None:
     finally:
         os.umask(old)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_run_is_start_then_steps_and_a_scheduler_is_consulted_only_where_jobs_wait() -> None:
+    """``Simulator.step`` is ``run``'s loop, for the environments and look-ahead that drive a simulator
+    themselves: stepping by hand gives ``run``'s schedule bit for bit; a scheduler is asked only at points with
+    waiting jobs, unless it declares ``wants_all_points``."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+    from cluster_sim.protocol import traits_of
+
+    class Counting:
+        def __init__(self, inner, every: bool) -> None:
+            self.inner, self.name, self.calls, self.wants_all_points = inner, inner.name, 0, every
+
+        def reset(self, view) -> None:
+            self.inner.reset(view)
+
+        def schedule(self, view):
+            self.calls += 1
+            return self.inner.schedule(view)
+
+    sim = build_simulator("small", "synthetic:300,load=2", seed=3, restart_cost=30)
+    ran = sim.run(get_policy("tiresias"))
+    counted = Counting(get_policy("tiresias"), every=False)
+    sim.start(counted)
+    points = 0
+    while sim.step(counted):
+        points += 1
+    stepped = sim.result(counted.name, 0.0)
+    np.testing.assert_array_equal(stepped.end, ran.end)
+    np.testing.assert_array_equal(stepped.preemptions, ran.preemptions)
+    assert 0 < counted.calls < points  # points with no waiting job are not asked about
+    every = Counting(get_policy("tiresias"), every=True)
+    assert traits_of(every).wants_all_points and not traits_of(counted.inner).wants_all_points
+    sim.start(every)
+    steps = 0
+    while sim.step(every):
+        steps += 1
+    assert every.calls == steps

@@ -53,10 +53,7 @@ def job_seconds(sim, policy, until: float, terminal: float = 0.0) -> float:
         t = float(sim.now)
         if t >= until:
             break
-        if len(sim.queue) or getattr(policy, "wants_all_points", False):
-            decisions = policy.schedule(sim)
-            if decisions:
-                sim.apply(decisions)
+        sim.consult(policy)
     if terminal:
         left = np.flatnonzero(np.asarray(sim.job_states)[: sim.num_arrived] != DONE)
         area += terminal * float(np.asarray(sim.remaining_times(left)).sum())

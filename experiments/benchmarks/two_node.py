@@ -35,18 +35,22 @@ def deployment(address: str, jobs: int) -> dict[str, Any]:
     from marl.deploy.actors import deploy_policy
     from marl.deploy.priority_export import load_priority_policy
 
-    workload = f"synthetic:{jobs},window_load=0.9,gpu_scale=8"
+    # arrivals rated by the jobs' mean GPU-time (load=), so any job count keeps dc-1k at 0.9 (window_load= asks the
+    # arrivals alone to offer 0.9 of 8,192 GPUs, which 1,000 jobs cannot)
+    workload = f"synthetic:{jobs},load=0.9,gpu_scale=8"
 
     def sim():
         return build_simulator("dc-1k", workload, seed=0, interference="none", restart_cost=30.0)
 
-    ref = sim().run(load_priority_policy(POLICY, num_agents=32))
+    print(f"in-process reference: {workload} on dc-1k, 32 agents", flush=True)
+    ref = sim().run(load_priority_policy(POLICY, num_agents=32), progress=True)
     ray.init(address=address, log_to_driver=False)
     try:
         sched, actors = deploy_policy(POLICY, num_agents=32, num_actors=2, num_cpus=0.5)
         try:
+            print("the same episode served by 2 actors over both nodes", flush=True)
             t0 = time.perf_counter()
-            res = sim().run(sched)
+            res = sim().run(sched, progress=True)
             wall = time.perf_counter() - t0
             nodes = {s["node_id"] for s in actors.info()}
             calls = actors.agent_calls

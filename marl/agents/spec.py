@@ -21,7 +21,7 @@ def resolve(ref: str) -> Any:
 class Algorithm:
     """One loop that trains an agent: ``name`` is the config's ``algo:``. ``settings`` is the flat config
     dataclass (``module:Class``) or None for the agent's sectioned format, read by ``parse``
-    (``(data, source, lines) -> config``); ``trainer`` writes the policy; ``iterations`` is the key that
+    (``(data, source, lines, chk=None) -> config``); ``trainer`` writes the policy; ``iterations`` is the key that
     ``--iterations`` sets; ``example`` a config in experiments/configs."""
 
     name: str

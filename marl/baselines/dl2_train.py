@@ -11,7 +11,7 @@
    ``rollouts`` episodes on one training window, the network sampling its steps inside a ``segment_h``
    segment from a random time (greedy before and after, so every rollout reaches the segment in the same
    state; the episode ends 3 horizons after it). A step's advantage is its discounted return
-   (:func:`~marl.baselines.training.returns_at`; ``jct``: minus the job-hours in the system) minus the
+   (:func:`~marl.training.policy_gradient.returns_at`; ``jct``: minus the job-hours in the system) minus the
    mean of the other rollouts' at the same time, and a clipped surrogate updates the network. The greedy
    network is scored on the validation windows every ``eval_every`` iterations; the best, the warm start
    included, is exported.
@@ -38,16 +38,15 @@ import torch
 from cluster_sim.results import write_dict_rows
 from marl.baselines.dl2 import DL2, DL2Net, pad_steps, save_dl2_policy
 from marl.baselines.training import (
-    REWARDS,
     WindowsConfig,
     check_policies,
     check_positive,
     check_windows,
     paired_table,
-    returns_at,
     start_config,
 )
-from marl.training.config import TrainConfigError, read_yaml_config
+from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.training.policy_gradient import REWARDS, clipped_step, leave_one_out_advantages, returns_at
 
 Log = Callable[[str], None]
 TEACHER = "optimus"
@@ -128,9 +127,11 @@ class DL2Config:
     source: str = "<dict>"
 
 
-def parse_dl2_config(data: Any, source: str = "<dict>", lines: dict | None = None) -> DL2Config:
+def parse_dl2_config(
+    data: Any, source: str = "<dict>", lines: dict | None = None, chk: ConfigChecker | None = None
+) -> DL2Config:
     """Validate plain data (as loaded from YAML); errors name the file, line and key path, and the fix."""
-    cfg, chk = start_config(DL2Config, data, source, lines, "dl2")
+    cfg, chk = start_config(DL2Config, data, source, lines, "dl2", chk)
     if cfg.train.reward not in REWARDS:
         raise chk.fail(("train", "reward"), f"unknown reward {cfg.train.reward!r}; choose one of {', '.join(REWARDS)}")
     check_policies(chk, ((("evaluation", "heuristics", str(i)), h) for i, h in enumerate(cfg.evaluation.heuristics)))
@@ -410,19 +411,11 @@ class Trainer:
     def _update(self, eps: list[dict[str, Any]], opt: torch.optim.Optimizer) -> tuple[float, float, int]:
         pg = self.cfg.train
         tau = pg.horizon_h * 3600.0
-        steps, advs = [], []
-        for r, ep in enumerate(eps):
-            if not ep["steps"]:
-                continue
-            times = np.array([st[5] for st in ep["steps"]])
-            own = returns_at(times, ep["arrival"], ep["end"], pg.reward, tau)
-            others = [returns_at(times, o["arrival"], o["end"], pg.reward, tau) for q, o in enumerate(eps) if q != r]
-            advs.append(own - np.mean(others, axis=0))
-            steps += ep["steps"]
+        steps = [st for ep in eps for st in ep["steps"]]
         if not steps:
             return 0.0, 0.0, 0
-        adv = np.concatenate(advs)
-        adv = torch.from_numpy((adv - adv.mean()) / (adv.std() + 1e-8)).float()
+        times = [np.array([st[5] for st in ep["steps"]]) for ep in eps]
+        adv = torch.from_numpy(leave_one_out_advantages(eps, times, pg.reward, tau)).float()
         n = len(steps)
         batches = []
         for idx in _buckets(steps, pg.minibatch):
@@ -444,17 +437,10 @@ class Trainer:
             for k in self.rng.permutation(len(batches)).tolist():
                 jobs, glob, mask, act, old, a = batches[k]
                 logp_all = torch.log_softmax(self.net(jobs, glob, mask), 1)
-                ratio = torch.exp(logp_all.gather(1, act[:, None])[:, 0] - old)
-                surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - pg.clip, 1 + pg.clip) * a)
-                probs = logp_all.exp() * mask
-                entropy = -(probs * torch.where(mask, logp_all, torch.zeros_like(logp_all))).sum(1).mean()
-                loss = -surrogate.mean() - pg.entropy * entropy
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.net.parameters(), pg.grad_clip)
-                opt.step()
-                losses.append(float(loss.detach()))
-                entropies.append(float(entropy.detach()))
+                loss, entropy = clipped_step(logp_all, mask, act, old, a, opt, self.net.parameters(), clip=pg.clip,
+                                             entropy=pg.entropy, grad_clip=pg.grad_clip)  # fmt: skip
+                losses.append(loss)
+                entropies.append(entropy)
 
 
 def _buckets(steps: list[tuple], minibatch: int) -> list[np.ndarray]:

@@ -46,7 +46,7 @@ from marl.baselines.training import (
     check_windows,
     start_config,
 )
-from marl.training.config import TrainConfigError, read_yaml_config
+from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.es import AntitheticES
 
 Log = Callable[[str], None]
@@ -127,9 +127,11 @@ class MetaPlaceConfig:
     source: str = "<dict>"
 
 
-def parse_metaplace_config(data: Any, source: str = "<dict>", lines: dict | None = None) -> MetaPlaceConfig:
+def parse_metaplace_config(
+    data: Any, source: str = "<dict>", lines: dict | None = None, chk: ConfigChecker | None = None
+) -> MetaPlaceConfig:
     """Validate plain data (as loaded from YAML); errors name the file, line and key path, and the fix."""
-    cfg, chk = start_config(MetaPlaceConfig, data, source, lines, "metaplace")
+    cfg, chk = start_config(MetaPlaceConfig, data, source, lines, "metaplace", chk)
     check_positive(
         chk,
         [

@@ -36,16 +36,15 @@ import torch
 from cluster_sim.results import write_dict_rows
 from marl.baselines.topdrl import TopDRL, TopDRLNet, save_topdrl_policy
 from marl.baselines.training import (
-    REWARDS,
     WindowsConfig,
     check_policies,
     check_positive,
     check_windows,
     paired_table,
-    returns_at,
     start_config,
 )
-from marl.training.config import TrainConfigError, read_yaml_config
+from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.training.policy_gradient import REWARDS, clipped_step, leave_one_out_advantages, returns_at
 
 Log = Callable[[str], None]
 
@@ -118,11 +117,13 @@ class TopDRLConfig:
     source: str = "<dict>"
 
 
-def parse_topdrl_config(data: Any, source: str = "<dict>", lines: dict | None = None) -> TopDRLConfig:
+def parse_topdrl_config(
+    data: Any, source: str = "<dict>", lines: dict | None = None, chk: ConfigChecker | None = None
+) -> TopDRLConfig:
     """Validate plain data (as loaded from YAML); errors name the file, line and key path, and the fix."""
     from cluster_sim.typed_placement import GPU_TYPE_ORDERS
 
-    cfg, chk = start_config(TopDRLConfig, data, source, lines, "topdrl")
+    cfg, chk = start_config(TopDRLConfig, data, source, lines, "topdrl", chk)
     if cfg.train.reward not in REWARDS:
         raise chk.fail(("train", "reward"), f"unknown reward {cfg.train.reward!r}; choose one of {', '.join(REWARDS)}")
     if cfg.env.gpu_type not in GPU_TYPE_ORDERS:
@@ -346,25 +347,16 @@ class Trainer:
     def _update(self, episodes: list[dict[str, Any]]) -> tuple[float, float, int]:
         pg = self.cfg.train
         tau = pg.horizon_h * 3600.0
-        parts, advs = [], []
-        for r, ep in enumerate(episodes):
-            if not len(ep["action"]):
-                continue
-            own = returns_at(ep["time"], ep["arrival"], ep["end"], pg.reward, tau)
-            others = [
-                returns_at(ep["time"], o["arrival"], o["end"], pg.reward, tau) for q, o in enumerate(episodes) if q != r
-            ]
-            advs.append(own - np.mean(others, axis=0))
-            parts.append(ep)
+        parts = [ep for ep in episodes if len(ep["action"])]
         if not parts:
             return 0.0, 0.0, 0
+        times = [ep["time"] if len(ep["action"]) else ep["time"][:0] for ep in episodes]
         cluster = torch.from_numpy(np.concatenate([p["cluster"] for p in parts]))
         glob = torch.from_numpy(np.concatenate([p["glob"] for p in parts]))
         queue = torch.from_numpy(np.concatenate([p["queue"] for p in parts]))
         mask = torch.from_numpy(np.concatenate([p["mask"] for p in parts]))
         action = torch.from_numpy(np.concatenate([p["action"] for p in parts]))
-        adv = np.concatenate(advs)
-        adv = torch.from_numpy((adv - adv.mean()) / (adv.std() + 1e-8)).float()
+        adv = torch.from_numpy(leave_one_out_advantages(episodes, times, pg.reward, tau)).float()
         n = len(action)
         with torch.no_grad():
             old = torch.log_softmax(self.net(cluster, glob, queue, mask), 1).gather(1, action[:, None])[:, 0]
@@ -374,18 +366,11 @@ class Trainer:
             for lo in range(0, n, pg.minibatch):
                 b = order[lo : lo + pg.minibatch]
                 logp_all = torch.log_softmax(self.net(cluster[b], glob[b], queue[b], mask[b]), 1)
-                logp = logp_all.gather(1, action[b, None])[:, 0]
-                ratio = torch.exp(logp - old[b])
-                surrogate = torch.minimum(ratio * adv[b], torch.clamp(ratio, 1 - pg.clip, 1 + pg.clip) * adv[b])
-                probs = logp_all.exp() * mask[b]
-                entropy = -(probs * torch.where(mask[b], logp_all, torch.zeros_like(logp_all))).sum(1).mean()
-                loss = -surrogate.mean() - pg.entropy * entropy
-                self.opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.net.parameters(), pg.grad_clip)
-                self.opt.step()
-                losses.append(float(loss.detach()))
-                entropies.append(float(entropy.detach()))
+                loss, entropy = clipped_step(logp_all, mask[b], action[b], old[b], adv[b], self.opt,
+                                             self.net.parameters(), clip=pg.clip, entropy=pg.entropy,
+                                             grad_clip=pg.grad_clip)  # fmt: skip
+                losses.append(loss)
+                entropies.append(entropy)
         return float(np.mean(losses)), float(np.mean(entropies)), n
 
 

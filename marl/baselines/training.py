@@ -13,8 +13,6 @@ import numpy as np
 from cluster_sim.traces.periods import DAY, window_spec
 from marl.training.config import ConfigChecker
 
-REWARDS = ("throughput", "jct")
-
 
 @dataclass(frozen=True)
 class WindowsConfig:
@@ -34,10 +32,13 @@ class WindowsConfig:
         return out
 
 
-def start_config(cls: type, data: Any, source: str, lines: dict | None, agent: str) -> tuple[Any, ConfigChecker]:
+def start_config(
+    cls: type, data: Any, source: str, lines: dict | None, agent: str, chk: ConfigChecker | None = None
+) -> tuple[Any, ConfigChecker]:
     """The config dataclass ``cls`` read from plain data, and the checker that names file, line and key in
-    the errors of the checks that follow; the ``agent`` key must name this trainer."""
-    chk = ConfigChecker(source, lines or {})
+    the errors of the checks that follow (``chk``: one already made, e.g. for a section of a larger file); the
+    ``agent`` key must name this trainer."""
+    chk = chk or ConfigChecker(source, lines or {})
     if not isinstance(data, dict):
         raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(cls)}")
     cfg = dataclasses.replace(chk.section(cls, data, ()), source=source)
@@ -79,24 +80,6 @@ def check_windows(chk: ConfigChecker, env: Any, names: Iterable[str]) -> None:
         )
 
 
-def returns_at(times: np.ndarray, arrival: np.ndarray, end: np.ndarray, reward: str, tau: float) -> np.ndarray:
-    """The discounted return from each of ``times`` on, of one episode whose jobs arrived at ``arrival``
-    and finished at ``end`` (constant ``tau`` seconds): ``throughput`` counts every completion ``c`` after
-    ``t`` as ``exp(-(c - t) / tau)``; ``jct`` is minus the discounted job-hours spent in the system after
-    ``t`` (the average JCT's integrand). Computed in chunks of times."""
-    out = np.empty(len(times))
-    for lo in range(0, len(times), 256):
-        t = times[lo : lo + 256, None]
-        if reward == "throughput":
-            out[lo : lo + 256] = np.where(end[None, :] > t, np.exp(-(end[None, :] - t) / tau), 0.0).sum(axis=1)
-        else:
-            a = np.maximum(arrival[None, :], t)
-            inside = end[None, :] > t
-            stay = tau * (np.exp(-(a - t) / tau) - np.exp(-(np.maximum(end[None, :], a) - t) / tau))
-            out[lo : lo + 256] = -np.where(inside, stay, 0.0).sum(axis=1) / 3600.0
-    return out
-
-
 def paired_table(results: dict[str, list[float]], reference: str) -> list[dict[str, Any]]:
     """Mean, std and the mean ± std of the per-window ratio to ``reference`` for every scheduler."""
     ref = np.asarray(results[reference])
@@ -118,12 +101,10 @@ def paired_table(results: dict[str, list[float]], reference: str) -> list[dict[s
 
 __all__ = [
     "DAY",
-    "REWARDS",
     "WindowsConfig",
     "check_policies",
     "check_positive",
     "check_windows",
     "paired_table",
-    "returns_at",
     "start_config",
 ]

@@ -82,16 +82,18 @@ def init_ray(address: str | None, num_cpus: int | None, object_store_bytes: int,
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     t0 = time.perf_counter()
+    dashboard = ""
     if address:
         ctx = ray.init(address=address, log_to_driver=False)  # num_cpus may not be passed when connecting
-        where = f"cluster at {address} (dashboard: {ctx.dashboard_url or 'not running'})"
+        where = f"cluster at {address}"
+        dashboard = f"; dashboard {ctx.dashboard_url}" if ctx.dashboard_url else "; the cluster runs no dashboard"
     else:
         num_cpus = num_cpus or os.cpu_count() or 1
         start_local_ray(num_cpus, object_store_bytes)
         where = f"in-process ({num_cpus} CPUs)"
     cpus = ray.cluster_resources().get("CPU", 0)
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    log(f"ray: {where}, {nodes} node(s), {cpus:g} CPUs ({time.perf_counter() - t0:.1f} s)")
+    log(f"ray: {where}, {nodes} node(s), {cpus:g} CPUs ({time.perf_counter() - t0:.1f} s){dashboard}")
     return True
 
 

@@ -21,6 +21,7 @@ so it is seeded but not bit-identical to one that ran through.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -80,9 +81,12 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return parse_checked(data, str(path), lines)
 
 
-def parse_checked(data: Any, source: str, lines: dict[tuple[str, ...], int]) -> dict[str, Any]:
-    """:func:`parse_config` of a file's data, its errors naming the lines of ``source``."""
-    return parse_config(data, source, default_name=Path(source).stem, chk=ConfigChecker(source, lines))
+def parse_checked(
+    data: Any, source: str, lines: dict[tuple[str, ...], int], chk: ConfigChecker | None = None
+) -> dict[str, Any]:
+    """:func:`parse_config` of a file's data, its errors naming the lines of ``source`` (``chk``: a checker
+    already made, e.g. for a section of a larger file)."""
+    return parse_config(data, source, default_name=Path(source).stem, chk=chk or ConfigChecker(source, lines))
 
 
 def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
@@ -225,6 +229,22 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
     )
 
 
+def progress_line(row: Mapping[str, Any]) -> str:
+    """One iteration's line: its steps and speed, and the episodes that finished in it (on training windows, so
+    a training figure, not a held-out one); says so where none finished instead of printing nan."""
+    head = (
+        f"iter {row['iteration']:3d}  {row['minutes']:5.1f} min  steps {row['env_steps']:>8} "
+        f"({row['env_steps_per_s']:,.0f}/s)  episodes {row['episodes']:>4}"
+    )
+    if not math.isfinite(row["avg_jct"]):
+        return f"{head}  no episode finished in this iteration (a window outlasts one iteration's batch)"
+    than = "shorter" if row["gain"] >= 0 else "longer"
+    return (
+        f"{head}  training windows: avg JCT {row['avg_jct']:,.0f} s, {abs(100 * row['gain']):.2f}% {than} than the "
+        "warm start's"
+    )
+
+
 def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -331,11 +351,10 @@ def train_priority(
                 "avg_jct": float(runners.get("avg_jct", float("nan"))),
                 "return": float(runners.get("episode_return_mean", float("nan"))),
             }
+            seconds = 60.0 * (row["minutes"] - (rows[-1]["minutes"] if rows else 0.0))
+            row["env_steps_per_s"] = (row["env_steps"] - (rows[-1]["env_steps"] if rows else 0)) / max(seconds, 1e-9)
             rows.append(row)
-            log(
-                f"iter {it:3d}  {row['minutes']:5.1f} min  steps {row['env_steps']:>8}  episodes {row['episodes']:>4}  "
-                f"gain over the warm start {100 * row['gain']:+.2f}%  avg JCT {row['avg_jct']:,.0f} s"
-            )
+            log(progress_line(row))
             write_dict_rows(rows, out / "progress.csv")
             plot_curve(rows, out / "learning_curve.png")
             last = row["minutes"] >= float(p["time_budget_min"]) or it == int(p["iterations"])

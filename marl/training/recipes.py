@@ -38,10 +38,8 @@ class TrainRequest:
     log: Log = print
 
 
-def read_recipe(path: str | Path) -> tuple[AgentSpec, Algorithm, dict[str, Any], ConfigChecker]:
-    """The agent and algorithm a training config names, the rest of its keys and the checker of its lines."""
-    data, lines = read_yaml_config(path, "training config", TrainConfigError)
-    chk = ConfigChecker(str(path), lines)
+def recipe_of(data: Any, chk: ConfigChecker) -> tuple[AgentSpec, Algorithm, dict[str, Any]]:
+    """The agent and algorithm a training config's data names, and the rest of its keys."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -57,26 +55,26 @@ def read_recipe(path: str | Path) -> tuple[AgentSpec, Algorithm, dict[str, Any],
         raise chk.fail(("algo",), str(err)) from None
     if algorithm.settings is None and agent != DEFAULT_AGENT:  # the baselines' sections keep their agent key
         data = {"agent": agent, **data}
-    return spec, algorithm, data, chk
+    return spec, algorithm, data
 
 
-def load_recipe_config(path: str | Path, iterations: int | None = None) -> tuple[AgentSpec, Algorithm, Any]:
-    """The agent, algorithm and checked settings of a training config (``iterations``: the count to override),
-    without training: what ``marlsched train`` checks before it starts."""
-    spec, algorithm, data, chk = read_recipe(path)
+def check_settings(
+    algorithm: Algorithm, data: dict[str, Any], chk: ConfigChecker, iterations: int | None = None
+) -> Any:
+    """The algorithm's settings from the rest of a config (``iterations``: the count to override), checked."""
     if iterations is not None and iterations < 1:
         raise ValueError(f"--iterations must be >= 1, got {iterations}")
     if algorithm.settings is None:
-        cfg = resolve(str(algorithm.parse))(data, chk.source, chk.lines)
+        cfg = resolve(str(algorithm.parse))(data, chk.source, chk.lines, chk=chk)
         if iterations is not None and isinstance(cfg, dict):  # ppo's; the baselines' trainers take the count
             section, _, key = algorithm.iterations.partition(".")
             cfg[section][key] = iterations
-        return spec, algorithm, cfg
+        return cfg
     cls = resolve(algorithm.settings)
     if iterations is not None:
-        data[algorithm.iterations] = iterations
+        data = {**data, algorithm.iterations: iterations}
     try:
-        return spec, algorithm, chk.section(cls, data, ())
+        return chk.section(cls, data, ())
     except TrainConfigError:
         raise
     except (TypeError, ValueError) as err:
@@ -86,11 +84,25 @@ def load_recipe_config(path: str | Path, iterations: int | None = None) -> tuple
         raise chk.fail((), str(err)) from None
 
 
+def load_recipe_config(path: str | Path, iterations: int | None = None) -> tuple[AgentSpec, Algorithm, Any]:
+    """The agent, algorithm and checked settings of a training config file, without training: what
+    ``marlsched train`` checks before it starts."""
+    data, lines = read_yaml_config(path, "training config", TrainConfigError)
+    chk = ConfigChecker(str(path), lines)
+    spec, algorithm, rest = recipe_of(data, chk)
+    return spec, algorithm, check_settings(algorithm, rest, chk, iterations)
+
+
 def train(req: TrainRequest) -> dict[str, Any]:
     """Train what ``req.config`` names into ``req.out`` (the policy in ``OUT/policy``); the trainer's summary."""
     spec, algorithm, cfg = load_recipe_config(req.config, req.iterations)
     if (req.out / POLICY).exists() and not req.resume:
         raise ValueError(f"{req.out} already holds a trained policy; choose another --out")
+    return run_recipe(spec, algorithm, cfg, req)
+
+
+def run_recipe(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest) -> dict[str, Any]:
+    """Train checked settings (:func:`check_settings`) with the algorithm's loop into ``req.out``."""
     if algorithm.name != "ppo":  # only RLlib's PPO runs on a Ray cluster and resumes from a checkpoint
         for given, flag, what in ((req.address, "--address", "on a Ray cluster"), (req.resume, "--resume", "resumed")):
             if given:
@@ -113,4 +125,7 @@ def recipes_table() -> str:
     return "\n".join(f"  {label:<{width}}  {a.about} (e.g. {a.example})" for label, a in rows)
 
 
-__all__ = ["POLICY", "TrainRequest", "load_recipe_config", "read_recipe", "recipes_table", "train"]
+__all__ = [
+    "POLICY", "TrainRequest", "check_settings", "load_recipe_config", "recipe_of", "recipes_table", "run_recipe",
+    "train",
+]  # fmt: skip
