@@ -46,7 +46,7 @@ def recipe_of(data: Any, chk: ConfigChecker) -> tuple[AgentSpec, Algorithm, dict
         raise chk.fail((), "a training config holds a mapping: agent, algo and the algorithm's settings")
     data = dict(data)
     agent, algo = data.pop("agent", DEFAULT_AGENT), data.pop("algo", None)
-    if agent not in AGENTS:
+    if not isinstance(agent, str) or agent not in AGENTS:
         raise chk.fail(("agent",), f"{agent!r} is not an agent marlsched trains; agents: {', '.join(AGENTS)}")
     spec = AGENTS[agent]
     try:
