@@ -34,7 +34,7 @@ def tiny_config(traces_dir: Path, **kw) -> PriorityDaggerConfig:
 @pytest.fixture(scope="module")
 def rows(traces_dir: Path) -> dict[str, np.ndarray]:
     cfg = tiny_config(traces_dir)
-    _, data = _collect((cfg, cfg.windows(0)[0], None))
+    data = _collect((cfg, cfg.windows(0)[0], None))
     assert data is not None
     return data
 
@@ -79,7 +79,7 @@ def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Pat
     meta = train(cfg, tmp_path / "a", log=logs.append)
     train(cfg, tmp_path / "b", log=lambda _: None)
     assert [r["collected_by"] for r in meta["progress"]] == ["qssf", "policy"]
-    assert meta["progress"][1]["observations"] > meta["progress"][0]["observations"] > 0
+    assert meta["progress"][1]["rows"] > meta["progress"][0]["rows"] > 0
     assert -1.0 <= meta["progress"][1]["holdout_corr"] <= 1.0 and "holdout_corr" not in meta["progress"][0]
     a, b = (torch.jit.load(str(tmp_path / k / "policy.pt")) for k in ("a", "b"))
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())  # same seed, same policy

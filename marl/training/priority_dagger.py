@@ -46,9 +46,9 @@ from marl.env.priority_env import PriorityEnvConfig
 from marl.env.priority_features import JobSetLayout
 from marl.models.inference import subnormals_flushed
 from marl.models.priority_net import NetScorer, PriorityNet
+from marl.training.dagger import dagger
 from marl.training.priority_tune import training_windows, tune_hysteresis
 from marl.training.remaining_work import plot_holdout
-from marl.training.worker_map import worker_map
 
 _KEY = JobSetLayout.column("log_expected_remaining")
 
@@ -164,8 +164,8 @@ class Recorder(PriorityAgents):
         return obs
 
 
-def _collect(task: tuple) -> tuple[str, dict[str, np.ndarray] | None]:
-    """The rows recorded on one window (None when nothing was recorded)."""
+def _collect(task: tuple) -> dict[str, np.ndarray] | None:
+    """The rows recorded on one window (None when it is too quiet or nothing was recorded)."""
     from cluster_sim.build import build_simulator
 
     cfg, spec, state = task
@@ -179,12 +179,12 @@ def _collect(task: tuple) -> tuple[str, dict[str, np.ndarray] | None]:
         sim = build_simulator(cfg.cluster, spec, seed=0, interference=cfg.interference,
                               interference_data=cfg.interference_data, restart_cost=cfg.restart_cost)  # fmt: skip
     except QuietWorkloadSpecError:
-        return spec, None
+        return None
     rec = Recorder(net, num_agents=cfg.num_agents, hysteresis=float(np.log(cfg.factor)), every=cfg.record_every)
     sim.run(rec)
     if not rec.rows["label"]:
-        return spec, None
-    return spec, {k: np.concatenate(v) for k, v in rec.rows.items()}
+        return None
+    return {k: np.concatenate(v) for k, v in rec.rows.items()}
 
 
 def fit_priority(
@@ -274,39 +274,18 @@ def train(cfg: PriorityDaggerConfig, out: str | Path, *, command: str = "", log=
     """Round 0 on QSSF's states, ``dagger_rounds`` on the policy's own, then the margin; writes ``out``."""
     log = log or partial(print, flush=True)
     started = time.perf_counter()
-    chunks: list[dict[str, np.ndarray]] = []
-    progress: list[dict] = []
-    net: PriorityNet | None = None
-    with worker_map(cfg.workers) as run:
-        for rnd in range(cfg.dagger_rounds + 1):
-            state = None if net is None else net.state_dict()
-            specs = cfg.windows(rnd)
-            new = 0
-            for spec, rows in run(_collect, [(cfg, s, state) for s in specs]):
-                if rows is None:
-                    log(f"round {rnd}: {spec.split(',', 1)[1]} too quiet for the load or no choice, left out")
-                    continue
-                chunks.append(rows)
-                new += int((rows["jobs"][..., 0] > 0).sum())
-                log(f"round {rnd}: {len(rows['label'])} observations on {spec.split(',', 1)[1]} "
-                    f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
-            if not chunks:
-                raise ValueError(f"no observation recorded on the {len(specs)} training windows; lower record_every")
-            data = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-            last = rnd == cfg.dagger_rounds
-            scores = holdout_scores(cfg, data) if cfg.holdout > 0 and last else {}  # the last round's rows
-            net = fit_priority(data, hidden=cfg.hidden, epochs=cfg.epochs, batch=cfg.batch, lr=cfg.lr,
-                               weight_decay=cfg.weight_decay, rank_weight=cfg.rank_weight, seed=cfg.seed)  # fmt: skip
-            figures = {k: v for k, v in scores.items() if k not in ("pred", "true")}
-            row = {"round": rnd, "collected_by": "qssf" if rnd == 0 else "policy", "windows": len(specs),
-                   "new_slots": new, "observations": len(data["label"]), **figures,
-                   "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
-            progress.append(row)
-            said = f"round {rnd}: {row['observations']} observations"
-            if "holdout_corr" in row:
-                said += f"; held-out correlation {row['holdout_corr']:.3f} (history {row['holdout_corr_history']:.3f})"
-            log(said)
-    assert net is not None
+
+    def fit(rnd: int, data: dict[str, np.ndarray]) -> tuple[PriorityNet, dict]:
+        last = rnd == cfg.dagger_rounds
+        scores = holdout_scores(cfg, data) if cfg.holdout > 0 and last else {}  # the last round's rows
+        net = fit_priority(data, hidden=cfg.hidden, epochs=cfg.epochs, batch=cfg.batch, lr=cfg.lr,
+                           weight_decay=cfg.weight_decay, rank_weight=cfg.rank_weight, seed=cfg.seed)  # fmt: skip
+        return net, scores
+
+    net, progress, scores = dagger(
+        cfg.dagger_rounds, lambda rnd: [(cfg, s) for s in cfg.windows(rnd)], _collect, fit,
+        describe=lambda task: task[1].split(",", 1)[1], teacher="qssf", workers=cfg.workers, log=log, started=started,
+    )  # fmt: skip
     meta = {
         "agents": {"hysteresis": float(np.log(cfg.factor))},
         "warm_start": "QSSF's scores (the untrained network)",

@@ -36,7 +36,7 @@ from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.remaining_policy import KIND, LearnedWeightSia, save_remaining_policy
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
-from marl.training.worker_map import worker_map
+from marl.training.dagger import dagger
 
 NOV1 = HELD_OUT_START  # 2017-11-01, seconds from the Philly trace's first arrival
 SIA_SETTINGS = {"restart_cost": 30.0, "start_cost": 30.0, "app_restart_costs": True, "calibration": True}
@@ -106,8 +106,8 @@ class Recorder(LearnedWeightSia):
         return x
 
 
-def _collect(job: tuple) -> tuple[int, np.ndarray | None, np.ndarray | None]:
-    """Rows recorded on one window (None when it is too quiet for the load)."""
+def _collect(job: tuple) -> dict[str, np.ndarray] | None:
+    """Rows recorded on one window: features ``x``, log remaining time ``y`` (None when it is too quiet)."""
     from cluster_sim.build import build_simulator
 
     cfg, days_before, state = job
@@ -120,12 +120,12 @@ def _collect(job: tuple) -> tuple[int, np.ndarray | None, np.ndarray | None]:
     try:
         sim = build_simulator(cfg.cluster, cfg.window(days_before), seed=0, interference="none", **SIA_SETTINGS)
     except QuietWorkloadSpecError:
-        return days_before, None, None
+        return None
     rec = Recorder(net, every=cfg.record_every, power=cfg.power)
     sim.run(rec)
     if not rec.x:
-        return days_before, None, None
-    return days_before, np.concatenate(rec.x), np.concatenate(rec.y)
+        return None
+    return {"x": np.concatenate(rec.x), "y": np.concatenate(rec.y)}
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> float:
@@ -156,42 +156,21 @@ def train(cfg: RemainingWorkConfig, out: str | Path, *, command: str = "", log=N
     """Round 0 on Sia's states, then ``dagger_rounds`` on the policy's own; writes the policy folder."""
     log = log or partial(print, flush=True)
     started = time.perf_counter()
-    xs: list[np.ndarray] = []
-    ys: list[np.ndarray] = []
-    rows: list[dict] = []
-    net: RemainingWorkNet | None = None
-    scores: dict = {}
-    with worker_map(cfg.workers) as run:
-        for rnd in range(cfg.dagger_rounds + 1):
-            count = cfg.windows if rnd == 0 else cfg.dagger_windows
-            state = None if net is None else net.state_dict()
-            used = quiet = 0
-            new = 0
-            for days_before, x, y in run(_collect, [(cfg, d, state) for d in range(1, count + 1)]):
-                if x is None:
-                    quiet += 1
-                    log(f"round {rnd}: window {days_before} days before 2017-11-01 too quiet, left out")
-                    continue
-                used += 1
-                new += len(y)
-                xs.append(x)
-                ys.append(y)
-                log(f"round {rnd}: window {days_before} days before 2017-11-01, {len(y)} rows "
-                    f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
-            if not xs:
-                raise ValueError(f"no training window of {cfg.hours} h can offer load={cfg.load}; lower the load")
-            x_all, y_all = np.concatenate(xs), np.concatenate(ys)
-            scores = holdout_scores(cfg, x_all, y_all) if cfg.holdout > 0 else {}
-            net = fit_remaining(x_all, y_all, hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr,
-                                weight_decay=cfg.weight_decay, drop=cfg.dropped(), seed=cfg.seed)  # fmt: skip
-            row = {"round": rnd, "collected_by": "sia" if rnd == 0 else "policy", "windows": used,
-                   "quiet_windows": quiet, "new_rows": new, "rows": len(y_all),
-                   **{k: v for k, v in scores.items() if k not in ("pred", "true")},
-                   "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
-            rows.append(row)
-            log(f"round {rnd}: {len(y_all)} rows; held-out correlation {row.get('holdout_corr', float('nan')):.3f} "
-                f"(history estimate alone {row.get('holdout_corr_history', float('nan')):.3f})")  # fmt: skip
-    assert net is not None
+
+    def fit(rnd: int, data: dict[str, np.ndarray]) -> tuple[RemainingWorkNet, dict]:
+        x_all, y_all = data["x"], data["y"]
+        scores = holdout_scores(cfg, x_all, y_all) if cfg.holdout > 0 else {}
+        net = fit_remaining(x_all, y_all, hidden=cfg.hidden, epochs=cfg.epochs, lr=cfg.lr,
+                            weight_decay=cfg.weight_decay, drop=cfg.dropped(), seed=cfg.seed)  # fmt: skip
+        return net, scores
+
+    def tasks(rnd: int) -> list[tuple]:
+        return [(cfg, d) for d in range(1, (cfg.windows if rnd == 0 else cfg.dagger_windows) + 1)]
+
+    net, rows, scores = dagger(
+        cfg.dagger_rounds, tasks, _collect, fit, describe=lambda task: f"window {task[1]} days before 2017-11-01",
+        teacher="sia", workers=cfg.workers, log=log, started=started,
+    )  # fmt: skip
     meta = {
         "format": "marlsched-policy",
         "agent": KIND,
