@@ -943,3 +943,27 @@ def test_train_refuses_bad_pairs_files_by_file_line_and_column(tmp_path: Path, o
     with pytest.raises(SystemExit):
         cli_main(["interference", "train", "--data", f"pair:{no_norm}", "--out", str(tmp_path / "m.json")])
     assert "unknown source kind 'pair'; pass gavel:PATH or pairs:FILE" in capsys.readouterr().err
+
+
+def test_online_packing_observes_the_gpu_term_on_shared_servers(small_model: Path, gavel_dir: Path, truth) -> None:
+    """On servers of four GPUs the simulator's factor of a shared-GPU job also holds the server term of the
+    jobs on the server's other GPUs; the packing scheduler divides it out, so what it observes of each pair
+    is the pair's own GPU factor (the measured one here), not a busy server."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.scheduler_spec import load_custom_scheduler
+
+    cluster = {"name": "four-gpu", "pods": 1, "racks_per_pod": 1, "servers_per_rack": 3,
+               "server": {"base": "pcie-4", "gpus_per_server": 4}, "gpu_type": "V100"}  # fmt: skip
+    data = f"gavel:{gavel_dir}"
+    sim = build_simulator(cluster, "synthetic:200,load=4,model_rule=gavel", seed=1, interference="oracle",
+                          interference_data=data, gpu_sharing=True)  # fmt: skip
+    jobs = sim.jobs.subset(np.flatnonzero(sim.jobs.num_gpus == 1))
+    sim = build_simulator(cluster, jobs, seed=1, interference="oracle", interference_data=data, gpu_sharing=True)
+    spec = f"cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor={small_model},online=true"
+    policy = load_custom_scheduler(spec)  # the command line's spelling
+    sim.run(policy)
+    history = policy.model.history
+    assert len(history) >= 10
+    observed = np.array([f for _, _, f in history])
+    measured = np.array([truth.pair_factor(a, b, Sharing.GPU) for a, b, _ in history])
+    np.testing.assert_allclose(observed, np.minimum(measured, 1.0), atol=1e-9)
