@@ -13,11 +13,28 @@ from pathlib import Path
 
 import numpy as np
 
+from interference.features import PROFILE_COLUMNS
 from interference.gavel_jobs import SPLITS
 from interference.pairs_csv import OUTPUT_COLUMNS, REQUIRED
 from interference.pairs_csv import __doc__ as PAIRS_DOC
 
 # torch, scipy and the training code load inside the commands, so `marlsched --help` starts fast
+
+TRAIN_DOC = """Fit the learned interference predictor to measured pairs of jobs sharing one GPU.
+
+Sources (--data, repeatable): gavel:PATH, Gavel's measured tables (26 job types on K80, P100, V100; no
+profile columns); pairs:FILE, your own measurements in the columns of `marlsched interference predict
+--help` plus measured norm_a, norm_b. A model fitted on pairs that carry solo profile columns (gpu_util,
+mem_util, mem_gb) uses them for jobs that have them; one fitted without them ignores them. Beyond the
+range of what it was fitted on (descriptors, GPU datasheet figures, profile columns) the model's answers
+move toward a prior with no fitted part (1.0, or time slicing where gpu_util is known); `predict` says so.
+
+How to measure a pair: run each job alone on one GPU of the type and note its samples/s after warm-up
+(solo_sps), logging `nvidia-smi --query-gpu=utilization.gpu,utilization.memory,memory.used
+--format=csv,noheader,nounits -lms 500 -i GPU` for a minute (medians: gpu_util %, mem_util %, mem_gb =
+MiB / 1024); then run the two together on that GPU, once per pair, and divide each job's samples/s by its
+solo figure (norm_a, norm_b). A few dozen pairs over the jobs you run fit the profile path.
+"""
 
 
 def _say(msg: str) -> None:
@@ -41,11 +58,10 @@ def _gpu_specs(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from interference.evaluation import metrics
-    from interference.gavel_data import load_gavel_pairs
-    from interference.training import TrainConfig, fit, gavel_queries
+    from interference.training import TrainConfig, fit_queries, load_training_data
 
     _threads(args)
-    pairs = load_gavel_pairs(args.data)
+    queries, y, sources, gavel = load_training_data(args.data)
     default = TrainConfig()
     cfg = TrainConfig(
         members=args.members or default.members,
@@ -53,18 +69,33 @@ def cmd_train(args: argparse.Namespace) -> int:
         type_rank=default.type_rank if args.type_rank is None else args.type_rank,
         seed=args.seed,
     )
-    _say(f"training on {int(pairs.feasible.sum())} feasible Gavel pairs ({cfg.members} ensemble members)")
+    what = ", ".join(f"{s['samples'] // 2} {s['kind']} pairs ({s['path']})" for s in sources)
+    _say(f"training on {what} ({cfg.members} ensemble members)")
     # the structure, then the measured types' residual and their side of pairs with a new job
     total = cfg.steps * (3 if cfg.type_rank else 1)
-    model = fit(pairs, cfg, progress=lambda s, loss: _say(f"step {s + 1}/{total} loss {loss:.5f}"))
-    queries, y, _ = gavel_queries(pairs)
+    progress = lambda s, loss: _say(f"step {s + 1}/{total} loss {loss:.5f}")  # noqa: E731
+    data = sources[0]["path"] if len(sources) == 1 and gavel is not None else sources
+    model = fit_queries(queries, y, cfg, progress=progress, meta={"data": data})
     fit_metrics = metrics(model.throughput_factors(queries), y)
-    model.meta["fit_on_gavel"] = fit_metrics
-    if args.calibrate:
+    model.meta["fit_in_sample"] = fit_metrics
+    profiled = model.params.profile_fitted
+    _say(
+        f"profile columns fitted: {', '.join(profiled)}"
+        if profiled
+        else "profile columns fitted: none (no training pair carried them; predict will not use them)"
+    )
+    own = np.concatenate([np.full(s["samples"], s["kind"] == "pairs") for s in sources])
+    if args.calibrate and gavel is not None:
         from interference.evaluation import calibrate
 
-        _say("calibrating its doubt on held-out folds (12 refits with fewer members; --no-calibrate skips)")
-        model = calibrate(pairs, model, cfg, log=_say)
+        _say("calibrating its doubt on Gavel's held-out folds (12 refits with fewer members; --no-calibrate skips)")
+        model = calibrate(gavel, model, cfg, log=_say)
+    if args.calibrate and own.any():
+        from interference.evaluation import calibrate_on_own_pairs
+
+        _say("calibrating its doubt on your pairs, 5 random folds held out in turn (--no-calibrate skips)")
+        model = calibrate_on_own_pairs(model, queries, y, own, cfg, log=_say)
+    if args.calibrate and model.params.novelty_std:
         sigma = model.params.novelty_std
         _say(
             f"std beyond the ensemble's: both types measured {sigma[0]:.3f}, one new {sigma[1]:.3f}, "
@@ -122,7 +153,7 @@ def _eval_pairs_file(model, path: str, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "eval.json", result)
     lines = []
-    for name in ("model", "no_slowdown", "utilisation_reference"):
+    for name in ("model", "no_slowdown", "safe_prior", "utilisation_reference"):
         if name in result:
             m = result[name]
             lines.append(
@@ -130,6 +161,12 @@ def _eval_pairs_file(model, path: str, out: Path) -> int:
                 f"partner pairwise {m['pairwise_order_accuracy']:.2f}"
                 + (f", coverage {m['coverage']:.2f}" if "coverage" in m else "")
             )
+    o = result["out_of_range"]
+    if o["n"]:
+        lines.append(
+            f"out of range ({o['n']} of {result['model']['n']} samples): MAE {o['mae']:.3f} (safe prior "
+            f"{o['prior_mae']:.3f}), coverage {o['coverage']:.2f}"
+        )
     title = f"{Path(path).name}: " + lines[0] + f", n={result['model']['n']}"
     parity_plot(out / "parity.png", ev["pred"], ev["y"], np.full(len(ev["y"]), "pairs"), title)
     _say("\n".join(lines) + f"\nwrote {out / 'eval.json'} and {out / 'parity.png'}")
@@ -137,8 +174,6 @@ def _eval_pairs_file(model, path: str, out: Path) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from interference.learned import LearnedInterference
     from interference.pairs_csv import read_pairs_csv, write_predictions
 
@@ -147,16 +182,40 @@ def cmd_predict(args: argparse.Namespace) -> int:
     rows, header, a, b, level = read_pairs_csv(args.pairs)
     pa = model.predict_pairs(a, b, level)
     pb = model.predict_pairs(b, a, level)
-    write_predictions(args.out, rows, header, pa.factor, pb.factor, pa.std, pb.std, pa.out_of_range)
-    n_out = int(pa.out_of_range.sum())
-    if n_out:
-        lines = ", ".join(str(i + 2) for i in np.flatnonzero(pa.out_of_range)[:10])
-        _say(
-            f"warning: {n_out} of {len(rows)} pairs have a job outside the range the model was fitted on "
-            f"(lines {lines}{', ...' if n_out > 10 else ''}; column out_of_range): trust those less"
-        )
+    write_predictions(args.out, rows, header, pa.factor, pb.factor, pa.std, pb.std, pa.out_of_range, pa.ood)
+    for line in ood_warnings(model, pa.out_of_range, pa.ood, a, b):
+        _say(line)
     _say(f"wrote {len(rows)} predictions to {args.out} (mean factor of A {np.mean(pa.factor):.3f})")
     return 0
+
+
+def ood_warnings(model, out_of_range: np.ndarray, ood: list[str], a, b) -> list[str]:
+    """What ``predict`` tells the user about pairs beyond the fitted range, naming the inputs."""
+    lines = []
+    fitted = model.params.profile_fitted if model.guarded else list(PROFILE_COLUMNS)
+    unused = [c for c in PROFILE_COLUMNS if c not in fitted and not (np.isnan(getattr(a, c)).all()
+                                                                      and np.isnan(getattr(b, c)).all())]  # fmt: skip
+    if unused:
+        lines.append(
+            f"note: the model was not fitted on profile column(s) {', '.join(unused)} (none of its training pairs "
+            "carried them), so it does not use them; pairs with them count as out of range, and where both jobs' "
+            "gpu_util is given the answer moves to time slicing, min(1, 100 / (u_a + u_b)). To use them, train on "
+            "pairs you measured with them: marlsched interference train --data pairs:FILE (see --help)"
+        )
+    n_out = int(out_of_range.sum())
+    if n_out:
+        where = ", ".join(str(i + 2) for i in np.flatnonzero(out_of_range)[:10])
+        counts: dict[str, int] = {}
+        for names in ood:
+            for name in {part.split(":", 1)[1] for part in names.split(";") if part}:
+                counts[name] = counts.get(name, 0) + 1
+        inputs = ", ".join(f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        lines.append(
+            f"warning: {n_out} of {len(out_of_range)} pairs have a job outside the range the model was fitted on "
+            f"(lines {where}{', ...' if n_out > 10 else ''}; columns out_of_range, ood): {inputs}; their answers "
+            "and std move toward the prior (1.0, no interference, or time slicing where both gpu_util are given)"
+        )
+    return lines
 
 
 def _guard(fn):
@@ -180,8 +239,19 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
     )
     sub = p.add_subparsers(dest="interference_command", required=True, metavar="{train,eval,predict}")
 
-    t = sub.add_parser("train", help="fit the contention model to Gavel's measured GPU-sharing pairs")
-    t.add_argument("--data", required=True, help="gavel:PATH, PATH a Gavel throughput JSON or its folder")
+    t = sub.add_parser(
+        "train",
+        help="fit the contention model to measured GPU-sharing pairs (Gavel's tables and/or your own)",
+        description=TRAIN_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    t.add_argument(
+        "--data",
+        required=True,
+        action="append",
+        help="gavel:PATH (a Gavel throughput JSON or its folder) or pairs:FILE (your measured pairs CSV); "
+        "repeat to train on several, e.g. --data gavel:PATH --data pairs:FILE",
+    )
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", required=True, help="model file to write (JSON)")
     t.add_argument("--steps", type=int, default=None, help="optimiser steps per stage (default: TrainConfig's)")

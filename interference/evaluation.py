@@ -137,6 +137,7 @@ def cross_validate(
     """Held-out predictions for every fold and their metrics, next to the mean predictor's."""
     pred_all, y_all, base_all, gpu_all, fold_all, job_all = [], [], [], [], [], []
     spread_all, novelty_all = [], []
+    extra: dict[str, list[np.ndarray]] = {}  # the structure's own answer, trust, prior, out-of-range flag
     per_fold = {}
     for name, held in folds(pairs, split, cfg.seed):
         if held.sum() == 0:
@@ -150,8 +151,10 @@ def cross_validate(
         test_q, test_y, _ = gavel_queries(pairs.select(held))
         flat = flatten(test_q)
         cols = flat.columns()
-        members = model.gpu_members(cols, flat.job, flat.nbr)
-        pred, spread = members.mean(axis=0), members.std(axis=0)
+        members, trust, prior = model._gpu_pairs(cols, flat.job, flat.nbr)
+        raw, spread = members.mean(axis=0), members.std(axis=0)
+        pred = trust * raw + (1.0 - trust) * prior  # what the model answers: the safe prior out of range
+        oor = model.out_of_range(cols)
         novelty = model.novelty(cols.take(flat.job), cols.take(flat.nbr))
         base = np.full(len(test_y), float(train_y.mean()))
         keys = job_keys(test_q)
@@ -170,19 +173,30 @@ def cross_validate(
         job_all.append(keys)
         spread_all.append(spread)
         novelty_all.append(novelty)
+        for key, value in (("raw", raw), ("trust", trust), ("prior", prior), ("oor", oor[flat.job] | oor[flat.nbr])):
+            extra.setdefault(key, []).append(value)
+        extra.setdefault("prior_std", []).append(np.full(len(test_y), model.params.prior_std))
     pred, y, base = np.concatenate(pred_all), np.concatenate(y_all), np.concatenate(base_all)
     gpu, fold = np.concatenate(gpu_all), np.concatenate(fold_all)
     spread, novelty = np.concatenate(spread_all), np.concatenate(novelty_all)
-    # calibrated doubt, judged honestly: each fold's std from the other folds' errors only
+    raw, trust, prior, oor, prior_sd = (np.concatenate(extra[k]) for k in ("raw", "trust", "prior", "oor", "prior_std"))
+    # calibrated doubt, judged honestly: each fold's std from the other folds' errors only (of the model's own
+    # answers, where it is trusted), mixed with the prior's std by each pair's trust
     calibrated = np.empty(len(y))
     for name in np.unique(fold):
         mine = fold == name
-        sigma = np.asarray(novelty_std(pred[~mine] - y[~mine], novelty[~mine]))
-        calibrated[mine] = np.hypot(spread[mine], sigma[novelty[mine]])
+        sigma = np.asarray(novelty_std(raw[~mine] - y[~mine], novelty[~mine]))
+        var = spread[mine] ** 2 + sigma[novelty[mine]] ** 2
+        w = trust[mine]
+        var = w * var + (1 - w) * prior_sd[mine] ** 2 + w * (1 - w) * (raw[mine] - prior[mine]) ** 2
+        calibrated[mine] = np.sqrt(var)
+    job_all_c = np.concatenate(job_all)
     result = {
         "split": split,
-        **metrics(pred, y, np.concatenate(job_all), spread),
+        **metrics(pred, y, job_all_c, spread),
         "coverage_calibrated": float((np.abs(pred - y) <= calibrated).mean()),
+        "structure_alone": metrics(raw, y, job_all_c),
+        "out_of_range": out_of_range_report(pred, raw, prior, y, calibrated, oor, job_all_c),
         "novelty_std": novelty_std(pred - y, novelty),
         "novelty_counts": [int((novelty == c).sum()) for c in range(3)],
         "mean_predictor_mae": float(np.abs(base - y).mean()),
@@ -193,7 +207,37 @@ def cross_validate(
         "train_config": {k: v for k, v in vars(cfg).items()},
         "data": pairs.source,
     }
-    return {"result": result, "pred": pred, "y": y, "gpu": gpu, "fold": fold, "novelty": novelty}
+    return {
+        "result": result, "pred": pred, "y": y, "gpu": gpu, "fold": fold, "novelty": novelty, "raw": raw,
+        "out_of_range": oor, "std": calibrated,
+    }  # fmt: skip
+
+
+def out_of_range_report(
+    pred: np.ndarray,
+    raw: np.ndarray | None,
+    prior: np.ndarray,
+    y: np.ndarray,
+    std: np.ndarray,
+    oor: np.ndarray,
+    job: np.ndarray | None = None,
+) -> dict:
+    """On the samples flagged out of range: the answer's MAE beside the safe prior's and the structure's
+    alone, and the coverage of ``std``."""
+    if not oor.any():
+        return {"n": 0}
+    m = oor
+    out = {
+        "n": int(m.sum()),
+        "mae": float(np.abs(pred[m] - y[m]).mean()),
+        "prior_mae": float(np.abs(prior[m] - y[m]).mean()),
+        "coverage": float((np.abs(pred[m] - y[m]) <= std[m]).mean()),
+    }
+    if raw is not None:
+        out["structure_alone_mae"] = float(np.abs(raw[m] - y[m]).mean())
+    if job is not None:
+        out["pairwise_order_accuracy"] = partner_ranking(pred[m], y[m], job[m])["pairwise_order_accuracy"]
+    return out
 
 
 def config_from_meta(meta: dict, seed: int | None = None) -> TrainConfig:
@@ -255,11 +299,49 @@ def calibrate(pairs: GavelPairs, model, cfg: TrainConfig, log: Callable[[str], N
     return model.with_novelty_std(sigma, info)
 
 
+def calibrate_on_own_pairs(
+    model, queries: list, y: np.ndarray, own: np.ndarray, cfg: TrainConfig, log: Callable[[str], None] | None = None
+):
+    """``model`` with its doubt calibrated on the user's own pairs: each of ``RANDOM_FOLDS`` random folds of
+    the pairs whose samples ``own`` marks is held out (both directions) from a refit on everything else,
+    with fewer members; per novelty class the held-out errors set the std, Gavel's calibration (or 0) where
+    the class has no sample. ``queries`` hold each pair's two directions next to each other."""
+    small = replace(cfg, members=min(cfg.members, CALIBRATION_MEMBERS))
+    pair_ids = np.flatnonzero(own[::2])
+    if len(pair_ids) < RANDOM_FOLDS:
+        if log is not None:
+            log(f"{len(pair_ids)} measured pairs: too few to calibrate the doubt on them (needs {RANDOM_FOLDS})")
+        return model
+    perm = np.random.Generator(np.random.PCG64(cfg.seed)).permutation(pair_ids)
+    residual, novelty = [], []
+    for k, chunk in enumerate(np.array_split(perm, RANDOM_FOLDS)):
+        held = np.zeros(len(y), dtype=bool)
+        held[2 * chunk] = held[2 * chunk + 1] = True
+        fitted = fit_queries([q for q, h in zip(queries, held, strict=True) if not h], y[~held], small)
+        test = [q for q, h in zip(queries, held, strict=True) if h]
+        flat = flatten(test)
+        cols = flat.columns()
+        raw = fitted._gpu_pairs(cols, flat.job, flat.nbr)[0].mean(axis=0)
+        residual.append(raw - y[held])
+        novelty.append(fitted.novelty(cols.take(flat.job), cols.take(flat.nbr)))
+        if log is not None:
+            log(f"own pairs fold{k}: mae {np.abs(residual[-1]).mean():.4f}, n {held.sum()}")
+    res, nov = np.concatenate(residual), np.concatenate(novelty)
+    sigma = novelty_std(res, nov, fallback=list(model.params.novelty_std) or None)
+    info = {
+        **model.meta.get("calibration", {}),
+        "own_pairs": {"novelty_std": sigma, "samples": [int((nov == c).sum()) for c in range(3)],
+                      "folds": f"random ({RANDOM_FOLDS}) over the measured pairs", "members": small.members},
+    }  # fmt: skip
+    return model.with_novelty_std(sigma, info)
+
+
 def evaluate_pairs_file(model, path: str | Path) -> dict:
     """The model on a pairs CSV with measured ``norm_a``/``norm_b``: its metrics beside always answering
     1.0 (no slowdown) and, where every row has both jobs' solo GPU utilisation, the utilisation reference
     ``1 − (u_a + u_b) / 400``. Each row gives two samples (A next to B, B next to A); a job's partners are
     ranked among the rows where it is the same job (its descriptor facts and GPU)."""
+    from interference.learned import safe_prior
     from interference.pairs_csv import read_measured, read_pairs_csv
 
     rows, _, a, b, level = read_pairs_csv(path)
@@ -274,13 +356,74 @@ def evaluate_pairs_file(model, path: str | Path) -> dict:
                          zip(c.gpu_type, c.params_m, c.gflops, c.batch, c.solo_sps, c.amp, strict=True)])  # fmt: skip
 
     job = np.concatenate([keys(a), keys(b)])
+    oor = np.concatenate([pa.out_of_range, pb.out_of_range])
+    prior = np.concatenate([safe_prior(a.gpu_util, b.gpu_util), safe_prior(b.gpu_util, a.gpu_util)])
+    gpu = np.concatenate([level, level]) == 0
+    prior = np.where(gpu, prior, pred)  # server and uplink levels are physical formulas: no prior there
     out = {
         "data": str(path),
         "model": metrics(pred, y, job, std),
         "no_slowdown": metrics(np.ones_like(y), y, job),
-        "out_of_range_share": float(np.concatenate([pa.out_of_range, pb.out_of_range]).mean()),
+        "safe_prior": metrics(prior, y, job),
+        "out_of_range_share": float(oor.mean()),
+        "out_of_range": out_of_range_report(pred, None, prior, y, std, oor, job),
     }
     util = np.concatenate([a.gpu_util + b.gpu_util, b.gpu_util + a.gpu_util])
     if not np.isnan(util).any():
         out["utilisation_reference"] = metrics(1.0 - util / 400.0, y, job)
     return {"result": out, "pred": pred, "y": y}
+
+
+def stand_in_profiles(pairs: GavelPairs, gpu_type: str) -> dict[str, dict[str, float]]:
+    """Synthetic solo profile columns for Gavel's job types on ``gpu_type``, which Gavel did not profile.
+
+    A documented rule, not a measurement: from the job type's pairs measured on the *other* GPU types
+    (never ``gpu_type``'s own, so a profile carries no target of that GPU's pairs), ``gpu_util`` is
+    100 x the mean slowdown ``1/f - 1`` the job inflicts on its partners and ``mem_util`` 100 x the
+    mean slowdown it suffers, each divided by the largest over the job types and clipped to [1, 100]:
+    what an ideal solo profile would say about how hard a job drives the GPU and how much it needs it.
+    Types measured on no other GPU get no profile. Returns {job type: {"gpu_util": %, "mem_util": %}}.
+    """
+    rows = np.flatnonzero(pairs.feasible & (pairs.scale_factor == 1) & (pairs.gpu_type != gpu_type))
+    slow_b = 1.0 / pairs.norm_b[rows] - 1.0  # B's slowdown next to A: inflicted by A
+    slow_a = 1.0 / pairs.norm_a[rows] - 1.0
+    victim = np.concatenate([pairs.job_b[rows], pairs.job_a[rows]])
+    partner = np.concatenate([pairs.job_a[rows], pairs.job_b[rows]])
+    slow = np.concatenate([slow_b, slow_a])
+    types = sorted(set(victim.tolist()))
+    inflicted = np.array([slow[partner == t].mean() for t in types])
+    suffered = np.array([slow[victim == t].mean() for t in types])
+    gpu_util = np.clip(100.0 * inflicted / inflicted.max(), 1.0, 100.0)
+    mem_util = np.clip(100.0 * suffered / suffered.max(), 1.0, 100.0)
+    return {t: {"gpu_util": float(u), "mem_util": float(m)} for t, u, m in zip(types, gpu_util, mem_util, strict=True)}
+
+
+def write_gavel_pairs_csv(
+    path: str | Path, pairs: GavelPairs, rows: np.ndarray, profiles: dict[str, dict[str, float]] | None = None
+) -> None:
+    """Gavel's measured rows ``rows`` as a measured pairs CSV (the ``eval --pairs`` / ``train --data pairs:``
+    columns), with the profile columns of ``profiles`` where a job type has them (written atomically)."""
+    import csv
+
+    from interference.pairs_csv import MEASURED, REQUIRED
+
+    path = Path(path)
+    prof_cols = ("gpu_util", "mem_util")
+    fields = [*REQUIRED, *(f"{p}_{c}" for p in "ab" for c in prof_cols), *MEASURED]
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in np.asarray(rows).tolist():
+            g = str(pairs.gpu_type[r])
+            row: dict[str, object] = {"gpu_type": g, "level": "gpu", "norm_a": f"{pairs.norm_a[r]:.6g}"}
+            row["norm_b"] = f"{pairs.norm_b[r]:.6g}"
+            for p, job in (("a", str(pairs.job_a[r])), ("b", str(pairs.job_b[r]))):
+                d = pairs.descriptor(g, job)
+                row |= {f"{p}_params_m": d.params_m, f"{p}_gflops": d.gflops, f"{p}_batch": d.batch}
+                row |= {f"{p}_solo_sps": f"{d.solo_sps:.9g}", f"{p}_amp": int(d.amp)}
+                for c in prof_cols:
+                    value = (profiles or {}).get(job, {}).get(c)
+                    row[f"{p}_{c}"] = "" if value is None else f"{value:.2f}"
+            w.writerow(row)
+    tmp.replace(path)

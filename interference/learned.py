@@ -47,8 +47,28 @@ towards none: two jobs that together use less of the GPU than any measured pair 
 slow each other down by extrapolation (Gavel's pairs, all heavy users, say nothing about light ones).
 
 The parameters are an ensemble of ``K`` members fitted on bootstrap resamples of the job types; the
-prediction is their mean and ``std`` their spread, the uncertainty the CLI reports. Inputs outside the
-range the model was fitted on are flagged, never clipped: the monotone structure extrapolates safely.
+prediction is their mean and ``std`` their spread, the uncertainty the CLI reports.
+
+**Out of range, the safe prior.** The model records the range of what it was fitted on: every intensity
+and own feature, the GPU datasheet figures, and which profile columns its samples carried (and their
+range). A monotone structure extrapolates in direction, not in scale: measured elsewhere (a public set of
+lighter jobs) the Gavel-fitted answers were further from the truth than assuming no interference at all.
+So beyond the range the answer and its std move toward a prior with no fitted part (:func:`safe_prior`):
+
+- no interference, 1.0, the answer of a scheduler that knows nothing and the upper bound of any factor;
+- or, where both jobs' solo ``gpu_util`` is known, time slicing: kernels of two jobs interleave, so while
+  the two together keep the GPU busy at most 100% of the time neither waits much, and beyond it each gets
+  its share, ``f = min(1, 100 / (u_a + u_b))``. Context switches and memory-bandwidth contention are left
+  out, so it errs toward too little slowdown, as the 1.0 it reduces to for light jobs does.
+
+Its std is ``prior_std``, the deviation from 1.0 that 68% of the training targets stay within (it covers
+what was measured). A job's trust falls linearly from 1 at the edge of the range to 0 at
+``OOD_TOLERANCE`` of the range's width beyond it; a pair's trust is the product of its jobs', and never
+below ``OOD_FLOOR``. Answers and member spreads are ``w · model + (1 − w) · prior``, the std that of the
+mixture. A profile column the model was not fitted on is not used by the structure (it was never
+matched to a measurement; see issue 63's figures): it only selects the time-slicing prior, and the pair
+counts as out of range. Within the range a heavier partner never predicts less slowdown; beyond it the
+answer heads for the prior instead.
 Jobs sharing a server or an uplink follow the physical contention models of
 :mod:`interference.contention`, composed as :mod:`interference.composition` says, exactly as the ground
 truth does. Inference is plain NumPy; the model file is JSON.
@@ -59,7 +79,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +89,7 @@ from interference.composition import INFEASIBLE_GPU_FACTOR, HostScalars, compose
 from interference.features import (
     INTENSITY_FEATURES,
     OWN_FEATURES,
+    PROFILE_COLUMNS,
     JobColumns,
     gpu_table,
     intensity_features,
@@ -88,6 +109,40 @@ GATE_POWER = 8.0
 # normalised throughput is about 0.1). With the gate it bounds a tiny partner's effect: at 1% of peak the
 # slowdown is at most S x 0.0039 = 4%.
 MAX_SENSITIVITY = 10.0
+# How far beyond the fitted range, as a share of the range's width per feature, the answer has moved all the
+# way to the prior (linearly from the edge). A choice, not a fit: the only data beyond the range that Gavel
+# offers are its held-out families, all heavy GPU users like the training ones, which would teach trust that
+# measurements of lighter jobs punished. A quarter keeps a job a little past the edge (a batch size one
+# step beyond the largest measured) near the model's answer.
+OOD_TOLERANCE = 0.25
+# The share of the model's answer kept however far out: its order of a job's partners survives (the
+# structure is monotone everywhere), its scale is not trusted. It costs at most 5% of the model-prior gap.
+OOD_FLOOR = 0.05
+# Narrowest range width per feature kind, for features the training data did not vary (Gavel: amp always
+# 0, a model fitted on one GPU type): one e-fold for log features and flags, 10 points of utilisation.
+MIN_WIDTH_LOG = 1.0
+MIN_WIDTH_UTIL = 0.1
+PRIOR_COVERAGE = 0.6827  # the prior's std covers this share of the training targets' deviation from 1.0
+GPU_RANGE_FIGURES = ("fp32_tflops", "mem_bw_gbs", "mem_gb")  # datasheet figures whose range is recorded
+PROFILE_FEATURES = {"gpu_util": "gpu_util/100", "mem_util": "mem_util/100", "mem_gb": "log mem_gb"}
+
+
+def safe_prior(gpu_util_a: np.ndarray, gpu_util_b: np.ndarray) -> np.ndarray:
+    """The factor out of range (see the module doc): 1.0, or time slicing ``min(1, 100 / (u_a + u_b))``
+    where both jobs' solo GPU utilisation (%) is known. No fitted constant."""
+    total = np.asarray(gpu_util_a, dtype=np.float64) + np.asarray(gpu_util_b, dtype=np.float64)
+    return np.where(np.isnan(total), 1.0, 100.0 / np.maximum(total, 100.0))
+
+
+def profile_features(cols: JobColumns, names: Sequence[str]) -> np.ndarray:
+    """(N, len(names)) profile columns on the scale their range is recorded in (NaN where not profiled)."""
+    scale = {"gpu_util": lambda x: x / 100.0, "mem_util": lambda x: x / 100.0, "mem_gb": np.log}
+    return np.stack([scale[c](getattr(cols, c)) for c in names], axis=1) if names else np.empty((len(cols), 0))
+
+
+def gpu_figures(gpu: dict[str, np.ndarray]) -> np.ndarray:
+    """(N, len(GPU_RANGE_FIGURES)) log datasheet figures of each row's GPU."""
+    return np.log(np.stack([gpu[f] for f in GPU_RANGE_FIGURES], axis=1))
 
 
 def partner_gate(frac_peak: np.ndarray, gpu_util: np.ndarray) -> np.ndarray:
@@ -141,13 +196,22 @@ class ContentionParams:
     # (K,) each member's lowest combined GPU use u_a + u_b over its training pairs: below it, slowdowns
     # shrink in proportion towards none (empty: no such guard, models saved before it)
     pair_use_lo: list = field(default_factory=list)
+    # the range beyond which answers move to the safe prior (empty gpu_lo: models saved before it, no prior):
+    # log datasheet figures (GPU_RANGE_FIGURES) of the training GPUs, the profile columns the training samples
+    # carried with their range (PROFILE_FEATURES scale), and the prior's std
+    gpu_lo: list = field(default_factory=list)
+    gpu_hi: list = field(default_factory=list)
+    profile_fitted: list = field(default_factory=list)
+    prof_lo: list = field(default_factory=list)
+    prof_hi: list = field(default_factory=list)
+    prior_std: float = 0.0
 
     @property
     def members(self) -> int:
         return len(self.c)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        skip = ("type_keys", "novelty_std")
+        skip = ("type_keys", "novelty_std", "profile_fitted", "prior_std")
         return {k: np.asarray(val, dtype=np.float64) for k, val in asdict(self).items() if k not in skip}
 
 
@@ -169,7 +233,9 @@ class PairPrediction:
 
     factor: np.ndarray
     std: np.ndarray
-    out_of_range: np.ndarray  # bool: a job's descriptor lies outside the fitted range
+    out_of_range: np.ndarray  # bool: an input of either job lies outside the fitted range
+    trust: np.ndarray | None = None  # weight of the model's answer against the safe prior, in [OOD_FLOOR, 1]
+    ood: list[str] | None = None  # per pair, the out-of-range inputs ("a:amp;b:gpu_fp32_tflops"), "" if none
 
 
 class LearnedInterference:
@@ -203,11 +269,77 @@ class LearnedInterference:
             t[i] = self._types.get(key, -1)
         return t
 
-    def gpu_members(self, cols: JobColumns, job: np.ndarray, other: np.ndarray, raw: tuple | None = None) -> np.ndarray:
-        """(K, n) factor of each row ``job[i]`` of ``cols`` sharing its GPU with row ``other[i]``
-        (``raw``: :meth:`_raw` of ``cols`` when the caller has it)."""
+    @property
+    def guarded(self) -> bool:
+        """Whether the model recorded its range (models saved before the safe prior did not)."""
+        return bool(self.params.gpu_lo)
+
+    def _profile_use(self, cols: JobColumns) -> JobColumns:
+        """``cols`` with the profile columns the model was not fitted on blanked: the structure never saw
+        them matched to a measurement (models without a recorded range use every column, as they did)."""
+        if not self.guarded:
+            return cols
+        blank = {c: np.full(len(cols), np.nan) for c in PROFILE_COLUMNS if c not in self.params.profile_fitted}
+        return replace(cols, **blank) if blank else cols
+
+    def range_excess(self, cols: JobColumns, raw: tuple | None = None) -> tuple[np.ndarray, list[str]]:
+        """(N, F) how far each input feature lies beyond the fitted range, as a share of the range's width
+        (0 inside; ``inf`` for a profile column the model was not fitted on), and the F feature names."""
         p = self._p
-        z_raw, _, gpu = self._raw(cols) if raw is None else raw
+        z, o, gpu = self._raw(cols) if raw is None else raw
+        names = [*INTENSITY_FEATURES, *OWN_FEATURES]
+        x, lo, hi = np.hstack([z, o]), np.concatenate([p["z_lo"], p["o_lo"]]), np.concatenate([p["z_hi"], p["o_hi"]])
+        width = np.full(len(lo), MIN_WIDTH_LOG)
+        if self.guarded:
+            fitted = list(self.params.profile_fitted)
+            names += [f"gpu_{f}" for f in GPU_RANGE_FIGURES] + fitted
+            x = np.hstack([x, gpu_figures(gpu), profile_features(cols, fitted)])
+            lo = np.concatenate([lo, p["gpu_lo"], p["prof_lo"]])
+            hi = np.concatenate([hi, p["gpu_hi"], p["prof_hi"]])
+            width = np.concatenate([width, np.full(len(GPU_RANGE_FIGURES), MIN_WIDTH_LOG)])
+            width = np.concatenate([width, [MIN_WIDTH_UTIL if c != "mem_gb" else MIN_WIDTH_LOG for c in fitted]])
+        width = np.maximum(hi - lo, width)
+        excess = np.maximum(np.maximum(lo - x, x - hi), 0.0) / width
+        excess = np.where(np.isnan(excess), 0.0, excess)  # a fitted profile column left empty: estimated
+        if self.guarded:
+            unfitted = [c for c in PROFILE_COLUMNS if c not in self.params.profile_fitted]
+            given = np.stack([~np.isnan(getattr(cols, c)) for c in unfitted], axis=1) if unfitted else None
+            if given is not None:
+                excess = np.hstack([excess, np.where(given, np.inf, 0.0)])
+                names += [f"{c} (not fitted)" for c in unfitted]
+        return excess, names
+
+    def job_trust(self, cols: JobColumns, raw: tuple | None = None) -> np.ndarray:
+        """(N,) weight of the model's answer for each job: 1 within the fitted range, falling linearly to 0 at
+        ``OOD_TOLERANCE`` of the range's width beyond it (all 1 for models without a recorded range)."""
+        if not self.guarded:
+            return np.ones(len(cols))
+        excess, _ = self.range_excess(cols, raw)
+        return np.clip(1.0 - excess.max(axis=1, initial=0.0) / OOD_TOLERANCE, 0.0, 1.0)
+
+    def _gpu_pairs(
+        self, cols: JobColumns, job: np.ndarray, other: np.ndarray, raw: tuple | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(K, n) factors of the fitted structure alone, the (n,) trust of each pair and its (n,) prior."""
+        raw = self._raw(cols) if raw is None else raw
+        if self.guarded:
+            trust = self.job_trust(cols, raw)
+            w = np.maximum(OOD_FLOOR, trust[job] * trust[other])
+        else:
+            w = np.ones(len(job))
+        prior = safe_prior(cols.gpu_util[job], cols.gpu_util[other])
+        return self._structure(self._profile_use(cols), job, other, raw), w, prior
+
+    def gpu_members(self, cols: JobColumns, job: np.ndarray, other: np.ndarray, raw: tuple | None = None) -> np.ndarray:
+        """(K, n) factor of each row ``job[i]`` of ``cols`` sharing its GPU with row ``other[i]``, moved toward
+        the safe prior as far as the pair lies beyond the fitted range (``raw``: :meth:`_raw` of ``cols``)."""
+        f, w, prior = self._gpu_pairs(cols, job, other, raw)
+        return np.where(f == INFEASIBLE_GPU_FACTOR, f, w * f + (1.0 - w) * prior)
+
+    def _structure(self, cols: JobColumns, job: np.ndarray, other: np.ndarray, raw: tuple) -> np.ndarray:
+        """(K, n) factors of the fitted structure and residuals, profile columns as ``cols`` gives them."""
+        p = self._p
+        z_raw, _, gpu = raw
         z = (z_raw - p["z_mean"]) / p["z_std"]
         u = sigmoid(p["cu"][:, None] + softplus(p["wu"]) @ z.T)  # (K, N)
         m = sigmoid(p["cm"][:, None] + softplus(p["wm"]) @ z.T)
@@ -243,45 +375,52 @@ class LearnedInterference:
         return np.where(over[None, :], INFEASIBLE_GPU_FACTOR, f)
 
     def out_of_range(self, cols: JobColumns, raw: tuple | None = None) -> np.ndarray:
-        """Rows whose descriptor features lie outside the range the model was fitted on."""
-        p = self._p
-        z, o, _ = self._raw(cols) if raw is None else raw
-        outside = (z < p["z_lo"]) | (z > p["z_hi"]) | (o < p["o_lo"]) | (o > p["o_hi"])
-        return outside.any(axis=1)
+        """Rows with an input outside the range the model was fitted on."""
+        return (self.range_excess(cols, raw)[0] > 0).any(axis=1)
 
     # -- queries -------------------------------------------------------------------------------------
     def predict_pairs(self, job: JobColumns, other: JobColumns, level: np.ndarray) -> PairPrediction:
         """Factor of each ``job[i]`` with the single neighbour ``other[i]`` at ``level[i]`` (vectorised).
 
-        ``std`` is the ensemble spread of the GPU-sharing term, widened by the calibrated doubt of the
-        pair's novelty class when the model was calibrated; server and uplink levels are physical formulas
-        without fitted parts (std 0).
+        ``std`` at the GPU level is the ensemble spread, widened by the calibrated doubt of the pair's
+        novelty class when the model was calibrated, and mixed with the prior's std by the pair's trust;
+        server and uplink levels are physical formulas without fitted parts (std 0).
         """
         n = len(job)
         both = JobColumns(**{f: np.concatenate([getattr(job, f), getattr(other, f)]) for f in job.__dataclass_fields__})
         level = np.asarray(level, dtype=np.int64)
         idx, nbr = np.arange(n), n + np.arange(n)
         flat = FlatQueries(descriptors=[], job=idx, nbr=nbr, nbr_query=idx, nbr_level=level)
-        members: dict[str, np.ndarray] = {}
+        got: dict[str, np.ndarray] = {}
 
         raw = self._raw(both)
 
         def gpu_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            members["f"] = self.gpu_members(both, a, b, raw)
-            members["rows"] = a
-            return members["f"].mean(axis=0)
+            f, w, prior = self._gpu_pairs(both, a, b, raw)
+            mean = f.mean(axis=0)
+            got.update(rows=a, spread=f.std(axis=0), mean=mean, w=w, prior=prior)
+            return np.where(mean == INFEASIBLE_GPU_FACTOR, mean, w * mean + (1.0 - w) * prior)
 
         factor = compose(flat, both, gpu_pairs)
         std = np.zeros(n)
-        if "f" in members:
-            rows = members["rows"]
-            std[rows] = members["f"].std(axis=0)
+        trust = np.ones(n)
+        if "rows" in got:
+            rows = got["rows"]
+            var = got["spread"] ** 2
             if self.params.novelty_std:
                 t = self._type_index(both)
                 new = (t[rows] < 0).astype(np.int64) + (t[n + rows] < 0)
-                std[rows] = np.hypot(std[rows], np.asarray(self.params.novelty_std, dtype=np.float64)[new])
-        oor = self.out_of_range(both, raw)
-        return PairPrediction(factor=factor, std=std, out_of_range=oor[:n] | oor[n:])
+                var = var + np.asarray(self.params.novelty_std, dtype=np.float64)[new] ** 2
+            w = got["w"]
+            var = w * var + (1.0 - w) * self.params.prior_std**2 + w * (1.0 - w) * (got["mean"] - got["prior"]) ** 2
+            std[rows] = np.sqrt(var)
+            trust[rows] = w
+        excess, names = self.range_excess(both, raw)
+        out = excess > 0
+        oor = out[:n].any(axis=1) | out[n:].any(axis=1)
+        named = [[name for name, e in zip(names, row, strict=True) if e] for row in out.tolist()]
+        ood = [";".join([*(f"a:{x}" for x in named[i]), *(f"b:{x}" for x in named[n + i])]) for i in range(n)]
+        return PairPrediction(factor=factor, std=std, out_of_range=oor, trust=trust, ood=ood)
 
     def novelty(self, job: JobColumns, other: JobColumns) -> np.ndarray:
         """How many of each pair's two jobs are of a type the model was not fitted on (0, 1 or 2)."""

@@ -14,8 +14,22 @@ Columns (one row per pair; both jobs run on ``gpu_type``):
   ``a_mem_gb``/``b_mem_gb`` (device memory held, GB).
 
 Output adds ``pred_norm_a``/``pred_norm_b`` (throughput next to the partner / alone, in (0, 1]),
-``pred_std_a``/``pred_std_b`` (ensemble spread of that figure) and ``out_of_range`` (1 if either job's
-descriptor lies outside the range the model was fitted on: trust the figure less).
+``pred_std_a``/``pred_std_b`` (the doubt of that figure: ensemble spread, calibrated, mixed with the
+prior's out of range), ``out_of_range`` (1 if an input of either job lies outside the range the model was
+fitted on) and ``ood`` (which inputs, e.g. ``a:amp;b:gpu_fp32_tflops``). Out of range the answer moves
+toward a prior with no fitted part: 1.0 (no interference), or time slicing ``min(1, 100 / (u_a + u_b))``
+where both jobs' ``gpu_util`` is given. A profile column the model was not fitted on is not used beyond
+that prior (the model file's ``inputs`` says which it was fitted on).
+
+Training on your own measurements (``marlsched interference train --data pairs:FILE``, alone or beside
+``--data gavel:PATH``) reads the same columns plus the measured ``norm_a``, ``norm_b`` (each job's
+throughput next to the other / alone; ``level`` must be ``gpu``). To measure a pair: run each job alone
+on one GPU of ``gpu_type`` and note its samples/s after warm-up (``solo_sps``); while it runs alone, log
+``nvidia-smi --query-gpu=utilization.gpu,utilization.memory,memory.used --format=csv,noheader,nounits
+-lms 500 -i GPU`` for a minute, whose medians are ``gpu_util``, ``mem_util`` and ``mem_gb`` (MiB / 1024);
+then run the two together on that GPU (one co-location run per pair) and divide each job's samples/s by
+its solo figure for ``norm_a`` and ``norm_b``. A model fitted on profiled pairs uses the profile columns
+for the jobs that have them (within the range of those it was fitted on).
 """
 
 from __future__ import annotations
@@ -39,7 +53,7 @@ REQUIRED = (
 )
 PROFILE = {"gpu_util": (0.0, 100.0), "mem_util": (0.0, 100.0), "mem_gb": (0.0, float("inf"))}
 OPTIONAL = tuple(f"{p}_{c}" for p in "ab" for c in PROFILE)
-OUTPUT_COLUMNS = ("pred_norm_a", "pred_norm_b", "pred_std_a", "pred_std_b", "out_of_range")
+OUTPUT_COLUMNS = ("pred_norm_a", "pred_norm_b", "pred_std_a", "pred_std_b", "out_of_range", "ood")
 _TRUE = {"1", "true", "yes", "y", "t"}
 _FALSE = {"0", "false", "no", "n", "f"}
 _LEVELS = {s.name.lower(): int(s) for s in Sharing} | {str(int(s)): int(s) for s in Sharing}
@@ -143,8 +157,10 @@ def write_predictions(
     std_a: np.ndarray,
     std_b: np.ndarray,
     out_of_range: np.ndarray,
+    ood: list[str] | None = None,
 ) -> None:
     """The input rows with :data:`OUTPUT_COLUMNS` appended (written atomically)."""
+    ood = ood if ood is not None else [""] * len(rows)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fields = [h for h in header if h not in OUTPUT_COLUMNS] + list(OUTPUT_COLUMNS)
@@ -152,10 +168,10 @@ def write_predictions(
     with tmp.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
-        for r, a, b, sa, sb, oor in zip(rows, pred_a, pred_b, std_a, std_b, out_of_range, strict=True):
+        for r, a, b, sa, sb, oor, names in zip(rows, pred_a, pred_b, std_a, std_b, out_of_range, ood, strict=True):
             w.writerow(
                 {**r, "pred_norm_a": f"{a:.6f}", "pred_norm_b": f"{b:.6f}", "pred_std_a": f"{sa:.6f}",
-                 "pred_std_b": f"{sb:.6f}", "out_of_range": int(oor)}
+                 "pred_std_b": f"{sb:.6f}", "out_of_range": int(oor), "ood": names}
             )  # fmt: skip
     os.replace(tmp, path)
 
@@ -163,14 +179,18 @@ def write_predictions(
 MEASURED = ("norm_a", "norm_b")  # measured throughput next to the partner / alone, for evaluation
 
 
-def read_measured(path: str | Path, rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+def read_measured(
+    path: str | Path, rows: list[dict[str, str]], purpose: str = "evaluating"
+) -> tuple[np.ndarray, np.ndarray]:
     """The measured ``norm_a`` and ``norm_b`` of every row of a pairs CSV, each in (0, 1.5] (a pair may
     run slightly faster than alone within measurement noise)."""
     path = Path(path)
     if rows and any(c not in rows[0] for c in MEASURED):
+        missing = ", ".join(c for c in MEASURED if c not in rows[0])
         raise ValueError(
-            f"{path}: line 1: evaluating needs the measured columns {', '.join(MEASURED)} (throughput of each job "
-            "next to its partner / alone)"
+            f"{path}: line 1: missing column(s) {missing}; {purpose} needs the measured columns "
+            f"{', '.join(MEASURED)} (throughput of each job next to its partner / alone; see how to measure in "
+            "`marlsched interference train --help`)"
         )
     out = np.empty((2, len(rows)))
     for i, r in enumerate(rows):

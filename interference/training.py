@@ -1,7 +1,10 @@
 """Fitting the learned interference predictor (:mod:`interference.learned`) to measured GPU-sharing pairs.
 
-Each feasible measured pair of Gavel's tables gives two samples, "A next to B on one GPU" and "B next to
-A", with normalised throughputs as targets. The ``K`` ensemble members are fitted together (one batched
+Each feasible measured pair gives two samples, "A next to B on one GPU" and "B next to A", with
+normalised throughputs as targets. Pairs come from Gavel's tables (``gavel:PATH``) and from the user's
+own measurements (``pairs:FILE``, :mod:`interference.pairs_csv`), alone or together: a user's pairs carry
+the jobs' solo profile columns when measured, and only a model fitted on such samples uses them (see
+:mod:`interference.learned`). The ``K`` ensemble members are fitted together (one batched
 computation) by mean squared error, each on its own bootstrap resample of the job types, so that their
 spread says how much the data pin a prediction down. Every random choice flows from ``seed``
 (``numpy.random.Generator(PCG64)`` and ``torch.manual_seed``), so a seed fixes the model.
@@ -17,14 +20,26 @@ import numpy as np
 import torch
 from torch.nn.functional import softplus
 
-from interference.base import CoLocation, Sharing
-from interference.features import INTENSITY_FEATURES, OWN_FEATURES, gpu_table, intensity_features, own_features
+from interference.base import CoLocation, JobDescriptor, Sharing
+from interference.features import (
+    INTENSITY_FEATURES,
+    OWN_FEATURES,
+    PROFILE_COLUMNS,
+    JobColumns,
+    gpu_table,
+    intensity_features,
+    own_features,
+)
 from interference.gavel_data import GavelPairs
 from interference.learned import (
     MAX_SENSITIVITY,
+    MIN_USE,
+    PRIOR_COVERAGE,
     ContentionParams,
     LearnedInterference,
+    gpu_figures,
     partner_gate,
+    profile_features,
     type_keys_of,
 )
 from interference.queries import flatten
@@ -101,7 +116,8 @@ def fit_queries(
     job = torch.from_numpy(flat.job)
     nbr = torch.from_numpy(flat.nbr)
     target = torch.tensor(np.asarray(y, dtype=np.float64))
-    groups = np.array([q.job.name or str(i) for i, q in enumerate(queries)])
+    # a job type is resampled with all its samples: Gavel's by name, a user's (no name) by its facts
+    groups = np.array([q.job.name or repr(q.job._key()) for q in queries])
     weights = torch.tensor(_bootstrap_weights(groups, cfg.members, rng))
     weights = weights / weights.sum(1, keepdim=True)
 
@@ -123,10 +139,19 @@ def fit_queries(
     # a partner that issues almost no GPU work has no pressure (partner_gate); Gavel's A3C pairs are
     # therefore constants to the fit: whatever slows A3C's partners is not GPU contention
     gate = torch.tensor(partner_gate(np.exp(z_raw[:, 0]), cols.gpu_util))
+    # profiled jobs (a user's pairs) enter with their measured uses, as at inference
+    measured = {c: torch.tensor(np.clip(getattr(cols, c) / 100.0, MIN_USE, 1.0)) for c in ("gpu_util", "mem_util")}
+    has = {c: torch.tensor(~np.isnan(getattr(cols, c))) for c in measured}
+
+    def uses() -> tuple[torch.Tensor, torch.Tensor]:
+        """(K, D) GPU and memory-bandwidth use: profiled where measured, else estimated from the descriptor."""
+        u = torch.sigmoid(p["cu"][:, None] + softplus(p["wu"]) @ z.T)
+        m = torch.sigmoid(p["cm"][:, None] + softplus(p["wm"]) @ z.T)
+        u = torch.where(has["gpu_util"], torch.nan_to_num(measured["gpu_util"]), u)
+        return u, torch.where(has["mem_util"], torch.nan_to_num(measured["mem_util"]), m)
 
     def predict(types: str | None) -> torch.Tensor:
-        u = torch.sigmoid(p["cu"][:, None] + softplus(p["wu"]) @ z.T)  # (K, D)
-        m = torch.sigmoid(p["cm"][:, None] + softplus(p["wm"]) @ z.T)
+        u, m = uses()  # (K, D)
         lam = torch.sigmoid(p["mix"])[:, None]
         pressure = (lam * u[:, nbr] + (1.0 - lam) * m[:, nbr]) * gate[nbr]
         v = p["v"]
@@ -194,13 +219,20 @@ def fit_queries(
         return (t.detach().numpy() if isinstance(t, torch.Tensor) else t).tolist()
 
     with torch.no_grad():  # each member's lowest combined GPU use over the training pairs
-        u = torch.sigmoid(p["cu"][:, None] + softplus(p["wu"]) @ z.T)
+        u, _ = uses()
         use_lo = (u[:, job] + u[:, nbr]).min(dim=1).values
+    # the range the model was fitted on: beyond it answers move to the safe prior (interference.learned)
+    fitted = [c for c in PROFILE_COLUMNS if not np.isnan(getattr(cols, c)).all()]
+    prof = profile_features(cols, fitted)
+    gpu_x = gpu_figures(gpu_table(cols.gpu_type))
     params = ContentionParams(
         z_mean=lst(z_mean), z_std=lst(z_std),
         z_lo=lst(z_raw.min(0)), z_hi=lst(z_raw.max(0)), o_lo=lst(o_raw.min(0)), o_hi=lst(o_raw.max(0)),
         type_keys=[list(key) for key in type_keys_of(cols)] if r else [],
         pair_use_lo=lst(use_lo),
+        gpu_lo=lst(gpu_x.min(0)), gpu_hi=lst(gpu_x.max(0)), profile_fitted=fitted,
+        prof_lo=lst(np.nanmin(prof, axis=0)) if fitted else [], prof_hi=lst(np.nanmax(prof, axis=0)) if fitted else [],
+        prior_std=float(np.quantile(np.abs(1.0 - np.asarray(y, dtype=np.float64)), PRIOR_COVERAGE)),
         **{name: lst(t) for name, t in p.items()},
     )  # fmt: skip
     info = {
@@ -214,7 +246,7 @@ def fit_queries(
     return LearnedInterference(params, info)
 
 
-PROFILE_INPUTS = ("gpu_util", "mem_util", "mem_gb")  # optional per-job profile columns (JobDescriptor)
+PROFILE_INPUTS = PROFILE_COLUMNS  # optional per-job profile columns (JobDescriptor)
 DESCRIPTOR_INPUTS = ("params_m", "gflops", "batch", "solo_sps", "amp", "gpu_type")
 
 
@@ -228,9 +260,77 @@ def trained_inputs(cols) -> dict[str, object]:
     }
 
 
+def pairs_queries(path: str) -> tuple[list[CoLocation], np.ndarray]:
+    """Directed single-GPU samples of a user's measured pairs CSV (:mod:`interference.pairs_csv`: the
+    descriptor columns, optional profile columns, measured ``norm_a`` and ``norm_b``)."""
+    from interference.pairs_csv import read_measured, read_pairs_csv
+
+    rows, _, a, b, level = read_pairs_csv(path)
+    off = np.flatnonzero(level != int(Sharing.GPU))
+    if len(off):
+        i = int(off[0])
+        raise ValueError(
+            f"{path}: line {i + 2}: column 'level' is {rows[i]['level']!r}; training uses pairs measured on one "
+            "GPU (level gpu): server and uplink sharing follow physical models with nothing to fit"
+        )
+    ya, yb = read_measured(path, rows, purpose="training")
+    da, db = descriptors_of(a), descriptors_of(b)
+    queries = [q for x, y in zip(da, db, strict=True) for q in (CoLocation(x, ((y, Sharing.GPU),)),
+                                                                 CoLocation(y, ((x, Sharing.GPU),)))]  # fmt: skip
+    return queries, np.stack([ya, yb], axis=1).reshape(-1)
+
+
+def descriptors_of(cols: JobColumns) -> list[JobDescriptor]:
+    """One :class:`JobDescriptor` per row, profile columns ``None`` where NaN."""
+
+    def opt(x: float) -> float | None:
+        return None if np.isnan(x) else float(x)
+
+    out = []
+    for i in range(len(cols)):
+        facts = dict(params_m=float(cols.params_m[i]), gflops=float(cols.gflops[i]), batch=int(cols.batch[i]))
+        facts |= dict(solo_sps=float(cols.solo_sps[i]), amp=bool(cols.amp[i]), gpu_type=str(cols.gpu_type[i]))
+        out.append(JobDescriptor(**facts, **{c: opt(float(getattr(cols, c)[i])) for c in PROFILE_COLUMNS}))
+    return out
+
+
+DATA_KINDS = ("gavel", "pairs")
+
+
+def load_training_data(specs: Sequence[str]) -> tuple[list[CoLocation], np.ndarray, list[dict], GavelPairs | None]:
+    """Samples of every ``--data`` spec (``gavel:PATH``, a bare path being Gavel's, or ``pairs:FILE``):
+    (queries, targets, one summary per source, Gavel's pairs if a source was Gavel's)."""
+    from interference.gavel_data import load_gavel_pairs
+
+    queries: list[CoLocation] = []
+    targets: list[np.ndarray] = []
+    sources: list[dict] = []
+    gavel: GavelPairs | None = None
+    for spec in specs:
+        kind, sep, path = spec.partition(":")
+        if sep and kind.isalpha() and len(kind) > 1 and kind not in DATA_KINDS:
+            raise ValueError(f"--data {spec}: unknown source kind {kind!r}; pass gavel:PATH or pairs:FILE")
+        if not sep or kind not in DATA_KINDS:
+            kind, path = "gavel", spec
+        if kind == "gavel":
+            if gavel is not None:
+                raise ValueError(f"--data {spec}: Gavel's tables given twice; pass one gavel:PATH")
+            gavel = load_gavel_pairs(path)
+            q, y, _ = gavel_queries(gavel)
+            path = gavel.source
+        else:
+            q, y = pairs_queries(path)
+        queries += q
+        targets.append(y)
+        sources.append({"kind": kind, "path": str(path), "samples": len(q)})
+    if not queries:
+        raise ValueError("no training data: pass --data gavel:PATH and/or --data pairs:FILE")
+    return queries, np.concatenate(targets), sources, gavel
+
+
 def fit(
     pairs: GavelPairs, cfg: TrainConfig, progress: Callable[[int, float], None] | None = None
 ) -> LearnedInterference:
-    """Fit on every feasible single-GPU pair of ``pairs``; the CLI's ``train``."""
+    """Fit on every feasible single-GPU pair of ``pairs``."""
     queries, y, _ = gavel_queries(pairs)
     return fit_queries(queries, y, cfg, progress, meta={"data": pairs.source})

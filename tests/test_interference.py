@@ -68,6 +68,55 @@ def small_model(tmp_path_factory, gavel_dir: Path) -> Path:
     return out
 
 
+def _unguarded(model: LearnedInterference) -> LearnedInterference:
+    """``model`` without its recorded range: the fitted structure everywhere, profile columns fed in."""
+    from dataclasses import asdict
+
+    from interference.learned import ContentionParams
+
+    return LearnedInterference(ContentionParams(**{**asdict(model.params), "gpu_lo": [], "gpu_hi": []}), model.meta)
+
+
+@pytest.fixture(scope="module")
+def own_pairs(tmp_path_factory, pairs, gavel_dir: Path) -> dict[str, Path]:
+    """A user's source: Gavel's V100 pairs with stand-in profiles (from the K80 and P100 pairs); 40 of them
+    measured (``few``), the others the test; and Gavel's tables without V100."""
+    from interference.evaluation import stand_in_profiles, write_gavel_pairs_csv
+
+    d = tmp_path_factory.mktemp("own")
+    v100 = np.flatnonzero(pairs.feasible & (pairs.scale_factor == 1) & (pairs.gpu_type == "V100"))
+    order = np.random.default_rng(0).permutation(v100)
+    profiles = stand_in_profiles(pairs, "V100")
+    write_gavel_pairs_csv(d / "few.csv", pairs, order[:40], profiles)
+    write_gavel_pairs_csv(d / "test.csv", pairs, order[40:], profiles)
+    write_gavel_pairs_csv(d / "test_plain.csv", pairs, order[40:])
+    raw = json.loads((gavel_dir / "simulation_throughputs.json").read_text())
+    raw.pop("v100")
+    (d / "no_v100.json").write_text(json.dumps(raw))
+    return {k: d / f"{k}.{'json' if k == 'no_v100' else 'csv'}" for k in ("few", "test", "test_plain", "no_v100")}
+
+
+@pytest.fixture(scope="module")
+def profiled_model(tmp_path_factory, own_pairs) -> Path:
+    """Trained through the CLI on Gavel's tables without V100 and 40 profiled V100 pairs of the user's."""
+    out = tmp_path_factory.mktemp("profiled") / "model.json"
+    rc = cli_main(
+        [
+            *(
+                "interference",
+                "train",
+                "--data",
+                f"gavel:{own_pairs['no_v100']}",
+                "--data",
+                f"pairs:{own_pairs['few']}",
+            ),
+            *("--members", "4", "--seed", "3", "--steps", "150", "--no-calibrate", "--out", str(out)),
+        ]
+    )
+    assert rc == 0
+    return out
+
+
 # -- loader ------------------------------------------------------------------------------------------
 
 
@@ -275,8 +324,10 @@ def _victims(pairs) -> JobColumns:
 
 
 def test_physical_sanity(small_model: Path, pairs):
-    """Monotone in the partner's intensity, tiny partners barely matter, symmetric, in (0, 1]."""
-    model = LearnedInterference.load(small_model)
+    """Monotone in the partner's intensity, tiny partners barely matter, symmetric, in (0, 1]. The sweeps
+    reach far beyond the fitted range, where answers head for the safe prior instead (tested below), so
+    monotonicity is checked on the fitted structure itself."""
+    model = _unguarded(LearnedInterference.load(small_model))
     victims = _victims(pairs)
     n = len(victims)
     gpu_level = np.zeros(n, dtype=np.int64)
@@ -295,7 +346,8 @@ def test_physical_sanity(small_model: Path, pairs):
             f = model.predict_pairs(replace(victims, gpu_type=np.full(n, "V100")), partner, gpu_level).factor
             assert (f <= prev + 1e-12).all(), (field, v)
             prev = f
-    # a partner at <= 1% of peak FLOP/s slows no victim by more than 5%
+    # a partner at <= 1% of peak FLOP/s slows no victim by more than 5%, structure or answer
+    model = LearnedInterference.load(small_model)
     for gpu in ("K80", "V100", "H100"):
         peak = gpu_table(np.array([gpu]))["fp32_tflops"][0] * 1e3
         v = replace(victims, gpu_type=np.full(n, gpu))
@@ -313,7 +365,9 @@ def test_physical_sanity(small_model: Path, pairs):
 
 
 def test_profile_columns_uncertainty_and_range(small_model: Path, pairs):
-    model = LearnedInterference.load(small_model)
+    """The profile path of the structure (a model fitted on profiled pairs takes it; see
+    test_train_on_own_measured_pairs), the memory check, the spread and the range flag."""
+    model = _unguarded(LearnedInterference.load(small_model))
     victims = _victims(pairs)
     n = len(victims)
     lvl = np.zeros(n, dtype=np.int64)
@@ -327,6 +381,7 @@ def test_profile_columns_uncertainty_and_range(small_model: Path, pairs):
     over = model.predict_pairs(replace(victims, mem_gb=np.full(n, 9.0)), _cols(n, mem_gb=8.0), lvl).factor
     under = model.predict_pairs(replace(victims, mem_gb=np.full(n, 7.0)), _cols(n, mem_gb=8.0), lvl).factor
     assert (over == INFEASIBLE_GPU_FACTOR).all() and (under > INFEASIBLE_GPU_FACTOR).all()
+    model = LearnedInterference.load(small_model)
     # spread across members at the GPU level, none at the physical levels; out of range is flagged
     assert (est.std > 0).all()
     assert (model.predict_pairs(victims, _cols(n), np.ones(n, dtype=np.int64)).std == 0).all()
@@ -337,8 +392,8 @@ def test_profile_columns_uncertainty_and_range(small_model: Path, pairs):
 
 def test_sensitivity_follows_the_jobs_own_use(small_model: Path):
     """A new job's sensitivity is a function of its GPU and memory-bandwidth use alone: profiled alike, jobs
-    of any batch and speed suffer alike; profiled differently, they do not."""
-    model = LearnedInterference.load(small_model)
+    of any batch and speed suffer alike; profiled differently, they do not (the structure, range aside)."""
+    model = _unguarded(LearnedInterference.load(small_model))
     n = 6
     lvl = np.zeros(n, dtype=np.int64)
     victims = replace(
@@ -453,7 +508,10 @@ def test_predict_cli_on_unseen_descriptors(small_model: Path, tmp_path: Path, ca
     assert float(got[0]["pred_std_a"]) > 0 and float(got[1]["pred_std_a"]) == 0  # fitted GPU level vs physics
     # mixed precision (Gavel measured none) and 1.3B parameters are beyond anything measured
     assert [r["out_of_range"] for r in got] == ["1", "1", "0"]
-    assert "2 of 3 pairs have a job outside the range the model was fitted on (lines 2, 3;" in capsys.readouterr().err
+    assert "a:amp" in got[0]["ood"] and "a:gpu_mem_bw_gbs" in got[0]["ood"] and got[2]["ood"] == ""
+    err = capsys.readouterr().err
+    assert "2 of 3 pairs have a job outside the range the model was fitted on (lines 2, 3;" in err
+    assert "amp (2)" in err and "move toward the prior" in err
     # Identical jobs get identical predictions in both directions.
     assert got[2]["pred_norm_a"] == got[2]["pred_norm_b"]
 
@@ -501,10 +559,14 @@ def test_predict_with_profile_columns_and_gpu_specs_file(small_model: Path, tmp_
     args = ["interference", "predict", "--model", str(small_model), "--pairs", str(src), "--out", str(out)]
     assert cli_main([*args, "--gpu-specs", str(specs)]) == 0
     got = list(csv.DictReader(out.open()))
+    # Gavel's tables carry no profile: the model does not use the columns (before, it fed them to its
+    # structure, which no measurement had fitted), and says so; L40S is beyond Gavel's GPUs
+    err = capsys.readouterr().err
+    assert "not fitted on profile column(s) gpu_util, mem_gb" in err and "gpu_fp32_tflops (3)" in err
+    assert "a:gpu_util (not fitted)" in got[1]["ood"] and "b:gpu_fp32_tflops" in got[0]["ood"]
     plain, profiled, too_big = (float(r["pred_norm_a"]) for r in got)
-    assert float(got[1]["pred_norm_b"]) < float(got[0]["pred_norm_b"])  # its partner at 95% GPU
-    assert profiled > plain  # its partner at 5%
-    assert too_big == INFEASIBLE_GPU_FACTOR  # 60 GB on a 48 GB GPU
+    assert profiled == plain and float(got[1]["pred_norm_b"]) == float(got[0]["pred_norm_b"])  # 95 + 5 = 100%
+    assert too_big == plain  # 60 GB on a 48 GB GPU: mem_gb is not used by a model not fitted on it
     bad = tmp_path / "bad.yaml"
     bad.write_text("L40S: {fp32_tflops: 91.6, mem_bw_gbs: fast, mem_gb: 48, pcie_gbs: 31.5}\n")
     with pytest.raises(SystemExit) as exc:
@@ -705,7 +767,7 @@ def test_light_pairs_are_not_slowed_by_extrapolation(small_model: Path) -> None:
 
     from interference.learned import ContentionParams
 
-    model = LearnedInterference.load(small_model)
+    model = _unguarded(LearnedInterference.load(small_model))  # profile columns fed to the structure
     assert len(model.params.pair_use_lo) == model.params.members
     bare = LearnedInterference(ContentionParams(**{**asdict(model.params), "pair_use_lo": []}), model.meta)
     level = np.zeros(1, dtype=np.int64)
@@ -753,3 +815,155 @@ def test_every_gpu_type_a_cluster_can_name_has_datasheet_figures() -> None:
     sim = build_simulator("sia-hetero", "synthetic:30,load=0.8,model_rule=gavel", seed=0, interference="oracle",
                           interference_data=f"gavel:{data}")  # fmt: skip
     assert sim.run(get_policy("gavel")).metrics()["jobs_completed"] == 30
+
+
+# -- out of range: the safe prior; training on a user's own pairs ------------------------------------------
+
+
+def test_out_of_range_answers_move_to_the_safe_prior(small_model: Path, pairs) -> None:
+    """Within the fitted range the answer is the structure's; far beyond it (descriptors, GPU, mixed
+    precision), or with profile columns the model was not fitted on, it is the prior's but for OOD_FLOOR of
+    the gap, with the prior's std, the inputs named, and the simulator getting the same answers."""
+    from interference.learned import OOD_FLOOR, safe_prior
+
+    model = LearnedInterference.load(small_model)
+    bare = _unguarded(model)
+    q, _, _ = gavel_queries(pairs.select(pairs.gpu_type == "V100"))
+    a = JobColumns.from_descriptors([c.job for c in q])
+    b = JobColumns.from_descriptors([c.neighbours[0][0] for c in q])
+    lvl = np.zeros(len(q), dtype=np.int64)
+    inside = model.predict_pairs(a, b, lvl)
+    np.testing.assert_array_equal(inside.factor, bare.predict_pairs(a, b, lvl).factor)
+    assert (inside.trust == 1).all() and not inside.out_of_range.any() and set(inside.ood) == {""}
+    h200 = np.full(len(q), "H200")
+    far = {
+        "log_flops_per_param": lambda c: replace(c, params_m=c.params_m * 1e-6),
+        "gpu_mem_bw_gbs": lambda c: replace(c, gpu_type=h200, solo_sps=c.solo_sps * 67 / 15.7),
+        "amp": lambda c: replace(c, amp=np.ones(len(c))),
+    }
+    for name, move in far.items():
+        p, raw = model.predict_pairs(move(a), move(b), lvl), bare.predict_pairs(move(a), move(b), lvl)
+        assert p.out_of_range.all() and all(f"a:{name}" in x and f"b:{name}" in x for x in p.ood), name
+        np.testing.assert_allclose(p.factor - 1.0, OOD_FLOOR * (raw.factor - 1.0), atol=1e-12)
+        assert (p.std >= np.sqrt(1 - OOD_FLOOR) * model.params.prior_std).all()
+        flat = model.throughput_factors([CoLocation(x, ((y, Sharing.GPU),)) for x, y in zip(
+            *(_descs(move(c)) for c in (a, b)), strict=True)])  # fmt: skip
+        np.testing.assert_allclose(flat, p.factor, atol=1e-12)
+    # the prior covers what was measured: the 68% quantile of Gavel's deviations from 1.0
+    _, y, _ = gavel_queries(pairs)
+    assert model.params.prior_std == pytest.approx(np.quantile(np.abs(1 - y), 0.6827), rel=1e-9)
+    # profile columns the model was not fitted on: the structure ignores them, the prior is time slicing
+    for util in (30.0, 90.0):
+        pa, pb = replace(a, gpu_util=np.full(len(q), util)), replace(b, gpu_util=np.full(len(q), util))
+        p = model.predict_pairs(pa, pb, lvl)
+        prior = safe_prior(pa.gpu_util, pb.gpu_util)
+        assert prior[0] == min(1.0, 100 / (2 * util))
+        np.testing.assert_allclose(p.factor, OOD_FLOOR * inside.factor + (1 - OOD_FLOOR) * prior, atol=1e-12)
+        assert all("a:gpu_util (not fitted)" in x for x in p.ood)
+    # mem_gb, never fitted, does not make a pair infeasible
+    over = model.predict_pairs(replace(a, mem_gb=np.full(len(q), 9.0)), replace(b, mem_gb=np.full(len(q), 8.0)), lvl)
+    assert (over.factor > INFEASIBLE_GPU_FACTOR).all()
+
+
+def _descs(c: JobColumns) -> list[JobDescriptor]:
+    from interference.training import descriptors_of
+
+    return descriptors_of(c)
+
+
+def test_out_of_range_is_never_worse_than_the_prior_on_a_held_out_gpu(pairs) -> None:
+    """Fitted on K80 and P100, the V100 pairs lie beyond its GPU range: the answer's MAE there is at most the
+    prior's (1.0), and its std covers at least 68% of the errors."""
+    keep = pairs.feasible & (pairs.scale_factor == 1)
+    q, y, _ = gavel_queries(pairs.select(keep & (pairs.gpu_type != "V100")))
+    model = fit_queries(q, y, TrainConfig(steps=150, members=2, seed=0))
+    tq, ty, _ = gavel_queries(pairs.select(keep & (pairs.gpu_type == "V100")))
+    a = JobColumns.from_descriptors([c.job for c in tq])
+    b = JobColumns.from_descriptors([c.neighbours[0][0] for c in tq])
+    p = model.predict_pairs(a, b, np.zeros(len(tq), dtype=np.int64))
+    assert p.out_of_range.all() and all("gpu_fp32_tflops" in x for x in p.ood)
+    err = np.abs(p.factor - ty)
+    assert err.mean() <= np.abs(1.0 - ty).mean() and (err <= p.std).mean() >= 0.68
+
+
+def test_train_on_own_measured_pairs(profiled_model: Path, own_pairs, gavel_dir: Path, tmp_path: Path) -> None:
+    """`train --data gavel:... --data pairs:FILE` fits the profile path on the user's pairs: the model uses the
+    profile columns (a busier partner slows more), records both sources, and on other pairs of the same source
+    beats the descriptor-only model fitted on the same Gavel tables (and the prior)."""
+    from interference.evaluation import evaluate_pairs_file
+
+    model = LearnedInterference.load(profiled_model)
+    assert model.params.profile_fitted == ["gpu_util", "mem_util"]
+    assert [s["kind"] for s in model.meta["data"]] == ["gavel", "pairs"] and model.meta["data"][1]["samples"] == 80
+    assert model.meta["inputs"]["profile"]["gpu_util"] > 0
+    v = _cols(4, gpu_util=50.0, mem_util=50.0)
+    lvl = np.zeros(4, dtype=np.int64)
+    busy = model.predict_pairs(v, _cols(4, gpu_util=95.0, mem_util=95.0), lvl)
+    idle = model.predict_pairs(v, _cols(4, gpu_util=10.0, mem_util=10.0), lvl)
+    assert (busy.factor < idle.factor).all() and not busy.out_of_range.any() and (busy.trust == 1).all()
+    desc = tmp_path / "desc.json"
+    cli_main(["interference", "train", "--data", f"gavel:{own_pairs['no_v100']}", "--members", "4", "--seed", "3",
+              "--steps", "150", "--no-calibrate", "--out", str(desc)])  # fmt: skip
+    mine = evaluate_pairs_file(model, own_pairs["test"])["result"]
+    theirs = evaluate_pairs_file(LearnedInterference.load(desc), own_pairs["test_plain"])["result"]
+    assert mine["model"]["mae"] < 0.75 * theirs["model"]["mae"], (mine["model"], theirs["model"])
+    assert mine["model"]["mae"] < mine["safe_prior"]["mae"] and mine["model"]["mae"] < mine["no_slowdown"]["mae"]
+    # alone, with the doubt calibrated on the pairs themselves (five folds)
+    alone = tmp_path / "alone.json"
+    assert cli_main(["interference", "train", "--data", f"pairs:{own_pairs['few']}", "--members", "2", "--steps",
+                     "100", "--out", str(alone)]) == 0  # fmt: skip
+    solo = LearnedInterference.load(alone)
+    assert solo.meta["calibration"]["own_pairs"]["samples"][0] > 0 and solo.params.novelty_std[0] > 0
+
+
+def test_train_refuses_bad_pairs_files_by_file_line_and_column(tmp_path: Path, own_pairs, capsys) -> None:
+    lines = own_pairs["few"].read_text().splitlines()
+    header = lines[0].split(",")
+    cases = {
+        "level": ("server", "line 3: column 'level' is 'server'; training uses pairs measured on one GPU"),
+        "norm_a": ("fast", "line 3: column 'norm_a' is 'fast'; expected a number"),
+        "norm_b": ("0", "line 3: column 'norm_b' is '0'; expected a measured normalised throughput"),
+        "a_gpu_util": ("130", "line 3: column 'a_gpu_util' is '130'; expected a percentage, 0-100"),
+    }
+    for col, (value, message) in cases.items():
+        bad = tmp_path / f"bad_{col}.csv"
+        row = lines[2].split(",")
+        row[header.index(col)] = value
+        bad.write_text("\n".join([lines[0], lines[1], ",".join(row)]) + "\n")
+        with pytest.raises(SystemExit) as exc:
+            cli_main(["interference", "train", "--data", f"pairs:{bad}", "--out", str(tmp_path / "m.json")])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"bad_{col}.csv: {message}" in err, err
+    no_norm = tmp_path / "no_norm.csv"
+    no_norm.write_text("\n".join(",".join(x.split(",")[:-2]) for x in lines[:3]) + "\n")
+    with pytest.raises(SystemExit):
+        cli_main(["interference", "train", "--data", f"pairs:{no_norm}", "--out", str(tmp_path / "m.json")])
+    err = capsys.readouterr().err
+    assert "no_norm.csv: line 1: missing column(s) norm_a, norm_b; training needs" in err
+    with pytest.raises(SystemExit):
+        cli_main(["interference", "train", "--data", f"pair:{no_norm}", "--out", str(tmp_path / "m.json")])
+    assert "unknown source kind 'pair'; pass gavel:PATH or pairs:FILE" in capsys.readouterr().err
+
+
+def test_online_packing_observes_the_gpu_term_on_shared_servers(small_model: Path, gavel_dir: Path, truth) -> None:
+    """On servers of four GPUs the simulator's factor of a shared-GPU job also holds the server term of the
+    jobs on the server's other GPUs; the packing scheduler divides it out, so what it observes of each pair
+    is the pair's own GPU factor (the measured one here), not a busy server."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.scheduler_spec import load_custom_scheduler
+
+    cluster = {"name": "four-gpu", "pods": 1, "racks_per_pod": 1, "servers_per_rack": 3,
+               "server": {"base": "pcie-4", "gpus_per_server": 4}, "gpu_type": "V100"}  # fmt: skip
+    data = f"gavel:{gavel_dir}"
+    sim = build_simulator(cluster, "synthetic:200,load=4,model_rule=gavel", seed=1, interference="oracle",
+                          interference_data=data, gpu_sharing=True)  # fmt: skip
+    jobs = sim.jobs.subset(np.flatnonzero(sim.jobs.num_gpus == 1))
+    sim = build_simulator(cluster, jobs, seed=1, interference="oracle", interference_data=data, gpu_sharing=True)
+    spec = f"cluster_sim.policies.gpu_packing:GpuPacking,mode=aware,predictor={small_model},online=true"
+    policy = load_custom_scheduler(spec)  # the command line's spelling
+    sim.run(policy)
+    history = policy.model.history
+    assert len(history) >= 10
+    observed = np.array([f for _, _, f in history])
+    measured = np.array([truth.pair_factor(a, b, Sharing.GPU) for a, b, _ in history])
+    np.testing.assert_allclose(observed, np.minimum(measured, 1.0), atol=1e-9)

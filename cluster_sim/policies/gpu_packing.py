@@ -137,7 +137,10 @@ class GpuPacking(PolicyScheduler):
             self.model = OnlineCorrection(self.base_model)
 
     def _observe(self, view: SchedulerView, shared: np.ndarray) -> None:
-        """Feed each pair now sharing a GPU, once per pairing, with the throughput both jobs get."""
+        """Feed each pair now sharing a GPU, once per pairing, with the throughput both jobs get on the GPU:
+        what the simulator reports divided by the server term of the other jobs on the server (a physical
+        formula every interference model shares, see :mod:`interference.composition`), so that a busy
+        server is not taken for a bad partner."""
         factor = view.job_factor
         holder, guest = view.gpu_job, view.gpu_guest
         for g in shared.tolist():
@@ -146,9 +149,26 @@ class GpuPacking(PolicyScheduler):
                 continue
             self._observed.add((host, other))
             a, b = self._desc.get(host, g), self._desc.get(other, g)
-            self.model.observe(a, b, float(factor[host]))
-            self.model.observe(b, a, float(factor[other]))
+            server = self._server_neighbours(view, g, (host, other))
+            host_f, other_f = float(factor[host]), float(factor[other])
+            if server:
+                alone = self.base_model.throughput_factors([CoLocation(a, server), CoLocation(b, server)])
+                host_f, other_f = min(1.0, host_f / float(alone[0])), min(1.0, other_f / float(alone[1]))
+            self.model.observe(a, b, host_f)
+            self.model.observe(b, a, other_f)
             self._gain.clear()  # pair gains change with every observation
+
+    def _server_neighbours(
+        self, view: SchedulerView, gpu: int, tenants: tuple[int, int]
+    ) -> tuple[tuple[JobDescriptor, Sharing], ...]:
+        """The other jobs on ``gpu``'s server, at the server level (descriptors on their own GPUs)."""
+        topo = view.topo
+        out: dict[int, int] = {}
+        for x in topo.server_gpus(int(topo.gpu_server[gpu])).tolist():
+            for k in (int(view.gpu_job[x]), int(view.gpu_guest[x])):
+                if k >= 0 and k not in tenants:
+                    out.setdefault(k, x)
+        return tuple((self._desc.get(k, x), Sharing.SERVER) for k, x in sorted(out.items()))
 
     def order(self, view: SchedulerView, queue: np.ndarray) -> np.ndarray:
         queue = np.sort(queue)
