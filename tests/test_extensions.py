@@ -356,9 +356,11 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
         elif args.command in ("train", "train-priority"):
             load_recipe_config(args.config)
         elif args.command == "interference":
-            for value in (getattr(args, "data", None), getattr(args, "model", None), getattr(args, "pairs", None)):
+            data = getattr(args, "data", None)
+            sources = data if isinstance(data, list) else [data]  # train takes --data again for each source
+            for value in (*sources, getattr(args, "model", None), getattr(args, "pairs", None)):
                 if value and not later(value):
-                    assert Path(value.removeprefix("gavel:")).exists(), (line, value)
+                    assert Path(value.removeprefix("gavel:").removeprefix("pairs:")).exists(), (line, value)
         checked += 1
     assert checked >= 12
 
