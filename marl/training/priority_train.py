@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_sim.results import write_dict_rows
+from marl.deploy.policy_files import code_version
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
 from marl.models.inference import subnormals_flushed
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
@@ -313,6 +314,7 @@ def train_priority(
     import ray
 
     t0 = time.perf_counter()  # the minutes logged include Ray's start-up
+    code_version()  # the commit recorded in the policy's provenance is the one that starts training
     cfg = dict(config) if isinstance(config, Mapping) else load_config(config)
     # A first window drawn here: settings no window can meet fail now, with their message, not inside the
     # env runners (whose errors go to Ray's worker logs).

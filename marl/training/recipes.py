@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from marl.agents import AGENTS, AgentSpec, Algorithm, resolve
+from marl.deploy.policy_files import code_version
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 
 Log = Callable[[str], None]
@@ -103,6 +104,7 @@ def train(req: TrainRequest) -> dict[str, Any]:
 
 def run_recipe(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest) -> dict[str, Any]:
     """Train checked settings (:func:`check_settings`) with the algorithm's loop into ``req.out``."""
+    code_version()  # the commit recorded in the policy's provenance is the one that starts training
     if algorithm.name != "ppo":  # only RLlib's PPO runs on a Ray cluster and resumes from a checkpoint
         for given, flag, what in ((req.address, "--address", "on a Ray cluster"), (req.resume, "--resume", "resumed")):
             if given:
