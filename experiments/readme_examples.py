@@ -48,10 +48,13 @@ def skip_reason(command: str) -> str | None:
 
 
 def _venv_env() -> dict[str, str]:
-    """The environment of a shell after ``. .venv/bin/activate``."""
+    """The environment of a shell after ``. .venv/bin/activate``: the README's ``.venv``, else the environment
+    this runner's Python belongs to, where the project is installed there (another venv, a conda env)."""
     venv = REPO / ".venv"
     if not (venv / "bin" / "marlsched").exists():
-        raise SystemExit(f"{venv}: no installed project; run the README's first command first")
+        venv = Path(sys.prefix)
+    if not (venv / "bin" / "marlsched").exists():
+        raise SystemExit(f"{REPO / '.venv'}: no installed project; run the README's first command first")
     env = dict(os.environ, VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("PYTHONHOME", None)
     return env
