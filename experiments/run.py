@@ -185,7 +185,7 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
             f"{' on ' + spec['workload_label'] if spec['workload_label'] else ''} "
             f"seed {spec['seed']}: avg JCT {m['avg_jct']:.0f} s, "
             f"{m['jobs_completed']}/{m['jobs_total']} jobs, {m['wall_seconds']:.1f} s "
-            f"({m['task_cpu_seconds']:.1f} s CPU) on {res['host']}:{res['pid']}"
+            f"({m['task_cpu_seconds']:.1f} s CPU) on host {res['host']}, worker pid {res['pid']}"
             f"  (elapsed {elapsed:.0f} s, ETA {eta:.0f} s)"
         )
     return done

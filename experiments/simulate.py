@@ -29,6 +29,7 @@ SUMMARY_COLUMNS = (
 
 def add_simulate_command(subparsers) -> None:
     from cluster_sim.policies import policy_names
+    from cluster_sim.workload_spec import workload_syntax
     from topology import PRESETS
 
     p = subparsers.add_parser(
@@ -41,8 +42,11 @@ def add_simulate_command(subparsers) -> None:
             f"policies: {', '.join(policy_names())},\n"
             "          marl:POLICY_DIR (a trained policy, any kind; topdrl:, dl2:, metaplace: for one of that kind),\n"
             "          MODULE_OR_FILE.py:ClassName[,key=value...] (your own scheduler class)\n"
-            "workloads: synthetic:N[,load=F] | philly:PATH | openb:PATH | gavel:PATH | pollux:PATH,\n"
-            "           each with optional ,max_jobs=N ,start=S ,end=S ,arrival_scale=F"
+            "workloads (KIND:ARG[,OPTION=VALUE...]):\n"
+            + "".join(f"  {syntax}\n" for syntax in workload_syntax().values())
+            + "  every kind also takes ,max_jobs=N ,max_gpus=N ,arrival_scale=F ,load=F (the window offers F x the\n"
+            "  cluster's GPUs) ,apps=DIR (jobs train Pollux's measured applications) and ,start= ,end= as seconds\n"
+            "  from the trace's first arrival or as dates (start=2017-11-01,end=2017-11-03)"
         ),
     )
     p.add_argument("--cluster", default="small", help="preset name or YAML file (default: small)")
@@ -50,7 +54,9 @@ def add_simulate_command(subparsers) -> None:
     p.add_argument(
         "--policy", default="fifo", help="scheduler name; comma-separate several to compare them (default: fifo)"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed for the workload generator and randomised policies")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed for the workload generator and randomised policies (default: 0)"
+    )
     p.add_argument(
         "--interference",
         default="none",
