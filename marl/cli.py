@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 __all__ = ["add_train_commands", "main", "run_export_program", "run_train", "run_tune_priority"]
@@ -92,7 +93,7 @@ def run_train(args: argparse.Namespace) -> int:
     request = TrainRequest(
         config=Path(args.config), out=Path(args.out), iterations=args.iterations, address=args.address,
         resume=args.resume, evaluate=False if args.no_eval else None, command=command,
-        log=(lambda msg: None) if args.quiet else print,
+        log=(lambda msg: None) if args.quiet else partial(print, flush=True),
     )  # fmt: skip
     train(request)
     print(

@@ -113,3 +113,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "ray_local" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray"))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def train_command():
+    """``train_command(config, out, *flags)``: ``marlsched train --config`` on ``config`` (a mapping, written as
+    YAML beside ``out``), the trained folder's metadata. Tests train one of their two same-seed runs through it,
+    so the one command is held to the trainer's own result, bit for bit."""
+    import json
+
+    import yaml
+
+    from experiments.cli import main
+
+    def run(config: dict, out: Path, *flags: str) -> dict:
+        path = out.with_suffix(".yaml")
+        path.write_text(yaml.safe_dump(config))
+        assert main(["train", "--config", str(path), "--out", str(out), "--quiet", *flags]) == 0
+        return json.loads((out / "policy" / "metadata.json").read_text())
+
+    return run

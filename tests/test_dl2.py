@@ -177,7 +177,7 @@ def test_the_shipped_policy_loads_and_schedules_validly(workload: str) -> None:
 
 
 @pytest.mark.slow
-def test_brief_training_is_seeded_and_reports_the_warm_start(tmp_path: Path, philly: str) -> None:
+def test_brief_training_is_seeded_and_reports_the_warm_start(tmp_path: Path, philly: str, train_command) -> None:
     start = DEV - 10 * 86400.0
     cluster = tmp_path / "quarter.yaml"  # a quarter of Pollux's testbed: 12 jobs keep it busy, and briefly
     cluster.write_text(
@@ -201,7 +201,7 @@ def test_brief_training_is_seeded_and_reports_the_warm_start(tmp_path: Path, phi
     }
     cfg = parse_dl2_config(data, "brief.yaml")
     first = train_dl2(cfg, tmp_path / "a", log=lambda m: None)
-    train_dl2(cfg, tmp_path / "b", evaluate=False, log=lambda m: None)
+    train_command(data, tmp_path / "b", "--no-eval")  # the one command, the same seed: the same policy
     a = torch.jit.load(str(tmp_path / "a" / "policy" / "policy.pt")).state_dict()
     b = torch.jit.load(str(tmp_path / "b" / "policy" / "policy.pt")).state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

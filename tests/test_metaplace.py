@@ -4,7 +4,6 @@ brief meta-training run with its adaptation report."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -164,25 +163,23 @@ def test_a_bad_config_names_the_key_and_the_fix() -> None:
 
 @pytest.mark.slow
 def test_brief_meta_training_writes_a_policy_and_the_adaptation_report(
-    tmp_path: Path, traces_dir: Path, sia: dict[str, str]
+    tmp_path: Path, traces_dir: Path, sia: dict[str, str], train_command
 ) -> None:
     philly = traces_dir / "pollux-osdi21" / "traces" / "philly.csv"
-    cfg = parse_metaplace_config(
-        {
-            "agent": "metaplace",
-            "env": {
-                "trace": f"philly:{philly},model_rule=gavel,max_gpus=8",
-                "load": 0.5,
-                "servers": 4,
-                "train": {"start": 2208559, "count": 2, "days": 0.1, "stride_days": 1},
-                "validation": {"start": 4505359, "count": 2, "days": 0.1, "stride_days": 0.25},
-            },
-            "model": {"hidden": 4},
-            "train": {"iterations": 2, "pairs": 1, "workers": 1, "eval_every": 1},
-            "adaptation": {"workloads": sia, "episodes": [0, 1], "scratch_episodes": 2, "heuristics": ["gavel"]},
+    data = {
+        "agent": "metaplace",
+        "env": {
+            "trace": f"philly:{philly},model_rule=gavel,max_gpus=8",
+            "load": 0.5,
+            "servers": 4,
+            "train": {"start": 2208559, "count": 2, "days": 0.1, "stride_days": 1},
+            "validation": {"start": 4505359, "count": 2, "days": 0.1, "stride_days": 0.25},
         },
-        "tiny.yaml",
-    )
+        "model": {"hidden": 4},
+        "train": {"iterations": 2, "pairs": 1, "workers": 1, "eval_every": 1},
+        "adaptation": {"workloads": sia, "episodes": [0, 1], "scratch_episodes": 2, "heuristics": ["gavel"]},
+    }
+    cfg = parse_metaplace_config(data, "tiny.yaml")
     summary = train_metaplace(cfg, tmp_path / "run", command="marlsched train --config tiny.yaml", log=lambda m: None)
     assert summary["iterations"] == 2
     policy = load_metaplace_policy(tmp_path / "run" / "policy")
@@ -195,9 +192,9 @@ def test_brief_meta_training_writes_a_policy_and_the_adaptation_report(
     assert doc["scratch"]["0"] == doc["type_blind"]
     assert (tmp_path / "run" / "evaluation" / "adaptation.png").stat().st_size > 0
     assert "| 0 |" in (tmp_path / "run" / "evaluation" / "adaptation.md").read_text()
-    again = dataclasses.replace(cfg, adaptation=dataclasses.replace(cfg.adaptation, enabled=False))
-    rerun = train_metaplace(again, tmp_path / "run2", log=lambda m: None)
-    assert rerun["selected"] == summary["selected"]
+    # the same config without the adaptation, through the one command: the same selection
+    rerun = train_command({**data, "adaptation": {**data["adaptation"], "enabled": False}}, tmp_path / "run2")
+    assert rerun["selected_iteration"] == summary["selected"]
     w1 = json.loads((tmp_path / "run" / "policy" / "weights.json").read_text())
     w2 = json.loads((tmp_path / "run2" / "policy" / "weights.json").read_text())
     assert w1 == w2  # the same seed, the same weights

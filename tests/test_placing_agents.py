@@ -269,8 +269,11 @@ def test_placing_policy_on_ray_actors_matches_in_process(
 
 
 @pytest.mark.slow
-def test_evolution_strategies_on_the_type_head_export_a_placing_policy(tmp_path: Path, traces_dir: Path) -> None:
+def test_evolution_strategies_on_the_type_head_export_a_placing_policy(
+    tmp_path: Path, traces_dir: Path, train_command
+) -> None:
     import json
+    from dataclasses import asdict
 
     from marl.training.placing_es import PlacingESConfig, train
 
@@ -294,9 +297,9 @@ def test_evolution_strategies_on_the_type_head_export_a_placing_policy(tmp_path:
     meta = train(cfg, tmp_path / "es", log=lambda s: None)
     assert len(meta["progress"]) == 2 and meta["progress"][0]["validation_vs_warm"] == 0.0
     # the same seed gives the same candidates' figures and the same policy, bit for bit
-    again = train(cfg, tmp_path / "again", log=lambda s: None)
+    again = train_command({"agent": "priority", "algo": "es", **asdict(cfg)}, tmp_path / "again")  # the command
     assert [r["best_jct"] for r in again["progress"]] == [r["best_jct"] for r in meta["progress"]]
-    first, second = (torch.jit.load(str(tmp_path / d / "policy.pt")).state_dict() for d in ("es", "again"))
+    first, second = (torch.jit.load(str(tmp_path / d / "policy.pt")).state_dict() for d in ("es", "again/policy"))
     assert all(torch.equal(first[k], second[k]) for k in first)
     saved = json.loads((tmp_path / "es" / "metadata.json").read_text())
     assert saved["placing"] and saved["agents"]["migrate"] == pytest.approx(0.1823)

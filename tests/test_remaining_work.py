@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -56,14 +57,16 @@ def test_fit_is_seeded_and_learns_a_log_linear_rule() -> None:
     assert np.corrcoef(pred, y)[0, 1] > 0.95
 
 
-def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Path, traces_dir: Path, sia_dir) -> None:
+def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(
+    tmp_path: Path, traces_dir: Path, sia_dir, train_command
+) -> None:
     cfg = tiny_config(traces_dir)
     meta = train(cfg, tmp_path / "a", log=lambda _: None)
-    train(cfg, tmp_path / "b", log=lambda _: None)
+    train_command({"agent": "sia-remaining", "algo": "dagger", **asdict(cfg)}, tmp_path / "b")  # b/policy
     assert [r["collected_by"] for r in meta["progress"]] == ["sia", "policy"]
     assert meta["progress"][1]["rows"] > meta["progress"][0]["rows"] > 0
     assert (tmp_path / "a" / "policy.pt").read_bytes() != b""
-    a, b = (torch.jit.load(str(tmp_path / k / "policy.pt")) for k in ("a", "b"))
+    a, b = (torch.jit.load(str(tmp_path / k / "policy.pt")) for k in ("a", "b/policy"))
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())  # same seed, same policy
     saved = json.loads((tmp_path / "a" / "metadata.json").read_text())
     assert saved["export_max_abs_diff"] < 1e-5 and saved["config"]["hidden"] == 8

@@ -3,7 +3,7 @@ learns the teacher's order, export and seeded reproducibility."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -101,17 +101,20 @@ def test_bad_imitation_config_names_the_field() -> None:
         ImitationConfig(drop="rel_speed,speed")
 
 
-def test_same_seed_same_policy(tmp_path: Path, traces_dir: Path) -> None:
+def test_same_seed_same_policy(tmp_path: Path, traces_dir: Path, train_command) -> None:
     """Training twice with the same seed gives the same scores on the same state (behaviour cloning on
     the teacher's rounds: the part where seeding matters, the data order and the initial weights), also
     when the second run plays its two windows in two processes."""
     trace = f"philly:{traces_dir / 'pollux-osdi21' / 'traces' / 'philly.csv'},model_rule=gavel"
     cfg = ImitationConfig(trace=trace, **{**TINY, "iterations": 0, "windows": 2, "days": 0.125, "load": 0.1})
-    runs = {"a": cfg, "b": replace(cfg, workers=2), "untrained": replace(cfg, iterations=-1)}
+    runs = {"a": cfg, "untrained": replace(cfg, iterations=-1)}
     metas = {k: train(c, tmp_path / k) for k, c in runs.items()}
+    # b plays in two processes and through the one command (agent: rounds, algo: dagger), into b/policy
+    metas["b"] = train_command({"agent": "rounds", "algo": "dagger", **asdict(replace(cfg, workers=2))}, tmp_path / "b")
     same = [[(r["avg_jct"], r["rounds"], r["loss"]) for r in metas[k]["progress"]] for k in ("a", "b")]
     assert same[0] == same[1] and same[0][0][1] > 0
-    a, b, untrained = (load_rounds_policy(tmp_path / k) for k in ("a", "b", "untrained"))
+    a, untrained = (load_rounds_policy(tmp_path / k) for k in ("a", "untrained"))
+    b = load_rounds_policy(tmp_path / "b" / "policy")
     sim = build_simulator("small-hetero", "synthetic:60,load=1.0,model_rule=gavel", seed=2)
     sim.reset()
     jobs = np.arange(10)
@@ -172,7 +175,9 @@ def es_config(traces_dir: Path, **kw) -> RoundsESConfig:
     return RoundsESConfig(**{**base, **kw})
 
 
-def test_es_writes_a_policy_no_worse_than_its_warm_start_and_is_seeded(tmp_path: Path, traces_dir: Path) -> None:
+def test_es_writes_a_policy_no_worse_than_its_warm_start_and_is_seeded(
+    tmp_path: Path, traces_dir: Path, train_command
+) -> None:
     """An ES iteration on 6-hour windows from the ``gavel-las`` warm start: the folder loads as ``marl:DIR``
     and schedules validly, the selected network is no worse than the warm start on validation (the warm
     start itself can be selected), the progress has a row per iteration, and the same seed gives the same
@@ -182,13 +187,15 @@ def test_es_writes_a_policy_no_worse_than_its_warm_start_and_is_seeded(tmp_path:
     from experiments.simulate import make_scheduler_by_name
     from marl.training.rounds_es import train as es_train
 
-    metas = [es_train(es_config(traces_dir), tmp_path / k, log=lambda *_: None) for k in ("a", "b")]
+    # run b through the one command (agent: rounds, algo: es): the same loop, so the same policy, in b/policy
+    metas = [es_train(es_config(traces_dir), tmp_path / "a", log=lambda *_: None), train_command(
+        {"agent": "rounds", "algo": "es", **asdict(es_config(traces_dir))}, tmp_path / "b")]  # fmt: skip
     meta = json.loads((tmp_path / "a" / "metadata.json").read_text())
     assert meta["agent"] == "rounds" and meta["export_max_abs_diff"] < 1e-5
     assert meta["validation_vs_warm_start"] <= 0.0 and meta["selected_iteration"] in (0, 1)
     assert [r["iteration"] for r in metas[0]["progress"]] == [0, 1]
     assert (tmp_path / "a" / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
-    a, b = (load_rounds_policy(tmp_path / k) for k in ("a", "b"))
+    a, b = load_rounds_policy(tmp_path / "a"), load_rounds_policy(tmp_path / "b" / "policy")
     assert all(
         torch.equal(p, q)
         for p, q in zip(a.scorer.net.state_dict().values(), b.scorer.net.state_dict().values(), strict=True)

@@ -170,7 +170,7 @@ def test_the_shipped_policy_loads_and_schedules_every_cluster_validly(window: st
 
 
 @pytest.mark.slow
-def test_brief_training_is_seeded_and_exports_a_policy_that_loads(tmp_path: Path, trace: str) -> None:
+def test_brief_training_is_seeded_and_exports_a_policy_that_loads(tmp_path: Path, trace: str, train_command) -> None:
     start = DEV - 10 * 86400.0
     data = {
         "agent": "topdrl",
@@ -189,7 +189,7 @@ def test_brief_training_is_seeded_and_exports_a_policy_that_loads(tmp_path: Path
     }
     cfg = parse_topdrl_config(data, "brief.yaml")
     first = train_topdrl(cfg, tmp_path / "a", log=lambda m: None)
-    train_topdrl(cfg, tmp_path / "b", evaluate=False, log=lambda m: None)
+    train_command(data, tmp_path / "b", "--no-eval")  # the one command, the same seed: the same policy
     a = torch.jit.load(str(tmp_path / "a" / "policy" / "policy.pt")).state_dict()
     b = torch.jit.load(str(tmp_path / "b" / "policy" / "policy.pt")).state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -116,7 +116,7 @@ def run_recipe(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainReques
         cfg["ray"]["address"] = req.address or cfg["ray"].get("address") or os.environ.get("RAY_ADDRESS") or None
         return trainer(cfg, req.out, log=req.log, command=req.command, resume=req.resume)
     if algorithm.settings is not None:  # the flat loops write the policy folder they are given
-        return trainer(cfg, req.out / POLICY, command=req.command)
+        return trainer(cfg, req.out / POLICY, command=req.command, log=req.log)
     return trainer(cfg, req.out, iterations=req.iterations, evaluate=req.evaluate, command=req.command, log=req.log)
 
 

@@ -231,7 +231,7 @@ def fit(net: PairScorer, data: list, cfg: ImitationConfig, rng: np.random.Genera
     return last
 
 
-def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
+def train(cfg: ImitationConfig, out: str | Path, *, command: str = "", log=print) -> dict:
     """DAgger on ``cfg``'s windows; writes the policy folder ``out`` (TorchScript + metadata, atomically)
     and ``progress.csv``; returns the metadata."""
     torch.manual_seed(cfg.seed)
@@ -254,8 +254,8 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "") -> dict:
         row = {"iteration": it, "acted": act, "avg_jct": float(np.mean(jcts)), "rounds": len(data), "loss": loss,
                "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
         rows.append(row)
-        print(f"iteration {it} ({act} acted): mean avg JCT {row['avg_jct']:.0f} s over {len(jcts)} windows, "
-              f"{len(data)} rounds, loss {loss:.4f}, {row['seconds']:.0f} s", flush=True)  # fmt: skip
+        log(f"iteration {it} ({act} acted): mean avg JCT {row['avg_jct']:.0f} s over {len(jcts)} windows, "
+            f"{len(data)} rounds, loss {loss:.4f}, {row['seconds']:.0f} s")  # fmt: skip
     meta = {
         "format": "marlsched-policy",
         "agent": KIND,
