@@ -72,13 +72,22 @@ def add_run_command(subparsers) -> None:
         help="Ray cluster address, e.g. 127.0.0.1:6379 or 'auto' (default: ray.address of the config, then "
         "RAY_ADDRESS as set by `ray job submit`, else Ray starts in-process)",
     )
+    p.add_argument(
+        "--workload",
+        action="append",
+        default=None,
+        metavar="LABEL",
+        help="run only this workload of the config's `workloads:` (repeatable; default results folder "
+        "results/<config name>-<labels>)",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-task progress lines")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    cfg = load_experiment_config(args.config)
-    out = Path(args.out) if args.out else Path("results") / cfg.name
+    cfg = load_experiment_config(args.config, workloads=args.workload)
+    name = cfg.name + "".join(f"-{w}" for w in args.workload or [])
+    out = Path(args.out) if args.out else Path("results") / name
     log: Log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, flush=True))
     summary = run_experiment(cfg, out, address=args.address, log=log)
     print(f"results: {out}/report.md ({summary['tasks_run']} runs done now, {summary['tasks_reused']} reused)")

@@ -394,9 +394,25 @@ def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> Non
         raise chk.fail(path, str(e)) from None
 
 
-def load_experiment_config(path: str | Path) -> ExperimentConfig:
-    """Read and validate an experiment YAML file."""
+def load_experiment_config(path: str | Path, workloads: list[str] | None = None) -> ExperimentConfig:
+    """Read and validate an experiment YAML file; ``workloads``: only these labels of its ``workloads`` (a
+    label it lacks is named with the ones it has)."""
     data, lines = read_yaml_config(path, "experiment config", ExperimentConfigError)
+    if workloads and isinstance(data, Mapping):
+        have = data.get("workloads")
+        if not isinstance(have, Mapping):
+            raise ExperimentConfigError(f"{path}: --workload picks among `workloads:`, and this config has none")
+        missing = [w for w in workloads if w not in have]
+        if missing:
+            raise ExperimentConfigError(
+                f"{path}: no workload {', '.join(map(repr, missing))}; its workloads: {', '.join(map(str, have))}"
+            )
+        data = {**data, "workloads": {w: have[w] for w in workloads}}
+        if isinstance(data.get("published"), Mapping):  # published figures of the workloads that run
+            data["published"] = {
+                k: {w: v for w, v in fig.items() if w in workloads or w == "mean"} if isinstance(fig, Mapping) else fig
+                for k, fig in data["published"].items()
+            }
     return parse_experiment_config(data, str(path), lines)
 
 

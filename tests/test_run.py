@@ -495,3 +495,17 @@ def test_a_killed_run_leaves_nothing_behind_and_ctrl_c_stops_the_next_one_cleanl
     assert proc.returncode == 130
     assert "Traceback" not in err and "marlsched run: interrupted. What finished is kept in" in err, err
     assert done < len(list((out / "tasks").glob("*/metrics.json"))) < 12
+
+
+def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Path, monkeypatch) -> None:
+    """``marlsched run CONFIG --workload LABEL``: only that workload of ``workloads:`` runs (its published
+    figures kept); an unknown label is named beside the ones the config has."""
+    monkeypatch.chdir(REPO)
+    cfg = load_experiment_config("experiments/configs/sia_sosp23.yaml", workloads=["workload-3"])
+    assert list(cfg.workload_specs) == ["workload-3"]
+    assert all(set(fig) <= {"workload-3", "mean"} for fig in (cfg.published or {}).values())
+    with pytest.raises(ExperimentConfigError, match=r"no workload 'nov99'; its workloads: nov01, nov05, nov09"):
+        load_experiment_config("experiments/configs/quickstart.yaml", workloads=["nov99"])
+    config = _write(tmp_path, yaml.safe_dump(TINY), "tiny.yaml")
+    with pytest.raises(ExperimentConfigError, match="this config has none"):
+        load_experiment_config(config, workloads=["a"])
