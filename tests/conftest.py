@@ -21,6 +21,19 @@ def traces_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def small_predictor(traces_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A learned interference predictor fitted briefly on Gavel's pairs (2 members, 100 steps, no calibration)."""
+    from interference.cli import main as interference_cli
+
+    model = tmp_path_factory.mktemp("predictor") / "model.json"
+    data = f"gavel:{traces_dir}/gavel/simulation_throughputs.json"
+    rc = interference_cli(["interference", "train", "--data", data, "--members", "2", "--seed", "3",
+                           "--steps", "100", "--no-calibrate", "--out", str(model)])  # fmt: skip
+    assert rc == 0
+    return model
+
+
 def _artifact(traces_dir: Path, name: str, probe: str) -> Path:
     """``traces_dir / name``; the test skips when its file ``probe`` is absent."""
     d = traces_dir / name

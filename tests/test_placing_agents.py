@@ -5,6 +5,7 @@ keep one type per job and follow the scores; no leak; export equals the module; 
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import textwrap
@@ -197,6 +198,66 @@ def test_order_head_starts_from_a_priority_network_exactly() -> None:
         PlacingPriorityNet(8).load_order_head(old.state_dict())
 
 
+def test_interference_inputs_are_the_predictors_estimates_and_leave_the_untrained_order_alone(
+    tmp_path: Path, hetero_window: str, traces_dir: Path, small_predictor: Path
+) -> None:
+    from marl.env.interference_obs import PREDICTOR_FILE
+
+    window = hetero_window.replace("load=0.9", "load=0.9,max_jobs=250")
+    spec = f"learned:{small_predictor}"
+    torch.manual_seed(0)
+    plain = PlacingPriorityNet(16)
+    torch.nn.init.normal_(plain.place[-1].weight, std=0.5)  # type scores that differ from the speeds' order
+    net = PlacingPriorityNet(16, interference=True)
+    net.load_order_head(plain.state_dict())  # zero weights on the two new columns: the same scores
+
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+
+    class Recording(NetScorer):
+        def __call__(self, obs):
+            if len(seen) < 400:
+                view = agents_in.sim
+                gpus = obs["gpus"]
+                holder = np.asarray(view.gpu_job)[np.where(agents_in.grid.gpu >= 0, agents_in.grid.gpu, 0)]
+                held = (agents_in.grid.gpu >= 0) & (holder >= 0)
+                seen.append((gpus[..., -1][held], np.asarray(view.job_factor)[holder[held]], obs["cands"]))
+            return super().__call__(obs)
+
+    agents_in = PriorityAgents(Recording(net), num_agents=4, placing=True, migrate=float(np.log(1.2)),
+                               interference_inputs=spec)  # fmt: skip
+    agents_in.sim = sim = _sim(window, traces_dir)
+    with_inputs = sim.run(agents_in)
+    without = _sim(window, traces_dir).run(
+        PriorityAgents(NetScorer(plain), num_agents=4, placing=True, migrate=float(np.log(1.2)))
+    )
+    np.testing.assert_array_equal(with_inputs.jct, without.jct)  # the new columns enter only learned weights
+    # the holder's predicted factor: on servers the predictor composes the ground truth's contention term, so
+    # without GPU sharing it is what the simulator applies
+    predicted = np.concatenate([p for p, _, _ in seen])
+    truth = np.concatenate([t for _, t, _ in seen])
+    np.testing.assert_allclose(predicted, truth, rtol=1e-5)
+    assert predicted.min() < 0.95 and predicted.max() == 1.0
+    cands = np.concatenate([c[..., -1][c[..., 0] > 0] for _, _, c in seen])
+    assert 0.0 < cands.min() < 0.95 and cands.max() == 1.0  # some types offer a busy server, some a quiet one
+    # exported with its predictor: the folder runs alone and reproduces the schedule
+    meta = {"agents": {"hysteresis": float(np.log(31.0)), "num_agents": 4, "migrate": float(np.log(1.2)),
+                       "interference_inputs": spec}}  # fmt: skip
+    folder = save_priority_policy(net, tmp_path / "p", meta)
+    saved = json.loads((folder / "metadata.json").read_text())
+    assert saved["agents"]["interference_inputs"] == f"learned:{PREDICTOR_FILE}"
+    assert saved["gpu_features"][-1] == "holder_factor" and saved["cand_features"][-1] == "factor"
+    assert (folder / PREDICTOR_FILE).read_bytes() == small_predictor.read_bytes()
+    np.testing.assert_array_equal(_sim(window, traces_dir).run(load_priority_policy(folder)).jct, without.jct)
+    with pytest.raises(ValueError, match="does not match the network"):
+        save_priority_policy(plain, tmp_path / "q", meta)
+    with pytest.raises(ValueError, match="MODE"):
+        PriorityAgents(num_agents=4, placing=True, interference_inputs="learnd:x.json")
+    with pytest.raises(FileNotFoundError, match="interference train"):
+        PriorityAgents(num_agents=4, placing=True, interference_inputs=f"learned:{tmp_path / 'none.json'}")
+    with pytest.raises(ValueError, match="placing"):
+        PriorityAgents(num_agents=4, interference_inputs=spec)
+
+
 def test_scorer_output_and_bad_widths(hetero_window: str, traces_dir: Path) -> None:
     (agents, sim), obs = _first_choice(hetero_window, traces_dir)
     out = NetScorer(PlacingPriorityNet(16))(obs.arrays)
@@ -208,10 +269,8 @@ def test_scorer_output_and_bad_widths(hetero_window: str, traces_dir: Path) -> N
 
 @pytest.mark.slow
 def test_brief_rllib_training_of_placing_agents_exports_a_placing_policy(
-    ray_local, tmp_path: Path, traces_dir: Path, hetero_window: str
+    ray_local, tmp_path: Path, traces_dir: Path, hetero_window: str, small_predictor: Path
 ) -> None:
-    import json
-
     import yaml
 
     from marl.training.priority_train import train_priority
@@ -227,6 +286,7 @@ def test_brief_rllib_training_of_placing_agents_exports_a_placing_policy(
             "placing": True,
             "interference": "none",
             "interference_data": None,
+            "interference_inputs": f"learned:{small_predictor}",  # the agents consult a predictor
         },
         "model": {"hidden": 16},
         "ppo": {"iterations": 1, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
@@ -239,7 +299,10 @@ def test_brief_rllib_training_of_placing_agents_exports_a_placing_policy(
     meta = json.loads((tmp_path / "run" / "policy" / "metadata.json").read_text())
     assert meta["placing"] and meta["export_max_abs_diff"] < 1e-5 and "type_log_std" in meta["trained"]
     assert meta["program_max_abs_diff"] < 1e-5  # the torch.export program too
+    assert meta["agents"]["interference_inputs"] == "learned:interference.json"
+    assert (tmp_path / "run" / "policy" / "interference.json").is_file()
     sched = load_priority_policy(tmp_path / "run" / "policy", num_agents=4)
+    assert sched.inputs is not None
     res = _sim(hetero_window, traces_dir).run(sched)
     assert res.metrics()["jobs_completed"] == len(res.jct)
 

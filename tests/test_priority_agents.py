@@ -156,18 +156,14 @@ def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
 
 
 def test_env_runs_with_the_learned_predictor_which_matters_only_on_shared_gpus(
-    window: str, traces_dir: Path, tmp_path: Path
+    window: str, traces_dir: Path, small_predictor: Path
 ) -> None:
     # `interference: learned` trains against the predictor's file. The predictor learns GPU-sharing pairs; the
     # server and uplink terms are the ground truth's, so without GPU sharing both worlds are the same.
-    from interference.cli import main as interference_cli
     from marl.env.priority_env import PriorityEnv
 
-    model = tmp_path / "model.json"
+    model = small_predictor
     data = f"gavel:{traces_dir}/gavel/simulation_throughputs.json"
-    rc = interference_cli(["interference", "train", "--data", data, "--members", "2", "--seed", "3",
-                           "--steps", "100", "--no-calibrate", "--out", str(model)])  # fmt: skip
-    assert rc == 0
     env = PriorityEnv({"workload": window, "interference": "learned", "interference_data": str(model)})
     obs, _ = env.reset()
     obs, *_ = env.step({a: qssf_scores({"jobs": o["jobs"]}) for a, o in obs.items()})

@@ -8,6 +8,7 @@ the partition's size, and by default there is one agent per rack.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,16 +26,13 @@ from marl.deploy.policy_files import (
     save_program,
     write_metadata,
 )
+from marl.env.interference_obs import PREDICTOR_FILE, parse_inputs, resolve_inputs
 from marl.env.priority_agents import PriorityAgents
 from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
-from marl.env.topology_obs import CAND_FEATURES, GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES
+from marl.env.topology_obs import topology_features
 from marl.models.priority_net import PLACING_INPUTS, NetScorer, PlacingPriorityNet, PriorityNet
 
 KIND = "priority"
-
-
-TOPOLOGY_FEATURES = {"gpu_features": GPU_FEATURES, "server_features": SERVER_FEATURES,
-                     "rack_features": RACK_FEATURES, "cand_features": CAND_FEATURES}  # fmt: skip
 
 
 def _example(
@@ -50,7 +48,7 @@ def _example(
     per rack, GPUs per server and GPU types of a placing network's topology inputs."""
     gen = torch.Generator().manual_seed(seed)
     r, s, g, t = grid
-    shapes = JobSetLayout(N=n, K=k, R=r, S=s, G=g, T=t).shapes()
+    shapes = JobSetLayout(N=n, K=k, R=r, S=s, G=g, T=t, interference=getattr(net, "interference", False)).shapes()
     keys = PLACING_INPUTS if isinstance(net, PlacingPriorityNet) else ("jobs", "parts")
     out = {key: torch.rand((batch, *shapes[key]), generator=gen) for key in keys}
     out["jobs"][..., 0] = 1.0
@@ -76,10 +74,20 @@ def save_program_of(net: PriorityNet, path: Path) -> float:
 def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str, Any]) -> Path:
     """Write ``policy.pt`` (TorchScript, any batch, slot and partition count), the same network as a
     ``torch.export`` program (``policy.pt2``) and ``metadata.json`` into ``folder`` atomically (a temporary
-    folder renamed into place)."""
+    folder renamed into place). A learned predictor the agents consult (``meta["agents"]["interference_inputs"]``,
+    ``learned:PATH``) is copied in as ``interference.json``, so the folder runs anywhere."""
     folder = Path(folder)
     net = net.eval()
     placing = isinstance(net, PlacingPriorityNet)
+    inputs = (meta.get("agents") or {}).get("interference_inputs")
+    if bool(inputs) != bool(getattr(net, "interference", False)):
+        raise ValueError(f"agents.interference_inputs {inputs!r} does not match the network (interference columns: "
+                         f"{getattr(net, 'interference', False)})")  # fmt: skip
+    predictor = None
+    if inputs:
+        mode, predictor = parse_inputs(inputs)
+        if mode == "learned":
+            meta = {**meta, "agents": {**meta["agents"], "interference_inputs": f"learned:{PREDICTOR_FILE}"}}
     with torch.no_grad():
         scripted = torch.jit.script(net)
         example = _example(net)
@@ -89,7 +97,7 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
         "hidden": net.hidden,
         "job_features": list(JOB_FEATURES),
         "part_features": list(PART_FEATURES),
-        **({key: list(cols) for key, cols in TOPOLOGY_FEATURES.items()} if placing else {}),
+        **({key: list(cols) for key, cols in topology_features(bool(inputs)).items()} if placing else {}),
         "export_max_abs_diff": err,
         "torch": torch.__version__,
         **dict(meta),
@@ -97,13 +105,22 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
     with atomic_folder(folder) as tmp:
         scripted.save(str(tmp / TORCHSCRIPT))
         full["program_max_abs_diff"] = save_program_of(net, tmp / PROGRAM)
+        if inputs and parse_inputs(inputs)[0] == "learned":
+            shutil.copyfile(predictor, tmp / PREDICTOR_FILE)
         write_metadata(tmp, KIND, full)
     return folder
 
 
 def network_of(meta: Mapping[str, Any]) -> tuple[PriorityNet, Callable[[PriorityNet, Path], float]]:
     """The untrained network a folder's metadata describes and the writer of its program (export-program)."""
-    return (PlacingPriorityNet if meta.get("placing") else PriorityNet)(int(meta["hidden"])), save_program_of
+    hidden = int(meta["hidden"])
+    if meta.get("placing"):
+        return PlacingPriorityNet(hidden, bool(_agents(meta).get("interference_inputs"))), save_program_of
+    return PriorityNet(hidden), save_program_of
+
+
+def _agents(meta: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(meta.get("agents") or {})
 
 
 def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:
@@ -116,7 +133,8 @@ def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:
     if meta.get("agent") != KIND:
         raise ValueError(f"{path}: agent {meta.get('agent')!r} is not {KIND!r}")
     columns = {"job_features": JOB_FEATURES, "part_features": PART_FEATURES}
-    for key, cols in (columns | (TOPOLOGY_FEATURES if meta.get("placing") else {})).items():
+    topology = topology_features(bool(_agents(meta).get("interference_inputs")))
+    for key, cols in (columns | (topology if meta.get("placing") else {})).items():
         if tuple(meta.get(key, ())) != cols:
             raise ValueError(f"{path}: {key} differ from this marlsched's {list(cols)}; retrain or re-export")
     return meta
@@ -139,6 +157,7 @@ def load_priority_policy(
         num_agents=num_agents,
         placing=placing,
         migrate=agents.get("migrate"),
+        interference_inputs=resolve_inputs(agents.get("interference_inputs"), policy_dir),
         hysteresis=float(agents.get("hysteresis", PriorityAgents.__init__.__kwdefaults__["hysteresis"])),
         name=name,
     )

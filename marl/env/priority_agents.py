@@ -41,6 +41,7 @@ from cluster_sim.policies.base import PolicyScheduler, admitted_by_budget
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, Preempt, Resize, SchedulerView, Start
 from cluster_sim.typed_placement import GPU_TYPE_ORDERS, one_type_placement, place_on_type
+from marl.env.interference_obs import InterferenceInputs
 from marl.env.partitions import partition_pool
 from marl.env.priority_features import JobSetLayout, PriorityObservation, observe_partitions
 from marl.env.topology_obs import LOG_SPEED_FLOOR, SpeedCache, cand_column, observe_topology, partition_grid
@@ -79,6 +80,7 @@ class PriorityAgents(PolicyScheduler):
         placing: bool = False,
         gpu_type: str = "fastest",
         migrate: float | None = None,
+        interference_inputs: str | None = None,
         **kw,
     ) -> None:
         super().__init__("consolidate", **kw)
@@ -101,6 +103,9 @@ class PriorityAgents(PolicyScheduler):
             raise ValueError(f"migrate: a margin >= 0 with gpu_type fastest (or None: never move), got {migrate}")
         self.migrate = migrate
         self.speeds = SpeedCache()
+        if interference_inputs is not None and not self.placing:
+            raise ValueError("interference_inputs are columns of the placing agents' topology: set placing too")
+        self.inputs = InterferenceInputs(interference_inputs) if interference_inputs is not None else None
         self.name = kw.get("name") or "marl-priority"
 
     # ------------------------------------------------------------ lifecycle
@@ -118,7 +123,10 @@ class PriorityAgents(PolicyScheduler):
             raise ValueError(f"slots must be >= 2, got {n_slots}")
         self.grid = partition_grid(topo, self.parts) if self.placing else None
         r, s, g, t = self.grid.shape if self.grid is not None else (0, 0, 0, 0)
-        self.layout = JobSetLayout(N=int(n_slots), K=self.num_agents, R=r, S=s, G=g, T=t)
+        self.layout = JobSetLayout(N=int(n_slots), K=self.num_agents, R=r, S=s, G=g, T=t,
+                                   interference=self.inputs is not None)  # fmt: skip
+        if self.inputs is not None:
+            self.inputs.reset(view)
         stype = np.asarray(topo.server_gpu_type)
         self.mixed = [bool(np.ptp(stype[p.servers.start : p.servers.stop]) > 0) for p in self.parts]
         self.spill_place = one_type_placement(consolidate, topo, "fastest")
@@ -151,7 +159,7 @@ class PriorityAgents(PolicyScheduler):
         obs = observe_partitions(self, view, queue)
         if self.grid is not None:
             topo = observe_topology(self.grid, view, obs.job_ids, obs.running, self.speeds,
-                                    self.history.expected_remaining, self.layout.LOG_SCALE)  # fmt: skip
+                                    self.history.expected_remaining, self.layout.LOG_SCALE, self.inputs)  # fmt: skip
             obs.arrays.update(topo)
         self.last_obs = obs
         return obs

@@ -63,6 +63,7 @@ class PriorityEnvConfig:
     envs_per_runner: int = 1  # set by training: with several, each runner's copies draw their own seeds
     placing: bool = False  # the agents also choose each started job's GPU type (type scores in the action)
     migrate: float | None = None  # move a running job to a type whose score beats its own by this (None: never)
+    interference_inputs: str | None = None  # placing agents also read this predictor's estimates (MODE[:PATH])
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PriorityEnvConfig:
@@ -127,6 +128,7 @@ class PriorityEnv(MultiAgentEnv):
             hysteresis=cfg.hysteresis,
             placing=cfg.placing,
             migrate=cfg.migrate,
+            interference_inputs=cfg.interference_inputs,
         )
         self.possible_agents = [f"p{k}" for k in range(cfg.num_agents)]
         self.agents = list(self.possible_agents)

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from cluster_sim.protocol import SchedulerView
-from marl.env.topology_obs import CAND_FEATURES, GPU_FEATURES, RACK_FEATURES, SERVER_FEATURES, log_hours
+from marl.env.topology_obs import log_hours, topology_features
 
 JOB_FEATURES: tuple[str, ...] = (
     "valid",  # structural: 1 for a job, 0 for padding
@@ -63,7 +63,8 @@ CRITIC_FEATURES: tuple[str, ...] = (
 class JobSetLayout:
     """Shapes of one agent's observation: ``N`` job slots, ``K`` partitions; for agents that also place
     (``T`` > 0), the partition's grid of ``R`` racks x ``S`` servers x ``G`` GPUs and ``T`` GPU types
-    (:mod:`marl.env.topology_obs`)."""
+    (:mod:`marl.env.topology_obs`); ``interference``: the placing arrays carry an interference predictor's
+    estimates (:mod:`marl.env.interference_obs`)."""
 
     N: int
     K: int
@@ -71,6 +72,7 @@ class JobSetLayout:
     S: int = 0
     G: int = 0
     T: int = 0
+    interference: bool = False
     LOG_SCALE = 10.0  # ln(seconds) / 10: ln(1 s) = 0, ln(1 day) = 11.4
 
     @property
@@ -84,12 +86,13 @@ class JobSetLayout:
     def shapes(self) -> dict[str, tuple[int, ...]]:
         out = {"jobs": (self.N, len(JOB_FEATURES)), "parts": (self.K, len(PART_FEATURES))}
         if self.placing:
+            cols = topology_features(self.interference)
             out |= {
-                "gpus": (self.R, self.S, self.G, len(GPU_FEATURES)),
-                "servers": (self.R, self.S, len(SERVER_FEATURES)),
-                "racks": (self.R, len(RACK_FEATURES)),
+                "gpus": (self.R, self.S, self.G, len(cols["gpu_features"])),
+                "servers": (self.R, self.S, len(cols["server_features"])),
+                "racks": (self.R, len(cols["rack_features"])),
                 "server_type": (self.R, self.S, self.T),
-                "cands": (self.N, self.T, len(CAND_FEATURES)),
+                "cands": (self.N, self.T, len(cols["cand_features"])),
             }
         return out
 

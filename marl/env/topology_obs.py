@@ -21,13 +21,16 @@ Column 0 of each is ``valid`` (1 for a real element, 0 for padding).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cluster_sim.protocol import SchedulerView
 from cluster_sim.typed_placement import type_speeds
 from topology.partition import Partition
+
+if TYPE_CHECKING:
+    from marl.env.interference_obs import InterferenceInputs
 from topology.view import ClusterView
 
 HOUR_S = 3600.0
@@ -72,6 +75,20 @@ LOG_SPEED_FLOOR = -3.0
 
 def cand_column(name: str) -> int:
     return CAND_FEATURES.index(name)
+
+
+def topology_features(interference: bool = False) -> dict[str, tuple[str, ...]]:
+    """The column names of every topology array; ``interference``: with the predictor's estimates
+    (:mod:`marl.env.interference_obs`) after the GPU and candidate columns."""
+    from marl.env.interference_obs import CAND_INTERFERENCE_FEATURES, GPU_INTERFERENCE_FEATURES
+
+    extra_gpu, extra_cand = (GPU_INTERFERENCE_FEATURES, CAND_INTERFERENCE_FEATURES) if interference else ((), ())
+    return {
+        "gpu_features": GPU_FEATURES + extra_gpu,
+        "server_features": SERVER_FEATURES,
+        "rack_features": RACK_FEATURES,
+        "cand_features": CAND_FEATURES + extra_cand,
+    }
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,17 +183,19 @@ def observe_topology(
     speeds: SpeedCache,
     expected_remaining: Any,
     log_scale: float,
+    inputs: InterferenceInputs | None = None,
 ) -> dict[str, np.ndarray]:
     """The topology arrays of every agent (leading axis K) at this scheduling point. ``job_ids``/``running``:
     the job slots ``(K, N)`` of :func:`marl.env.priority_features.observe_partitions`;
-    ``expected_remaining(view, ids)``: the tenants' history estimate (seconds)."""
+    ``expected_remaining(view, ids)``: the tenants' history estimate (seconds); ``inputs``: the interference
+    predictor whose estimates join the GPU and candidate columns (:func:`topology_features`)."""
     jobs = view.jobs
     need = jobs.num_gpus.astype(np.int64)
     gpu_job = np.asarray(view.gpu_job)
     gv = grid.gpu >= 0
     holder = np.where(gv, gpu_job[np.where(gv, grid.gpu, 0)], -1)
     held = holder >= 0
-    feats = np.zeros((*grid.gpu.shape, len(GPU_FEATURES)), dtype=np.float64)
+    feats = np.zeros((*grid.gpu.shape, len(GPU_FEATURES) + (inputs is not None)), dtype=np.float64)
     feats[..., 0] = gv
     feats[..., 1] = gv & ~held
     if held.any():
@@ -185,6 +204,8 @@ def observe_topology(
         feats[..., 2][held] = (np.log2(need[ids]) / 7.0)[inv]
         feats[..., 3][held] = log_hours(view.attained_services(ids))[inv]
         feats[..., 4][held] = rem[inv]
+    if inputs is not None:
+        feats[..., 5] = np.where(gv, inputs.holder_factors(view, holder, grid.gpu), 0.0)
 
     sv = grid.server >= 0
     free_gpus = (gv & ~held).sum(axis=-1)  # (K, R, S)
@@ -213,7 +234,7 @@ def observe_topology(
     fastest = np.argmax(rel, axis=-1)
     demand = np.zeros((k_n, t_n))
     np.add.at(demand, (np.nonzero(waiting)[0], fastest[waiting]), g[waiting])
-    cands = np.zeros((k_n, n_n, t_n, len(CAND_FEATURES)), dtype=np.float64)
+    cands = np.zeros((k_n, n_n, t_n, len(CAND_FEATURES) + (inputs is not None)), dtype=np.float64)
     cands[..., 0] = ok
     cands[..., 1] = np.maximum(np.log(np.maximum(rel, 1e-12)), LOG_SPEED_FLOOR)
     cands[..., 2] = type_free[:, None, :] >= g[..., None]
@@ -221,6 +242,9 @@ def observe_topology(
     cands[..., 4] = (tg / tg.sum(axis=1, keepdims=True))[:, None, :]
     cands[..., 5] = current
     cands[..., 6] = np.log1p(demand / np.maximum(tg, 1))[:, None, :]
+    if inputs is not None:
+        stype = np.argmax(grid.server_type, axis=-1)
+        cands[..., 7] = inputs.candidate_factors(view, grid.server, free_gpus, stype, job_ids)
     cands[~ok] = 0.0
     return {
         "gpus": feats.astype(np.float32),

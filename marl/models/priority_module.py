@@ -46,6 +46,7 @@ def priority_module_spec(
             "init_log_std": float(init_log_std),
             "init_policy": init_policy,
             "placing": layout.placing,
+            "interference": layout.interference,
             "init_type_log_std": float(init_log_std if init_type_log_std is None else init_type_log_std),
         },
     )
@@ -65,14 +66,16 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
     def setup(self) -> None:
         cfg = self.model_config or {}
         self.placing = bool(cfg.get("placing", False))
-        self.net = (PlacingPriorityNet if self.placing else PriorityNet)(int(cfg.get("hidden", 64)))
+        hidden = int(cfg.get("hidden", 64))
+        inputs = bool(cfg.get("interference", False))
+        self.net = PlacingPriorityNet(hidden, inputs) if self.placing else PriorityNet(hidden)
         if cfg.get("init_policy"):  # every copy (learner, env runners) loads the same file: no sync needed
             state = _start_weights(cfg["init_policy"])
             placing_state = any(k.startswith("topology.") for k in state)
-            if isinstance(self.net, PlacingPriorityNet) and not placing_state:
-                self.net.load_order_head(state)  # a priority policy's order, each job on its fastest type
-            elif placing_state != self.placing:
+            if placing_state and not self.placing:
                 raise ValueError(f"{cfg['init_policy']}: a placing policy cannot start agents that do not place")
+            if isinstance(self.net, PlacingPriorityNet):
+                self.net.load_order_head(state)  # its order (and placing), zero weights on the inputs it lacks
             else:
                 self.net.load_state_dict(state)
         self.log_std = nn.Parameter(torch.tensor(float(cfg.get("init_log_std", -1.0))))

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
-from marl.env.topology_obs import CAND_FEATURES, cand_column
+from marl.env.topology_obs import cand_column, topology_features
 from marl.models.inference import cpu_inference, subnormals_flushed
 from marl.models.topology_encoder import TopologyEncoder
 
@@ -91,15 +91,22 @@ class PlacingPriorityNet(PriorityNet):
     their priors, the type head at the job's log speed on the type relative to its fastest: untrained, the
     agents are QSSF's order with each job on its fastest type that holds it (``@fastest``), and
     :meth:`load_order_head` starts the order head from a :class:`PriorityNet` exactly.
+
+    ``interference``: the inputs carry an interference predictor's estimates (a GPU column, the holder's
+    predicted factor, and a candidate column, the job's predicted factor on the type;
+    :mod:`marl.env.interference_obs`). They enter the learned parts only, so the untrained network is the
+    same ``@fastest`` order with or without them.
     """
 
-    def __init__(self, hidden: int = 64) -> None:
+    def __init__(self, hidden: int = 64, interference: bool = False) -> None:
         super().__init__(hidden)
         h = hidden
-        self.topology = TopologyEncoder(h)
+        cols = topology_features(interference)
+        self.interference = bool(interference)
+        self.topology = TopologyEncoder(h, len(cols["gpu_features"]))
         self.score = nn.Sequential(nn.Linear(6 * h, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
         self.place = nn.Sequential(
-            nn.Linear(3 * h + len(CAND_FEATURES), h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1)
+            nn.Linear(3 * h + len(cols["cand_features"]), h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1)
         )
         for head in (self.score, self.place):
             nn.init.zeros_(head[-1].weight)
@@ -150,20 +157,20 @@ class PlacingPriorityNet(PriorityNet):
 
     @torch.jit.unused
     def load_order_head(self, state: dict[str, torch.Tensor]) -> None:
-        """Start the order head and the critic from a :class:`PriorityNet`'s ``state``: the context's new
-        columns (the topology's) get zero weights, so the job scores are that network's exactly."""
+        """Start from a smaller network's ``state``: a :class:`PriorityNet`'s (the context's topology columns
+        get zero weights) or a placing network's without the interference columns (zero weights on them),
+        so the scores are that network's exactly."""
         own = self.state_dict()
         for key, value in state.items():
             if key not in own:
                 raise ValueError(f"{key!r} is not a parameter of the placing network; give a PriorityNet's state")
-            if own[key].shape == value.shape:
+            mine = own[key]
+            if mine.shape == value.shape:
                 own[key] = value.clone()
-            elif key in ("score.0.weight", "value_head.0.weight") and own[key].shape[0] == value.shape[0]:
-                own[key] = torch.cat([value, value.new_zeros(value.shape[0], own[key].shape[1] - value.shape[1])], 1)
+            elif value.dim() == 2 and mine.shape[0] == value.shape[0] and mine.shape[1] > value.shape[1]:
+                own[key] = torch.cat([value, value.new_zeros(value.shape[0], mine.shape[1] - value.shape[1])], 1)
             else:
-                raise ValueError(
-                    f"{key}: shape {tuple(value.shape)} does not fit {tuple(own[key].shape)} (hidden size?)"
-                )
+                raise ValueError(f"{key}: shape {tuple(value.shape)} does not fit {tuple(mine.shape)} (hidden size?)")
         self.load_state_dict(own)
 
 

@@ -33,15 +33,16 @@ def _pool(x: torch.Tensor, valid: torch.Tensor, dim: int) -> torch.Tensor:
 
 class TopologyEncoder(nn.Module):
     """``forward(gpus (B,R,S,G,Fg), servers (B,R,S,Fs), racks (B,R,Fr), server_type (B,R,S,T))`` ->
-    ``(partition (B, H), types (B, T, H))``."""
+    ``(partition (B, H), types (B, T, H))``; ``gpu_features``: the GPU columns (more with an interference
+    predictor's estimates, :func:`marl.env.topology_obs.topology_features`)."""
 
-    def __init__(self, hidden: int = 64) -> None:
+    def __init__(self, hidden: int = 64, gpu_features: int = len(GPU_FEATURES)) -> None:
         # imported here: building the network needs torch-geometric, running its TorchScript does not
         from torch_geometric.nn import DenseGraphConv
 
         super().__init__()
         h = hidden
-        self.gpu_in = nn.Linear(len(GPU_FEATURES), h)
+        self.gpu_in = nn.Linear(gpu_features, h)
         self.gpu_conv = DenseGraphConv(h, h, aggr="mean")
         self.server_in = nn.Linear(h + len(SERVER_FEATURES), h)
         self.server_conv = DenseGraphConv(h, h, aggr="mean")

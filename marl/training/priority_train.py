@@ -400,13 +400,15 @@ def _exporter(
 
     def export(folder: Path) -> Path:
         module = algo.get_module(POLICY_ID)
-        net = (PlacingPriorityNet if cfg["env"].get("placing") else PriorityNet)(int(cfg["model"]["hidden"]))
-        net.load_state_dict(module.net.state_dict())
         env = cfg["env"]
+        hidden = int(cfg["model"]["hidden"])
+        inputs = bool(env.get("interference_inputs"))
+        net = PlacingPriorityNet(hidden, inputs) if env.get("placing") else PriorityNet(hidden)
+        net.load_state_dict(module.net.state_dict())
         agents = {"hysteresis": env.get("hysteresis", PriorityEnvConfig.hysteresis), "per": "rack"}
         if env.get("placing"):  # an agent must hold several GPU types to choose: run as many as trained
             agents = {"hysteresis": agents["hysteresis"], "num_agents": env.get("num_agents", 4),
-                      "migrate": env.get("migrate")}  # fmt: skip
+                      "migrate": env.get("migrate"), "interference_inputs": env.get("interference_inputs")}  # fmt: skip
         meta = {
             "agents": agents,
             "warm_start": cfg["model"]["init_policy"] or "QSSF's scores (the untrained network)",
