@@ -172,6 +172,7 @@ def _priority_training_lines(section: PriorityTrainSection, train_info: Mapping[
     from marl.env.priority_env import PriorityEnvConfig
 
     env = PriorityEnvConfig.from_dict(section.config["env"])
+    init = (section.config.get("model") or {}).get("init_policy")
     what = "order their partition's jobs and choose each job's GPU type" if env.placing else "order their jobs"
     if env.placing and env.migrate is not None:
         what += f", moving a running job to a type whose score beats its own by ln {math.exp(env.migrate):.3g}"
@@ -187,8 +188,10 @@ def _priority_training_lines(section: PriorityTrainSection, train_info: Mapping[
         f"{train_info.get('train_s', 0):.0f} s"
         + "".join(f" (resumed after iteration {i})" for i in train_info.get("resumed_after", []))
         + f" on {episodes}, interference `{env.interference}`. "
-        f"`{MARL_WARM_START}` is the same network before any update (QSSF's order"
+        f"`{MARL_WARM_START}` is the same network before any update ("
+        + (f"the order of `{init}`, its warm start by imitation" if init else "QSSF's order")
         + (", each job on its fastest GPU type" if env.placing else "")
+        + (", the interference predictor's estimates among its inputs" if env.interference_inputs else "")
         + "): the paired difference between the two is what training added.",
         "",
     ]

@@ -7,7 +7,12 @@
   a score per (job, GPU type) that picks the type a job starts on and moves running jobs to a faster one
   (``marl.env.priority_agents``). Untrained, the network is QSSF.
 - Observes: requests, tenant, wait, attained service and the tenant's history of finished jobs; never a job's own
-  duration (``marl.env.priority_features``, ``marl.env.topology_obs``).
+  duration (``marl.env.priority_features``, ``marl.env.topology_obs``); placing, with ``interference_inputs``,
+  also a learned interference predictor's estimates where jobs share servers (``marl.env.interference_obs``).
+
+The default agent, the system marlsched describes, is this agent placing with the predictor's estimates, warm
+started by imitation (``dagger``) and then trained with ``ppo``: ``experiments/configs/default_imitation.yaml``,
+then ``default_small.yaml`` or ``default_hetero.yaml``.
 """
 
 from marl.agents.spec import AgentSpec, Algorithm
@@ -22,10 +27,10 @@ SPEC = AgentSpec(
     algorithms=(
         Algorithm("ppo", "per-partition agents, shared RLModule, RLlib PPO",
                   "marl.training.priority_train:train_priority", "ppo.iterations",
-                  "experiments/configs/marl_philly.yaml", parse="marl.training.priority_train:parse_checked"),
+                  "experiments/configs/default_small.yaml", parse="marl.training.priority_train:parse_checked"),
         Algorithm("dagger", "DAgger on the true remaining time (privileged label)",
                   "marl.training.priority_dagger:train", "dagger_rounds",
-                  "experiments/configs/priority_dagger_small.yaml",
+                  "experiments/configs/default_imitation.yaml",
                   settings="marl.training.priority_dagger:PriorityDaggerConfig"),
         Algorithm("es", "evolution strategies on the placing agents' GPU-type head", "marl.training.placing_es:train",
                   "iterations", "experiments/configs/placing_es_small_hetero.yaml",
