@@ -159,16 +159,16 @@ def test_registries_refuse_a_taken_name_and_plugins_fail_in_one_line(tmp_path: P
         import_target(str(bad))
 
 
-def test_readme_python_api_runs_exactly_as_printed(tmp_path: Path, monkeypatch, capsys) -> None:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Python API", 1)[1]
+def test_docs_python_api_runs_exactly_as_printed(tmp_path: Path, monkeypatch, capsys) -> None:
+    page = (REPO / "docs" / "guide" / "simulate.md").read_text()
+    section = page.split("## Python API", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "__readme__"})
+    exec(compile(code, "docs/guide/simulate.md (Python API)", "exec"), {"__name__": "__docs__"})
     printed = capsys.readouterr().out
     fifo, tiresias = (float(re.search(rf"{n}\s+avg JCT\s+(\d+) s", printed).group(1)) for n in ("fifo", "tiresias"))
     assert fifo > 1.2 * tiresias > 0, "the example must run where the schedulers differ (jobs queue)"
-    assert f"fifo {fifo:,.0f} s and tiresias {tiresias:,.0f} s" in " ".join(section.split()), "README's figures"
+    assert f"fifo {fifo:,.0f} s and tiresias {tiresias:,.0f} s" in " ".join(section.split()), "the page's figures"
     metrics = json.loads((tmp_path / "results" / "api-demo" / "metrics.json").read_text())
     assert metrics["scheduler"] == "tiresias" and metrics["jobs_completed"] == 2000
     assert metrics["avg_jct"] == pytest.approx(tiresias, abs=1)
@@ -327,7 +327,7 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
 
     monkeypatch.chdir(REPO)
     commands = readme_commands()
-    assert len(commands) >= 15
+    assert len(commands) >= 5
     checked = 0
     for line in commands:
         argv = shlex.split(line)
@@ -362,7 +362,7 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
                 if value and not later(value):
                     assert Path(value.removeprefix("gavel:").removeprefix("pairs:")).exists(), (line, value)
         checked += 1
-    assert checked >= 12
+    assert checked >= 3
 
 
 def test_readme_examples_runner_runs_commands_in_order_and_stops_at_a_failure(tmp_path: Path) -> None:
