@@ -73,9 +73,9 @@ def test_every_page_with_commands_is_read_by_the_runner() -> None:
 
 
 @pytest.mark.slow
-def test_fast_examples_of_the_readme_and_the_docs_run_in_order(tmp_path: Path) -> None:
+def test_fast_examples_of_the_readme_and_the_docs_run_in_order(tmp_path: Path, traces_dir: Path) -> None:
     """Every block marked fast, in the order a reader meets them, in a scratch tree (the checkout's results/
-    untouched); the first failure shows its log."""
+    untouched; the traces as ../shared beside it); the first failure shows its log."""
     from experiments.readme_examples import all_examples, skip_reason
 
     fast = [e for e in all_examples() if e.fast]
