@@ -159,16 +159,16 @@ def test_registries_refuse_a_taken_name_and_plugins_fail_in_one_line(tmp_path: P
         import_target(str(bad))
 
 
-def test_readme_python_api_runs_exactly_as_printed(tmp_path: Path, monkeypatch, capsys) -> None:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Python API", 1)[1]
+def test_docs_python_api_runs_exactly_as_printed(tmp_path: Path, monkeypatch, capsys) -> None:
+    page = (REPO / "docs" / "guide" / "simulate.md").read_text()
+    section = page.split("## Python API", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "__readme__"})
+    exec(compile(code, "docs/guide/simulate.md (Python API)", "exec"), {"__name__": "__docs__"})
     printed = capsys.readouterr().out
     fifo, tiresias = (float(re.search(rf"{n}\s+avg JCT\s+(\d+) s", printed).group(1)) for n in ("fifo", "tiresias"))
     assert fifo > 1.2 * tiresias > 0, "the example must run where the schedulers differ (jobs queue)"
-    assert f"fifo {fifo:,.0f} s and tiresias {tiresias:,.0f} s" in " ".join(section.split()), "README's figures"
+    assert f"fifo {fifo:,.0f} s and tiresias {tiresias:,.0f} s" in " ".join(section.split()), "the page's figures"
     metrics = json.loads((tmp_path / "results" / "api-demo" / "metrics.json").read_text())
     assert metrics["scheduler"] == "tiresias" and metrics["jobs_completed"] == 2000
     assert metrics["avg_jct"] == pytest.approx(tiresias, abs=1)
@@ -310,24 +310,25 @@ def test_a_damaged_policy_folder_is_named_with_the_fix(tmp_path, capsys) -> None
             )  # fmt: skip
 
 
-def test_every_readme_command_names_what_exists(monkeypatch) -> None:
-    """Each README command parses, and what it names exists and is understood: workload specs, clusters,
-    schedulers (custom ones loaded), configs, data files, scripts. Files an earlier README command writes
-    (results/...) are taken on trust. Running them all is the job of the commands themselves."""
+def test_every_documented_command_names_what_exists(monkeypatch) -> None:
+    """Each command of the README and the docs pages (the runner's, fast or not) parses, and what it names
+    exists and is understood: workload specs, clusters, schedulers (custom ones loaded), configs and their
+    workload labels, data files, scripts. Files an earlier command writes (results/...) are taken on trust.
+    Running them all is the job of experiments/readme_examples.py (the fast ones run in tests/test_docs.py)."""
     import shlex
 
     from cluster_sim.plugins import load_plugins
     from cluster_sim.workload_spec import check_workload_spec
     from experiments.cli import build_parser
-    from experiments.readme_examples import readme_commands
+    from experiments.readme_examples import all_examples
     from experiments.run_config import load_experiment_config
     from experiments.simulate import make_scheduler_by_name, split_policies
     from marl.training.recipes import load_recipe_config
     from topology.datacenter import CLUSTER_PRESETS
 
     monkeypatch.chdir(REPO)
-    commands = readme_commands()
-    assert len(commands) >= 15
+    commands = [e.command for e in all_examples()]
+    assert len(commands) >= 40
     checked = 0
     for line in commands:
         argv = shlex.split(line)
@@ -352,7 +353,7 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
                 if not later(name.removeprefix("marl:")) and "=results/" not in name:
                     make_scheduler_by_name(name, 0)
         elif args.command == "run":
-            load_experiment_config(args.config)
+            load_experiment_config(args.config, workloads=args.workload)
         elif args.command in ("train", "train-priority"):
             load_recipe_config(args.config)
         elif args.command == "interference":
@@ -362,7 +363,7 @@ def test_every_readme_command_names_what_exists(monkeypatch) -> None:
                 if value and not later(value):
                     assert Path(value.removeprefix("gavel:").removeprefix("pairs:")).exists(), (line, value)
         checked += 1
-    assert checked >= 12
+    assert checked >= 35
 
 
 def test_readme_examples_runner_runs_commands_in_order_and_stops_at_a_failure(tmp_path: Path) -> None:

@@ -57,14 +57,14 @@ def test_tiresias_replay_matches_the_published_figures(pollux_dir: Path):
     assert float(np.mean(again.jct)) == jct[-1]  # bit for bit
 
 
-def test_readme_pollux_snippet_prints_what_it_says(pollux_dir: Path, monkeypatch, capsys):
+def test_docs_pollux_snippet_prints_what_it_says(pollux_dir: Path, monkeypatch, capsys):
     import re
 
     repo = Path(__file__).resolve().parents[1]
-    section = (repo / "README.md").read_text().split("**Pollux's workloads.**", 1)[1]
+    section = (repo / "docs" / "guide" / "replays.md").read_text().split("## Pollux's workloads", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(repo)
-    exec(compile(code, "README.md (Pollux's workloads)", "exec"), {"__name__": "__readme__"})
+    exec(compile(code, "docs/guide/replays.md (Pollux's workloads)", "exec"), {"__name__": "__docs__"})
     printed = float(capsys.readouterr().out.split()[0])
     claimed = float(re.search(r"# (\d+) s; Pollux's simulator", code).group(1))
     assert round(printed) == claimed
