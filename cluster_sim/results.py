@@ -29,6 +29,15 @@ METRIC_KEYS = (
 )  # fmt: skip
 
 
+def sample_timeline(t: np.ndarray, values: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """A step function (value from each time on) sampled at ``points`` evenly spaced times."""
+    if len(t) == 0:
+        return np.zeros(0), np.zeros(0)
+    grid = np.linspace(float(t[0]), float(t[-1]), points)
+    idx = np.clip(np.searchsorted(t, grid, side="right") - 1, 0, len(t) - 1)
+    return grid, values[idx].astype(np.float64)
+
+
 @dataclass(eq=False)
 class SimResult:
     scheduler: str
@@ -98,6 +107,19 @@ class SimResult:
     def slowdown(self) -> np.ndarray:
         """JCT relative to the job's ideal run time (1.0 = ran at once, ideally placed)."""
         return self.jct / self.workload.duration
+
+    def plot_series(self, points: int) -> dict[str, np.ndarray]:
+        """What the plots draw (finished jobs' JCTs; queue and busy fraction at ``points`` times from the
+        first event), small enough to keep per run of an experiment."""
+        grid, busy = sample_timeline(self.timeline_t, self.timeline_busy, points)
+        _, queue = sample_timeline(self.timeline_t, self.timeline_queue, points)
+        jct = self.jct
+        return {
+            "jct": jct[~np.isnan(jct)].astype(np.float64),
+            "t": grid - (grid[0] if len(grid) else 0.0),
+            "utilization": busy / self.num_gpus,
+            "queue": queue,
+        }
 
     def metrics(self) -> dict[str, float | int | str]:
         done = ~np.isnan(self.end)

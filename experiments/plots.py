@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,58 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.results import save_figure
+
+RunKey = tuple[str, int]  # (workload label, seed)
+Runs = Mapping[str, Mapping[RunKey, Mapping[str, Any]]]  # scheduler -> run -> metrics
+
+
+def improvement(rows: Runs, sched: str, base: str, key: str) -> list[float]:
+    """Per-run reduction of ``key`` (percent) of ``sched`` relative to ``base`` on the same workload and seed
+    (positive: sched is better)."""
+    out = []
+    for run, m in rows[sched].items():
+        b = rows[base].get(run, {}).get(key)
+        if b and not math.isnan(b) and not math.isnan(m[key]):
+            out.append(100.0 * (b - m[key]) / b)
+    return out
+
+
+def write_plots(
+    plot_dir: Path,
+    rows: Runs,
+    series: Mapping[str, Mapping[RunKey, Mapping[str, np.ndarray]]],
+    *,
+    baseline: str | None,
+    timeline_run: RunKey,
+    workload_name: str,
+) -> dict[str, str]:
+    """The plots of a comparison, what `marlsched run` and `marlsched simulate --plot` both write: file name
+    -> caption. ``series``: per run, ``jct``, ``t``, ``queue``, ``utilization`` (SimResult.plot_series);
+    ``timeline_run`` is the run the timeline shows, ``workload_name`` how its workload is called."""
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    names = list(rows)
+    avg = {n: [float(m["avg_jct"]) for m in rows[n].values()] for n in names}
+    seed = timeline_run[1]
+    figures = {
+        "jct_cdf.png": "JCT distribution, all runs' jobs pooled: the fraction of jobs done within each time (log "
+        "hours); a curve further left is better; the legend's average JCT is the table's (mean of the runs' "
+        "averages) and names curves identical to another",
+        "timeline.png": f"Queue length and busy GPUs over simulated time ({workload_name}, seed {seed}): where the "
+        "queue empties, utilisation falls to what the last long jobs hold",
+        "avg_jct.png": "Average JCT per scheduler (bar: mean over runs; whisker: their std)",
+    }
+    jct_means = {n: float(np.nanmean(v)) if v else math.nan for n, v in avg.items()}  # as report._mean_std
+    jct_cdf({n: [s["jct"] for s in series[n].values()] for n in names}, jct_means, plot_dir / "jct_cdf.png")
+    timelines({n: series[n][timeline_run] for n in names}, plot_dir / "timeline.png", workload_name, seed)
+    bars(avg, plot_dir / "avg_jct.png", ylabel="average JCT (s)")
+    if baseline is not None:
+        gains = {n: improvement(rows, n, baseline, "avg_jct") for n in names}
+        paired_bars(gains, plot_dir / "paired_avg_jct.png", baseline)
+        figures["paired_avg_jct.png"] = (
+            f"Average JCT reduction against {baseline}, run by run on the same workload and seed (bar: mean; "
+            "whisker: std over the pairs): the verdict the workloads' own spread hides in the plot above"
+        )
+    return figures
 
 
 def _plt():
@@ -33,8 +86,10 @@ def _style(name: str) -> dict[str, Any]:
     return {"lw": 2.6} if name.startswith("marl") else {"lw": 1.3}
 
 
-def jct_cdf(jcts: Mapping[str, Sequence[np.ndarray]], path: Path) -> None:
-    """Empirical CDF of job completion times per scheduler (all seeds pooled; log x axis)."""
+def jct_cdf(jcts: Mapping[str, Sequence[np.ndarray]], means: Mapping[str, float], path: Path) -> None:
+    """Empirical CDF of job completion times per scheduler (all runs' jobs pooled; log x axis). The legend
+    gives ``means``: the report table's average JCT (the mean of the runs' averages), not the pooled jobs'
+    mean, so that the plot and the table agree."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     colors = _colors(list(jcts))
@@ -47,7 +102,7 @@ def jct_cdf(jcts: Mapping[str, Sequence[np.ndarray]], path: Path) -> None:
         y = np.arange(1, len(x) + 1) / len(x)
         # a curve equal to one drawn before would hide it: say so in the legend, and vary the dash pattern
         same = next((other for other, xs in drawn if len(xs) == len(x) and np.array_equal(xs, x)), None)
-        label = f"{short_label(name)} (mean {x.mean() / 3600:.2f} h)" + (
+        label = f"{short_label(name)} (avg JCT {means[name]:,.0f} s)" + (
             f", identical to {short_label(same)}" if same else ""
         )
         ax.step(x / 3600.0, y, where="post", label=label, color=colors[name],
@@ -56,14 +111,19 @@ def jct_cdf(jcts: Mapping[str, Sequence[np.ndarray]], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (hours, log scale)")
     ax.set_ylabel("fraction of jobs")
-    ax.set_title("JCT CDF (all seeds pooled)")
+    ax.set_title("JCT CDF (all runs' jobs pooled; avg JCT: mean of the runs' averages, as in the report)",
+                 fontsize=10)  # fmt: skip
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="lower right")
     save_figure(fig, path)
 
 
-def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, seed: int) -> None:
-    """Queue length and GPU utilisation over simulated time, one line per scheduler, for one seed."""
+SPIKE = 5.0  # a queue peak this many times the typical scheduler's 95th percentile switches to a log axis
+
+
+def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, workload: str, seed: int) -> None:
+    """Queue length and GPU utilisation over simulated time, one line per scheduler, for one workload and
+    seed; a queue spike far above the rest turns the queue axis logarithmic so it does not flatten them."""
     plt = _plt()
     fig, (ax_q, ax_u) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     colors = _colors(list(series))
@@ -75,11 +135,13 @@ def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, seed: 
         t = np.asarray(s["t"]) / 3600.0
         ax_q.plot(t, s["queue"], label=short_label(name), color=colors[name], **_style(name))
         ax_u.plot(t, 100.0 * np.asarray(s["utilization"]), label=short_label(name), color=colors[name], **_style(name))
+    what = f"{workload}, seed {seed}" if workload else f"seed {seed}"
     ax_q.set_ylabel("queued jobs")
-    ax_q.set_title(f"Queue length over time (seed {seed})")
+    _log_if_spiky(ax_q, series)
+    ax_q.set_title(f"Queue length over time ({what})")
     ax_u.set_ylabel("GPUs busy (%)")
     ax_u.set_ylim(0, 105)
-    ax_u.set_title(f"GPU utilisation over time (seed {seed})")
+    ax_u.set_title(f"GPU utilisation over time ({what})")
     if 0 < 2 * busy_end < t_end:
         ax_u.set_xlim(0, 2 * busy_end / 3600.0)
         ax_u.set_xlabel(f"simulated time (hours; first {2 * busy_end / 3600:.0f} h shown, twice the queueing period)")
@@ -87,8 +149,42 @@ def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, seed: 
         ax_u.set_xlabel("simulated time (hours)")
     for ax in (ax_q, ax_u):
         ax.grid(alpha=0.3)
-    ax_q.legend(fontsize=8, ncol=3, loc="upper right")
+    ax_q.legend(fontsize=8, ncol=3, loc="upper left")
     save_figure(fig, path)
+
+
+def _log_if_spiky(ax: Any, series: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+    """A log queue axis (linear below one job) when the highest peak is :data:`SPIKE` times the median
+    scheduler's 95th percentile, which a linear axis would flatten to nothing; the peak is annotated."""
+    queues = {n: np.asarray(s["queue"], dtype=float) for n, s in series.items() if len(s["queue"])}
+    if not queues:
+        return
+    typical = float(np.median([np.percentile(q, 95) for q in queues.values()]))
+    name, q = max(queues.items(), key=lambda item: item[1].max())
+    peak = float(q.max())
+    if peak <= SPIKE * max(typical, 1.0):
+        return
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylim(0, 6.0 * peak)  # room above the peak for its note
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_ylabel("queued jobs (log scale)")
+    i = int(np.argmax(q))
+    t = float(series[name]["t"][i]) / 3600.0
+    ax.plot([t], [peak], marker="v", color="black", ms=5)
+    ax.annotate(f"peak: {peak:,.0f} jobs ({short_label(name)}, {t:.0f} h)", xy=(t, peak), xytext=(0, 11),
+                textcoords="offset points", fontsize=8, ha="center", va="bottom")  # fmt: skip
+
+
+def workload_title(spec: str) -> str:
+    """A workload spec short enough for a title: its file's name with the options (paths dropped)."""
+    kind, colon, rest = spec.partition(":")
+    if not colon or kind == "synthetic":
+        return spec
+    path, *options = rest.split(",")
+    kept = [o if "/" not in o else o.split("=")[0] + "=..." for o in options]
+    return ",".join([f"{kind}:{Path(path).name}", *kept])
 
 
 def short_label(name: str) -> str:
@@ -110,7 +206,7 @@ def bars(values: Mapping[str, Sequence[float]], path: Path, ylabel: str) -> None
     stds = [float(np.std(values[n])) for n in names]
     ax.bar([short_label(n) for n in names], means, yerr=stds, capsize=4, color=[colors[n] for n in names])
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{ylabel} per scheduler (mean ± std over runs)")
+    ax.set_title(f"{ylabel} per scheduler\n(mean ± std over runs)", fontsize=10)
     ax.tick_params(axis="x", rotation=30)
     plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
     ax.grid(alpha=0.3, axis="y")
@@ -130,7 +226,9 @@ def paired_bars(values: Mapping[str, Sequence[float]], path: Path, baseline: str
     ax.bar([short_label(n) for n in names], means, yerr=stds, capsize=4, color=[colors[n] for n in names])
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_ylabel(f"avg JCT reduction vs {short_label(baseline)} (%)")
-    ax.set_title(f"paired against {short_label(baseline)} on each workload and seed (mean ± std)")
+    # two lines: one would be wider than a plot of few bars and be cut off
+    ax.set_title(f"Average JCT reduction against {short_label(baseline)}\npaired on each workload and seed "
+                 "(mean ± std)", fontsize=10)  # fmt: skip
     ax.tick_params(axis="x", rotation=30)
     plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
     ax.grid(alpha=0.3, axis="y")

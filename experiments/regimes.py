@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster_sim.sim_presets import SIM_PRESETS
 from cluster_sim.traces.periods import DAY, PERIODS, window_spec
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -137,8 +138,8 @@ REGIMES: dict[str, Regime] = {
             "sia-oracle",
         ),
         reference="gavel",
-        interference="none",
-        sim_options={"restart_cost": 30.0, "start_cost": 30.0, "app_restart_costs": True, "calibration": True},
+        interference=SIM_PRESETS["sia"].interference,
+        sim_options=dict(SIM_PRESETS["sia"].costs),
     ),
 }
 

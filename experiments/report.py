@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.results import METRIC_KEYS, write_atomic
+from experiments.plots import Runs, improvement
 from experiments.run_config import MARL_WARM_START, ExperimentConfig, PriorityTrainSection
 
 # (metric, label, format, lower is better)
@@ -42,20 +43,6 @@ def _mean_std(values: Sequence[float], fmt: str, std_fmt: str | None = None) -> 
     if len(v) == 1:
         return fmt.format(v[0])
     return f"{fmt.format(np.nanmean(v))} ± {(std_fmt or fmt).format(np.nanstd(v))}"
-
-
-Runs = Mapping[str, Mapping[tuple[str, int], Mapping[str, Any]]]  # scheduler -> (workload, seed) -> metrics
-
-
-def improvement(rows: Runs, sched: str, base: str, key: str) -> list[float]:
-    """Per-run reduction of ``key`` (percent) of ``sched`` relative to ``base`` on the same workload and seed
-    (positive: sched is better)."""
-    out = []
-    for seed, m in rows[sched].items():
-        b = rows[base].get(seed, {}).get(key)
-        if b and not math.isnan(b) and not math.isnan(m[key]):
-            out.append(100.0 * (b - m[key]) / b)
-    return out
 
 
 def write_report(
@@ -86,31 +73,15 @@ def write_report(
     write_atomic(out / "metrics.csv", csv_rows)
 
     plot_dir = out / PLOTS_DIR
-    plot_dir.mkdir(exist_ok=True)
-    figures = {
-        "jct_cdf.png": "JCT distribution, all seeds pooled: the fraction of jobs done within each time (log "
-        "hours); a curve further left is better, and the legend names curves identical to another",
-        "timeline.png": f"Queue length and busy GPUs over simulated time (seed {cfg.seeds[0]}): where the queue "
-        "empties, utilisation falls to what the last long jobs hold",
-        "avg_jct.png": "Average JCT per scheduler (bar: mean over seeds and workloads; whisker: their std)",
-    }
-    plots.jct_cdf({n: [s["jct"] for s in series[n].values()] for n in cfg.schedulers}, plot_dir / "jct_cdf.png")
-    first = cfg.seeds[0]
-    run0 = (next(iter(cfg.workload_specs)), first)
-    plots.timelines({n: series[n][run0] for n in cfg.schedulers}, plot_dir / "timeline.png", seed=first)
-    plots.bars(
-        {n: [m["avg_jct"] for m in rows[n].values()] for n in cfg.schedulers},
-        plot_dir / "avg_jct.png",
-        ylabel="average JCT (s)",
+    label = next(iter(cfg.workload_specs))
+    figures = plots.write_plots(
+        plot_dir,
+        rows,
+        series,
+        baseline=cfg.baselines[0] if cfg.baselines else None,
+        timeline_run=(label, cfg.seeds[0]),
+        workload_name=label or plots.workload_title(cfg.workload),
     )
-    if cfg.baselines:
-        base = cfg.baselines[0]
-        gains = {n: improvement(rows, n, base, "avg_jct") for n in cfg.schedulers}
-        plots.paired_bars(gains, plot_dir / "paired_avg_jct.png", base)
-        figures["paired_avg_jct.png"] = (
-            f"Average JCT reduction against {base}, run by run on the same workload and seed (bar: mean; "
-            "whisker: std over the pairs): the verdict the workloads' own spread hides in the plot above"
-        )
     curve = out / TRAIN_DIR / "learning_curve.png"
     if curve.is_file():
         shutil.copyfile(curve, plot_dir / "learning_curve.png")

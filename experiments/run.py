@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,12 +87,25 @@ def add_run_command(subparsers) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     cfg = load_experiment_config(args.config, workloads=args.workload)
+    warn_unpublished_settings(cfg)
     name = cfg.name + "".join(f"-{w}" for w in args.workload or [])
     out = Path(args.out) if args.out else Path("results") / name
     log: Log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, flush=True))
     summary = run_experiment(cfg, out, address=args.address, log=log)
     print(f"results: {out}/report.md ({summary['tasks_run']} runs done now, {summary['tasks_reused']} reused)")
     return 0
+
+
+def warn_unpublished_settings(cfg: ExperimentConfig) -> None:
+    """On stderr (even with --quiet): each paper's workload the config runs with other settings than its
+    paper's, and the ``preset:`` that sets them."""
+    from cluster_sim.sim_presets import PRESET_KEYS, preset_warning
+
+    settings = {k: getattr(cfg, k) for k in PRESET_KEYS}
+    for label, spec in cfg.workload_specs.items():
+        warning = preset_warning(spec, settings)
+        if warning:
+            print(f"marlsched run: warning: {cfg.source}: {label or 'workload'}: {warning}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------- Ray

@@ -104,6 +104,8 @@ class ExperimentConfig:
     cluster: str | dict[str, Any] = "small"
     workload: str = "synthetic:300,load=0.9"
     workloads: dict[str, str] | None = None  # label -> workload spec: every scheduler runs on each (replaces workload)
+    # a paper's simulator settings (cluster_sim.sim_presets): they fill the keys below that the file leaves out
+    preset: str | None = None
     interference: str = "oracle"  # ground truth of the evaluation simulator
     interference_data: str | None = None  # oracle: gavel:PATH of measured pairs; learned: model file
     restart_cost: float = 30.0
@@ -186,6 +188,7 @@ def parse_experiment_config(
     chk = _PrefixedChecker(source, lines, ())
     if not isinstance(data, Mapping):
         raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(ExperimentConfig)}")
+    data = _with_preset(data, chk)
     cfg: ExperimentConfig = chk.section(ExperimentConfig, data, ())
     cfg = dataclasses.replace(cfg, source=source)
     if cfg.train is not None:
@@ -194,6 +197,19 @@ def parse_experiment_config(
         cfg.__dict__["_scaling"] = chk.section(ScalingConfig, cfg.scaling, ("scaling",))
     _check_experiment(cfg, chk)
     return cfg
+
+
+def _with_preset(data: Mapping[str, Any], chk: ConfigChecker) -> Mapping[str, Any]:
+    """``data`` with the keys its ``preset`` sets and the file leaves out filled in (the file's own win)."""
+    from cluster_sim.sim_presets import SIM_PRESETS
+
+    name = data.get("preset")
+    if name is None:
+        return data
+    if name not in SIM_PRESETS:
+        choices = ", ".join(SIM_PRESETS)
+        raise chk.fail(("preset",), f"unknown preset {name!r}; choose one of: {choices} (or drop the key)")
+    return {**SIM_PRESETS[name].settings, **data}
 
 
 def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> PriorityTrainSection | TrainSection:

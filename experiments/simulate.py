@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from cluster_sim.out_folder import folder_lock
 from cluster_sim.results import SimResult, write_atomic
@@ -29,6 +30,7 @@ SUMMARY_COLUMNS = (
 
 def add_simulate_command(subparsers) -> None:
     from cluster_sim.policies import policy_names
+    from cluster_sim.sim_presets import SIM_PRESETS
     from cluster_sim.workload_spec import workload_syntax
     from topology import PRESETS
 
@@ -46,7 +48,9 @@ def add_simulate_command(subparsers) -> None:
             + "".join(f"  {syntax}\n" for syntax in workload_syntax().values())
             + "  every kind also takes ,max_jobs=N ,max_gpus=N ,arrival_scale=F ,load=F (the window offers F x the\n"
             "  cluster's GPUs) ,apps=DIR (jobs train Pollux's measured applications) and ,start= ,end= as seconds\n"
-            "  from the trace's first arrival or as dates (start=2017-11-01,end=2017-11-03)"
+            "  from the trace's first arrival or as dates (start=2017-11-01,end=2017-11-03)\n"
+            "presets (--preset NAME; a flag given beside it wins):\n"
+            + "".join(f"  {name}: {preset.about}\n" for name, preset in SIM_PRESETS.items())
         ),
     )
     p.add_argument("--cluster", default="small", help="preset name or YAML file (default: small)")
@@ -58,9 +62,17 @@ def add_simulate_command(subparsers) -> None:
         "--seed", type=int, default=0, help="seed for the workload generator and randomised policies (default: 0)"
     )
     p.add_argument(
+        "--preset",
+        choices=list(SIM_PRESETS),
+        default=None,
+        help="a paper's simulator settings (interference, restart and start costs, Sia's per-application "
+        "restart costs and calibration), as a run config's `preset:` sets them; the flags below override it",
+    )
+    p.add_argument(
         "--interference",
-        default="none",
-        help="none (default), oracle (ground truth), learned (a trained predictor), or a mode a plugin registered",
+        default=None,
+        help="none (default, or the preset's), oracle (ground truth), learned (a trained predictor), or a mode a "
+        "plugin registered",
     )
     p.add_argument(
         "--interference-model",
@@ -68,12 +80,26 @@ def add_simulate_command(subparsers) -> None:
         help="learned: the model file from `interference train`; oracle: gavel:PATH of Gavel's measured pairs "
         "(without it GPU sharing is parametric)",
     )
-    p.add_argument("--restart-cost", type=float, default=30.0, help="seconds a resumed job stalls (default 30)")
+    p.add_argument(
+        "--restart-cost", type=float, default=None, help="seconds a resumed job stalls (default 30; or the preset's)"
+    )
     p.add_argument(
         "--start-cost",
         type=float,
-        default=0.0,
-        help="seconds a job stalls at its first start (default 0; Pollux's simulator charges 30)",
+        default=None,
+        help="seconds a job stalls at its first start (default 0, or the preset's; Pollux's simulator charges 30)",
+    )
+    p.add_argument(
+        "--app-restart-costs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="each application's own restart cost on every allocation, Sia's (default off, or the preset's)",
+    )
+    p.add_argument(
+        "--calibration",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Sia's per-application calibration slowdowns (default off, or the preset's)",
     )
     p.add_argument("--no-perf-model", action="store_true", help="every placement runs at ideal speed")
     p.add_argument(
@@ -82,23 +108,42 @@ def add_simulate_command(subparsers) -> None:
         help="two single-GPU jobs may share a GPU (needs --interference); the pack-* schedulers use it",
     )
     p.add_argument("--out", default=None, help="results folder (metrics.json, jobs.csv per policy)")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="DIR",
+        help="write the plots `marlsched run` writes into DIR (JCT CDF, queue and utilisation over time, average "
+        "JCT, and, with several policies, each one's reduction against the first)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_simulate)
 
 
-def build_simulator(args: argparse.Namespace) -> Simulator:
-    from cluster_sim.build import build_simulator as build
+def simulator_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of :data:`~cluster_sim.sim_presets.PRESET_KEYS`: each flag given, else the preset's,
+    else simulate's default."""
+    from cluster_sim.sim_presets import PRESET_KEYS, SIMULATE_DEFAULTS, resolve_settings
 
+    return resolve_settings(args.preset, {k: getattr(args, k) for k in PRESET_KEYS}, SIMULATE_DEFAULTS)
+
+
+def build_simulator(args: argparse.Namespace) -> Simulator:
+    """The simulator the arguments describe; warns (stderr) when a paper's workload runs without its settings."""
+    from cluster_sim.build import build_simulator as build
+    from cluster_sim.sim_presets import preset_warning
+
+    settings = simulator_settings(args)
+    warning = preset_warning(args.workload, settings)
+    if warning:
+        print(f"marlsched simulate: warning: {warning}", file=sys.stderr)
     return build(
         args.cluster,
         args.workload,
         seed=args.seed,
-        interference=args.interference,
         interference_data=args.interference_model,
-        restart_cost=args.restart_cost,
         perf_model=not args.no_perf_model,
         gpu_sharing=args.gpu_sharing,
-        start_cost=args.start_cost,
+        **settings,
     )
 
 
@@ -159,6 +204,8 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
             out = Path(args.out) if len(schedulers) == 1 else Path(args.out) / _safe(sched.name)
             result.write(out)
     print(summary_table([r.metrics() for r in results], title=f"{sim.jobs.source} on {sim.topo.name}"))
+    if args.plot:
+        write_simulate_plots(Path(args.plot), args, results)
     if args.out and len(schedulers) > 1:
         write_atomic(Path(args.out) / "summary.json", json.dumps([r.metrics() for r in results], indent=2) + "\n")
     if args.out:
@@ -169,6 +216,28 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
         print(f"warning: unfinished jobs under {', '.join(unfinished)}", file=sys.stderr)
         return 1
     return 0
+
+
+TIMELINE_POINTS = 400  # queue and utilisation samples per policy for the timeline (a run config's default)
+
+
+def write_simulate_plots(folder: Path, args: argparse.Namespace, results: list[SimResult]) -> None:
+    """The plots of ``marlsched run`` for this one workload and seed (experiments.plots.write_plots), the
+    first policy as the paired plot's baseline."""
+    from experiments.plots import workload_title, write_plots
+
+    run = ("", int(args.seed))
+    rows = {r.scheduler: {run: r.metrics()} for r in results}
+    series = {r.scheduler: {run: r.plot_series(TIMELINE_POINTS)} for r in results}
+    figures = write_plots(
+        folder,
+        rows,
+        series,
+        baseline=results[0].scheduler if len(results) > 1 else None,
+        timeline_run=run,
+        workload_name=workload_title(args.workload),
+    )
+    print(f"plots: {', '.join(str(folder / f) for f in figures)}")
 
 
 def split_policies(text: str) -> list[str]:

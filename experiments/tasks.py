@@ -51,15 +51,6 @@ def build_eval_simulator(spec: Mapping[str, Any]) -> Any:
     )
 
 
-def sample_timeline(t: np.ndarray, values: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
-    """A step function (value from each time on) sampled at ``points`` evenly spaced times."""
-    if len(t) == 0:
-        return np.zeros(0), np.zeros(0)
-    grid = np.linspace(float(t[0]), float(t[-1]), points)
-    idx = np.clip(np.searchsorted(t, grid, side="right") - 1, 0, len(t) - 1)
-    return grid, values[idx].astype(np.float64)
-
-
 def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Run one scheduler on one seed; returns metrics, JCTs and sampled timelines (plain data)."""
     import socket
@@ -79,19 +70,17 @@ def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
     metrics["scheduler"] = spec["scheduler"]
     metrics["workload"] = spec.get("workload_label", "")
     metrics["task_cpu_seconds"] = time.process_time() - cpu0  # setup + simulation, whatever else shares the CPU
-    grid, busy = sample_timeline(result.timeline_t, result.timeline_busy, spec["timeline_points"])
-    _, queue = sample_timeline(result.timeline_t, result.timeline_queue, spec["timeline_points"])
-    jct = result.jct
+    series = result.plot_series(spec["timeline_points"])
     return {
         "metrics": metrics,
         "seed": spec["seed"],
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "node_id": _node_id(),
-        "jct": jct[~np.isnan(jct)].astype(np.float64),
-        "timeline_t": grid - (grid[0] if len(grid) else 0.0),
-        "utilization": busy / result.num_gpus,
-        "queue": queue,
+        "jct": series["jct"],
+        "timeline_t": series["t"],
+        "utilization": series["utilization"],
+        "queue": series["queue"],
     }
 
 

@@ -15,6 +15,7 @@ import pytest
 from cluster_sim.build import build_simulator
 from cluster_sim.policies import get_policy
 from cluster_sim.policies.rigid_rounds import ScoredRounds, las_score
+from cluster_sim.sim_presets import SIM_PRESETS
 from marl.baselines.metaplace import (
     FEATURES,
     MetaPlace,
@@ -29,7 +30,7 @@ from tests.test_dl2 import NoLengthView
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "experiments" / "policies" / "metaplace-philly"
-SIA_OPTS = {"restart_cost": 30.0, "start_cost": 30.0, "app_restart_costs": True, "calibration": True}
+SIA_OPTS = dict(SIM_PRESETS["sia"].costs)
 
 
 @pytest.fixture(scope="module")

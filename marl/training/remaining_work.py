@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from cluster_sim.results import save_figure
+from cluster_sim.sim_presets import SIM_PRESETS
 from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.remaining_policy import KIND, LearnedWeightSia, save_remaining_policy
@@ -39,7 +40,6 @@ from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
 from marl.training.dagger import dagger
 
 NOV1 = HELD_OUT_START  # 2017-11-01, seconds from the Philly trace's first arrival
-SIA_SETTINGS = {"restart_cost": 30.0, "start_cost": 30.0, "app_restart_costs": True, "calibration": True}
 
 
 @dataclass
@@ -118,7 +118,7 @@ def _collect(job: tuple) -> dict[str, np.ndarray] | None:
         net.load_state_dict(state)
         net.eval()
     try:
-        sim = build_simulator(cfg.cluster, cfg.window(days_before), seed=0, interference="none", **SIA_SETTINGS)
+        sim = build_simulator(cfg.cluster, cfg.window(days_before), seed=0, **SIM_PRESETS["sia"].settings)
     except QuietWorkloadSpecError:
         return None
     rec = Recorder(net, every=cfg.record_every, power=cfg.power)
