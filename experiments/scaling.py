@@ -83,6 +83,7 @@ def _placing(cfg: ExperimentConfig) -> bool:
 def rollout_throughput(cfg: ExperimentConfig, agents: int) -> dict[str, float]:
     """Env and agent steps per second of ``env_runners`` RLlib EnvRunners sampling in parallel."""
     from marl.env.priority_env import PriorityEnv
+    from marl.training.local_ray import without_known_noise
     from marl.training.priority_train import ppo_config
 
     sc = cfg.scaling_config
@@ -91,7 +92,8 @@ def rollout_throughput(cfg: ExperimentConfig, agents: int) -> dict[str, float]:
     # the EnvRunners (whose errors go to Ray's worker logs and leave no runner to sample)
     PriorityEnv(conf["env"]).draw_simulator()
     t0 = time.perf_counter()
-    algo = ppo_config(conf).build_algo()
+    with without_known_noise():  # the env runners start here
+        algo = ppo_config(conf).build_algo()
     build_s = time.perf_counter() - t0
     try:
         steps = sc.rollout_steps

@@ -7,6 +7,11 @@
   and workers of a cluster the user started follow that cluster's environment.
 - **Repeatable.** Workers start with ``PYTHONHASHSEED=0`` (unless set): with the seed, the same machine and
   the same versions, training gives the same curve and policy (see the README for what is not promised).
+- **Quiet.** Ray's and RLlib's start-up chatter is kept from the terminal: the INFO and WARNING lines of
+  their Python loggers, and the one C++ line the driver prints at error level on every env runner's start
+  (``core_worker.cc: Actor ... max_restarts > 0``, a caveat about restarting actors whose arguments sit in
+  the object store, Ray issue 53727): :func:`without_known_noise` drops that line alone and passes every
+  other line on. Errors still arrive, as ERROR lines and as the exceptions Ray raises in the driver.
 - **No leftovers.** No dashboard is started. Ray's own processes die with the command, except two agents
   the raylet starts (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) that outlive a command killed with
   SIGKILL. A small watchdog process, started with Ray, waits for the command's end however it comes (a
@@ -16,9 +21,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 WORKER_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _WATCHDOG_PIPES: list[int] = []  # write ends held open for the life of the process
@@ -50,6 +58,45 @@ for p in alive:
 """
 
 
+RAY_LOGGERS = ("ray", "ray.rllib", "ray.tune")  # Python loggers whose INFO and WARNING lines are start-up chatter
+QUIET_LEVEL = logging.ERROR
+
+
+# C++ lines of the driver that report no fault of the run (each a regular expression)
+KNOWN_NOISE = (r"core_worker\.cc:\d+: Actor with class name: .* max_restarts > 0",)
+
+
+def quiet_ray_output() -> None:
+    """Ray's and RLlib's Python loggers at ERROR, before ``ray.init`` (see the module docstring)."""
+    for name in RAY_LOGGERS:
+        logging.getLogger(name).setLevel(QUIET_LEVEL)
+
+
+@contextlib.contextmanager
+def without_known_noise() -> Iterator[None]:
+    """Run the block with the process's stderr (file descriptor 2, where Ray's C++ code writes) caught in a
+    file, then pass each line on except those of :data:`KNOWN_NOISE`."""
+    import re
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            noise = re.compile("|".join(KNOWN_NOISE))
+            kept = [line for line in caught.read().decode(errors="replace").splitlines(True) if not noise.search(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def one_thread_per_worker() -> dict[str, str]:
     """Set the thread variables (unless set) so the workers of a Ray started next inherit them; returns them."""
     for var in WORKER_THREAD_VARS:
@@ -65,7 +112,9 @@ def start_local_ray(num_cpus: int | None, object_store_bytes: int) -> None:
     # Python's string hashing is salted per process unless PYTHONHASHSEED is set; RLlib orders agents and
     # batches through sets and dicts of strings, so unsalted workers are what makes seeded training repeat
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    ray.init(num_cpus=num_cpus, object_store_memory=object_store_bytes, include_dashboard=False, log_to_driver=False)
+    quiet_ray_output()
+    ray.init(num_cpus=num_cpus, object_store_memory=object_store_bytes, include_dashboard=False, log_to_driver=False,
+             logging_level=QUIET_LEVEL)  # fmt: skip
     reap_on_exit()
 
 
@@ -84,7 +133,8 @@ def init_ray(address: str | None, num_cpus: int | None, object_store_bytes: int,
     t0 = time.perf_counter()
     dashboard = ""
     if address:
-        ctx = ray.init(address=address, log_to_driver=False)  # num_cpus may not be passed when connecting
+        quiet_ray_output()  # num_cpus may not be passed when connecting
+        ctx = ray.init(address=address, log_to_driver=False, logging_level=QUIET_LEVEL)
         where = f"cluster at {address}"
         dashboard = f"; dashboard {ctx.dashboard_url}" if ctx.dashboard_url else "; the cluster runs no dashboard"
     else:

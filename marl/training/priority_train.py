@@ -21,6 +21,7 @@ so it is seeded but not bit-identical to one that ran through.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sys
 import time
@@ -33,7 +34,7 @@ from marl.deploy.policy_files import code_version
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
 from marl.models.inference import subnormals_flushed
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
-from marl.training.local_ray import init_ray
+from marl.training.local_ray import QUIET_LEVEL, init_ray, without_known_noise
 from marl.training.ppo_iteration import train_iteration
 
 POLICY_ID = "shared"
@@ -226,7 +227,7 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
             grad_clip=p["grad_clip"],
         )
         .callbacks(_callbacks())
-        .debugging(seed=cfg["seed"])
+        .debugging(seed=cfg["seed"], log_level=logging.getLevelName(QUIET_LEVEL))  # RLlib sets its logger's level
     )
 
 
@@ -326,7 +327,8 @@ def train_priority(
     p = cfg["ppo"]
     rows: list[dict[str, Any]] = []
     resumed: list[int] = []  # the iterations after which a killed training was resumed
-    algo = ppo_config(cfg).build_algo()
+    with without_known_noise():  # the env runners start here
+        algo = ppo_config(cfg).build_algo()
     command = command or f"marlsched train-priority --config {config} --out {out_dir}"
     export = _exporter(algo, cfg, rows, command, resumed)
     ckpt = out / CHECKPOINT_DIR
