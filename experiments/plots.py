@@ -173,8 +173,9 @@ def _log_if_spiky(ax: Any, series: Mapping[str, Mapping[str, np.ndarray]]) -> No
     i = int(np.argmax(q))
     t = float(series[name]["t"][i]) / 3600.0
     ax.plot([t], [peak], marker="v", color="black", ms=5)
-    ax.annotate(f"peak: {peak:,.0f} jobs ({short_label(name)}, {t:.0f} h)", xy=(t, peak), xytext=(0, 11),
-                textcoords="offset points", fontsize=8, ha="center", va="bottom")  # fmt: skip
+    # the note in the top right corner, clear of the legend (top left); the marker shows where
+    ax.text(0.99, 0.96, f"▼ peak: {peak:,.0f} jobs ({short_label(name)}, {t:.0f} h)", transform=ax.transAxes,
+            ha="right", va="top", fontsize=8)  # fmt: skip
 
 
 def workload_title(spec: str) -> str:
