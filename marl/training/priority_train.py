@@ -247,6 +247,9 @@ def progress_line(row: Mapping[str, Any]) -> str:
     )
 
 
+MIN_CURVE_POINTS = 5  # fewer iterations with a finished episode draw no trend: the plot says so
+
+
 def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -258,6 +261,9 @@ def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
     if pts:
         ax.plot([m for m, _ in pts], [100 * g for _, g in pts], marker="o", ms=3)
     ax.axhline(0.0, color="grey", lw=0.8)
+    if len(pts) < MIN_CURVE_POINTS:  # say so rather than let one dot pass for a trend
+        ax.text(0.5, 0.6, f"{len(pts)} of {len(rows)} iterations finished an episode:\ntoo few points for a curve",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="0.3")  # fmt: skip
     ax.set_xlabel("training time (min)")
     ax.set_ylabel("avg JCT below reference (%)")
     ax.set_title("training episodes vs QSSF's scores on the same window", fontsize=10)
