@@ -234,6 +234,33 @@ def test_antithetic_es_climbs_a_quadratic_and_checks_its_fitnesses() -> None:
         es.tell(np.zeros(3))
 
 
+def test_evolve_ships_the_best_evaluated_theta_and_stops_at_the_time_budget() -> None:
+    """The ES loop on a quadratic (JCT exp|θ - 1|²): θ plays the validation task every ``eval_every``
+    iterations and at the start, the best of those ships; with the time spent, it stops after one iteration,
+    evaluated."""
+    import time
+
+    from marl.training.es import evolve
+
+    def play(thetas: list[np.ndarray], tasks: list[np.ndarray]) -> np.ndarray:
+        return np.array([[np.exp(np.sum((t - task) ** 2)) for task in tasks] for t in thetas])
+
+    def run(**kw) -> tuple[dict, list, list[str]]:
+        steps, lines = [], []
+        best = evolve(np.zeros(3), play, lambda rng: (np.ones(3), {"task": "one"}), [np.ones(3)], sigma=0.1, lr=0.05,
+                      pairs=4, rng=np.random.default_rng(0), progress=steps.append, log=lines.append, **kw)  # fmt: skip
+        return best, steps, lines
+
+    best, steps, lines = run(iterations=40, eval_every=10, minutes=None, started=time.perf_counter())
+    gains = {s.iteration: s.gain for s in steps if s.gain is not None}
+    assert [s.iteration for s in steps] == list(range(41)) and sorted(gains) == [0, 10, 20, 30, 40] and not lines
+    assert best["iteration"] == min(gains, key=gains.get) > 0 and best["validation"] == min(gains.values()) < 0.0
+    assert steps[1].about == {"task": "one"} and steps[1].jct.shape == (8,)
+    _, steps, lines = run(iterations=40, eval_every=10, minutes=0.0, started=time.perf_counter() - 1.0)
+    assert [s.iteration for s in steps] == [0, 1] and steps[1].gain is not None
+    assert lines == ["time budget of 0.0 min reached after iteration 1"]
+
+
 def test_lookahead_teacher_labels_the_students_states(tmp_path: Path) -> None:
     """With the look-ahead teacher (``lookahead-oracle``: gavel-las whose settings are played ahead on clones),
     imitation records labelled rounds from the teacher's run and the student's own, on a cluster small enough

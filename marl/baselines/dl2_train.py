@@ -46,6 +46,7 @@ from marl.baselines.training import (
     start_config,
 )
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.training.dagger import Chunk, Round, dagger
 from marl.training.policy_gradient import REWARDS, clipped_step, leave_one_out_advantages, returns_at
 
 Log = Callable[[str], None]
@@ -210,6 +211,14 @@ def _episode(job: tuple) -> dict[str, Any]:
     return out
 
 
+def _warm_episode(task: tuple) -> Chunk:
+    """The warm start's steps on one training window: Optimus acting (``state`` None) or the network (greedy),
+    each step labelled with Optimus' (a function of its arguments, for :func:`~marl.training.dagger.dagger`)."""
+    _, hidden, env, spec, keep, state = task
+    mode = "teacher" if state is None else "greedy"
+    return {"steps": _episode((state, hidden, env, spec, mode, 0, keep, None, None, None))["steps"]}
+
+
 def _span(env: dict, spec: str) -> tuple[float, float]:
     arrival = _simulator(env, spec).jobs.arrival
     return float(arrival[0]), float(arrival[-1])
@@ -263,54 +272,50 @@ class Trainer:
 
     # -- the warm start ---------------------------------------------------------------------------------------
     def warm_start(self, rows: list[dict[str, Any]], started: float) -> dict[str, Any]:
+        """DAgger (:func:`~marl.training.dagger.dagger`) on Optimus' steps, in this trainer's pool: each round
+        draws its training windows; after each fit, accuracy on Optimus' validation states and the network's
+        own validation episodes. Appends a progress row per round to ``rows``; returns the report."""
         ws = self.cfg.warm_start
         opt = torch.optim.Adam(self.net.parameters(), lr=ws.lr)
-        data: list[tuple] = []
         teacher_val = self.episodes(None, self.val_specs, "teacher", keep=ws.keep) if self.val_specs else []
         self.teacher_val = float(np.mean([e["avg_jct"] for e in teacher_val])) if teacher_val else float("nan")
         held_out = [st for e in teacher_val for st in e["steps"]]
         report: dict[str, Any] = {"teacher": TEACHER, "teacher_validation_avg_jct": self.teacher_val, "rounds": []}
-        for r in range(ws.rounds + 1):
+
+        def tasks(_rnd: int) -> list[tuple]:
             picks = self.rng.choice(len(self.train_specs), size=min(ws.windows, len(self.train_specs)), replace=False)
-            specs = [self.train_specs[int(i)] for i in picks]
-            mode = "teacher" if r == 0 else "greedy"
-            eps = self.episodes(self.state(), specs, mode, keep=ws.keep)
-            data += [st for e in eps for st in e["steps"]]
-            loss = self._fit(data, opt, ws.epochs, ws.minibatch)
-            acc_teacher = self.accuracy(held_out)
+            return [(int(i), self.cfg.model.hidden, self.env, self.train_specs[int(i)], ws.keep) for i in picks]
+
+        def fit(_rnd: int, data: Chunk) -> tuple[DL2Net, dict[str, float]]:
+            loss = self._fit(data["steps"], opt, ws.epochs, ws.minibatch)
+            on_teacher = self.accuracy(held_out)
             val = self.episodes(self.state(), self.val_specs, "greedy") if self.val_specs else []
             agree = np.sum([e["agree"] for e in val], axis=0) if val else np.zeros(2)
             val_jct = float(np.mean([e["avg_jct"] for e in val])) if val else float("nan")
-            entry = {
-                "round": r,
-                "visited_by": TEACHER if r == 0 else "network",
-                "labels": len(data),
-                "loss": round(loss, 4),
-                "accuracy_on_teacher_states": round(acc_teacher, 4),
-                "accuracy_on_own_states": round(float(agree[0] / max(agree[1], 1)), 4),
-                "validation_avg_jct": round(val_jct, 1),
-            }
+            own = float(agree[0] / max(agree[1], 1))
+            return self.net, {"loss": loss, "on_teacher": on_teacher, "own": own, "validation": val_jct}
+
+        def progress(rnd: Round) -> tuple[dict[str, Any], str]:
+            f = rnd.figures
+            entry = {"round": rnd.index, "visited_by": TEACHER if rnd.index == 0 else "network", "labels": rnd.rows,
+                     "loss": round(f["loss"], 4), "accuracy_on_teacher_states": round(f["on_teacher"], 4),
+                     "accuracy_on_own_states": round(f["own"], 4),
+                     "validation_avg_jct": round(f["validation"], 1)}  # fmt: skip
             report["rounds"].append(entry)
-            rows.append(
-                {
-                    "stage": "warm_start",
-                    "iteration": r,
-                    "window": "",
-                    "sampled_return": "",
-                    "validation_avg_jct": round(val_jct, 1),
-                    "steps": len(data),
-                    "loss": round(loss, 5),
-                    "entropy": "",
-                    "accuracy": entry["accuracy_on_own_states"],
-                    "seconds": round(time.perf_counter() - started, 1),
-                }
+            row = {"stage": "warm_start", "iteration": rnd.index, "window": "", "sampled_return": "",
+                   "validation_avg_jct": entry["validation_avg_jct"], "steps": rnd.rows, "loss": round(f["loss"], 5),
+                   "entropy": "", "accuracy": entry["accuracy_on_own_states"], "seconds": rnd.seconds}  # fmt: skip
+            return row, (
+                f"warm start round {rnd.index} ({entry['visited_by']}'s states): {rnd.rows} labels, loss "
+                f"{f['loss']:.4f}, accuracy {f['on_teacher']:.1%} on {TEACHER}'s validation states, "
+                f"{entry['accuracy_on_own_states']:.1%} on its own; validation avg JCT {f['validation']:.0f} s "
+                f"({TEACHER} {self.teacher_val:.0f} s), {rnd.seconds:.0f} s"
             )
-            self.log(
-                f"warm start round {r} ({entry['visited_by']}'s states): {len(data)} labels, loss {loss:.4f}, "
-                f"accuracy {acc_teacher:.1%} on {TEACHER}'s validation states, "
-                f"{entry['accuracy_on_own_states']:.1%} on its own; validation avg JCT {val_jct:.0f} s "
-                f"({TEACHER} {self.teacher_val:.0f} s), {rows[-1]['seconds']:.0f} s"
-            )
+
+        _, done, _ = dagger(ws.rounds, tasks, _warm_episode, fit, describe=lambda task: f"training window {task[0]}",
+                            teacher=TEACHER, workers=self.pool.map, log=self.log, started=started,
+                            report=progress)  # fmt: skip
+        rows += done
         return report
 
     def _fit(self, data: list[tuple], opt: torch.optim.Optimizer, epochs: int, minibatch: int) -> float:

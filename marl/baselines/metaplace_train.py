@@ -47,7 +47,7 @@ from marl.baselines.training import (
     start_config,
 )
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
-from marl.training.es import AntitheticES
+from marl.training.es import Step, evolve
 
 Log = Callable[[str], None]
 SERVERS = {"V100": "nvswitch-8", "A100": "nvswitch-8"}  # other types: 8 GPUs on PCIe
@@ -305,59 +305,40 @@ class Trainer:
         jobs = [(f.tolist(), h, self.sched, t, adapt) for f in flats for t in trials]
         return list(self.pool.map(_trial, jobs))
 
-    def validate(self, flat: np.ndarray) -> float:
-        """Mean log ratio of the trials' JCTs to type-blind LAS' (0: no better)."""
-        if not self.val_trials:
-            return 0.0
-        got = np.log(np.array(self.trials([flat], self.val_trials), dtype=np.float64))
-        return float(np.mean(got - self.blind_val))
+    def play(self, flats: list[np.ndarray], trials: list[list[Episode]]) -> np.ndarray:
+        """Average JCTs: weights x trials x episodes (:func:`~marl.training.es.evolve`'s ``play``)."""
+        return np.array(self.trials(flats, trials), dtype=np.float64).reshape(len(flats), len(trials), -1)
+
+    def draw(self, rng: np.random.Generator) -> tuple[list[Episode], dict[str, Any]]:
+        """A training task: a drawn cluster, tenant mix and load, and two of its windows."""
+        cluster, seed, load = self._draw(rng)
+        a, b = rng.choice(self.cfg.env.train.count, size=2, replace=False)
+        trial = [self._episode(self.train_specs[load][int(k)], cluster, seed) for k in (a, b)]
+        return trial, {"cluster": cluster["name"], "tenant_mix": seed, "load": load, "windows": f"{a},{b}"}
 
     def run(self, out: Path, rows: list[dict[str, Any]], started: float) -> dict[str, Any]:
-        es = self.cfg.train
-        theta = self.weights.flat()
-        self.blind_val = np.log(np.array(self.trials([theta], self.val_trials), dtype=np.float64))
-        best = {"flat": theta.copy(), "iteration": 0, "validation": 0.0}
-        self.log(f"validation trials: {len(self.val_trials)} x 2 episodes; the initial policy is type-blind LAS")
-        es_opt = AntitheticES(theta, sigma=es.sigma, lr=es.lr, pairs=es.pairs, rng=self.rng)
-        for it in range(1, es.iterations + 1):
-            cluster, seed, load = self._draw(self.rng)
-            a, b = self.rng.choice(self.cfg.env.train.count, size=2, replace=False)
-            trial = [self._episode(self.train_specs[load][int(k)], cluster, seed) for k in (a, b)]
-            jct = np.array(self.trials(es_opt.ask(), [trial]), dtype=np.float64)
-            theta = es_opt.tell(-np.log(jct).sum(axis=1))
-            row = {
-                "iteration": it,
-                "cluster": cluster["name"],
-                "tenant_mix": seed,
-                "load": load,
-                "windows": f"{a},{b}",
-                "best_jct": round(float(jct.sum(axis=1).min() / 2), 1),
-                "worst_jct": round(float(jct.sum(axis=1).max() / 2), 1),
-                "validation_vs_blind": "",
-                "seconds": 0.0,
-            }
-            if it % es.eval_every == 0 or it == es.iterations:
-                val = self.validate(theta)
-                row["validation_vs_blind"] = round(float(np.expm1(val)), 4)
-                if val < best["validation"]:
-                    best = {"flat": theta.copy(), "iteration": it, "validation": val}
-            row["seconds"] = round(time.perf_counter() - started, 1)
+        """ES (:func:`~marl.training.es.evolve`) from the initial weights, scored on the validation trials
+        against them (type-blind LAS); one row per iteration in ``rows`` and ``OUT/progress.csv``."""
+
+        def progress(step: Step) -> None:
+            if step.iteration == 0:
+                n = len(self.val_trials)
+                self.log(f"validation trials: {n} x 2 episodes; the initial policy is type-blind LAS")
+                return
+            row = {"iteration": step.iteration, **step.about, "best_jct": round(float(step.jct.min()), 1),
+                   "worst_jct": round(float(step.jct.max()), 1),
+                   "validation_vs_blind": "" if step.gain is None else round(float(np.expm1(step.gain)), 4),
+                   "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
             rows.append(row)
-            val_text = "" if row["validation_vs_blind"] == "" else f", validation {row['validation_vs_blind']:+.1%}"
-            self.log(
-                f"ES iteration {it}: {row['cluster']} at load {load}, "
-                f"candidates {row['best_jct']:.0f}..{row['worst_jct']:.0f} s{val_text}, {row['seconds']:.0f} s"
-            )
+            val = "" if step.gain is None else f", validation {row['validation_vs_blind']:+.1%}"
+            self.log(f"ES iteration {step.iteration}: {row['cluster']} at load {row['load']}, candidates "
+                     f"{row['best_jct']:.0f}..{row['worst_jct']:.0f} s{val}, {row['seconds']:.0f} s")  # fmt: skip
             write_dict_rows(rows, out / "progress.csv")
-            if es.time_budget_min is not None and time.perf_counter() - started > 60 * es.time_budget_min:
-                self.log(f"time budget of {es.time_budget_min} min reached after iteration {it}")
-                if row["validation_vs_blind"] == "":
-                    val = self.validate(theta)
-                    row["validation_vs_blind"] = round(float(np.expm1(val)), 4)
-                    if val < best["validation"]:
-                        best = {"flat": theta.copy(), "iteration": it, "validation": val}
-                break
-        return best
+
+        es = self.cfg.train
+        return evolve(self.weights.flat(), self.play, self.draw, self.val_trials, sigma=es.sigma, lr=es.lr,
+                      pairs=es.pairs, rng=self.rng, iterations=es.iterations, eval_every=es.eval_every,
+                      minutes=es.time_budget_min, started=started, progress=progress, log=self.log)  # fmt: skip
 
     # -- adaptation to the shifted workloads --------------------------------------------------------------------
     def adaptation(self, flat: np.ndarray, initial: np.ndarray, cluster: str) -> dict[str, Any]:
@@ -510,7 +491,7 @@ def train_metaplace(
         seconds = round(time.perf_counter() - started, 1)
         if rows:
             plot_curve(rows, out / "learning_curve.png")
-        weights = MetaPlaceWeights.from_flat(best["flat"], cfg.model.hidden)
+        weights = MetaPlaceWeights.from_flat(best["theta"], cfg.model.hidden)
         meta = {
             "interval": cfg.env.interval,
             "stay": cfg.env.stay,
@@ -538,7 +519,7 @@ def train_metaplace(
             for cluster in cfg.adaptation.clusters:
                 t0 = time.perf_counter()
                 log(f"adaptation on {len(cfg.adaptation.workloads)} shifted workloads on {cluster} ...")
-                doc = trainer.adaptation(best["flat"], initial, cluster)
+                doc = trainer.adaptation(best["theta"], initial, cluster)
                 doc["seconds"] = round(time.perf_counter() - t0, 1)
                 block = [f"## {cluster}", "", *adaptation_table(doc)]
                 for line in block:

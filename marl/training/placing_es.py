@@ -5,10 +5,11 @@ The placing agents (:class:`~marl.env.priority_agents.PriorityAgents` with ``pla
 its fastest type and moved up when a type ``migrate`` faster has room, or at a policy folder (``--init``: a
 placing policy, or a priority policy whose order head it takes). ES moves the last layer of the (job, GPU
 type) head (``params last``; ``last+order`` adds the order head's last layer): a few dozen numbers that
-shift where jobs start and when they move. The loop is :func:`marl.training.rounds_es.search`'s, the round
-scorer's: every candidate θ ± σε plays the same drawn 1-day training window of 2017-10-01..23 on
-``small-hetero`` (the workload cancels within each pair), θ plays three 2-day windows of 2017-10-25..31
-every ``eval_every`` iterations, and the folder keeps the θ that did best there, the warm start included.
+shift where jobs start and when they move. The loop is :func:`marl.training.es.evolve` on the round
+scorer's windows (:func:`marl.training.rounds_es.search`): every candidate θ ± σε plays the same drawn 1-day
+training window of 2017-10-01..23 on ``small-hetero`` (the workload cancels within each pair), θ plays three
+2-day windows of 2017-10-25..31 every ``eval_every`` iterations, and the folder keeps the θ that did best
+there, the warm start included.
 
     marlsched train --config experiments/configs/placing_es_small_hetero.yaml --out results/placing-es
 """
@@ -17,18 +18,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import vector_to_parameters
 
 from marl.deploy.policy_files import load_network
 from marl.deploy.priority_export import read_priority_metadata, save_priority_policy
 from marl.models.priority_net import NetScorer, PlacingPriorityNet
-from marl.training.es import AntitheticES
-from marl.training.rounds_es import RoundsESConfig, plot_es, search, search_record, training_starts
+from marl.training.rounds_es import RoundsESConfig, plot_es, search
 
 PARAMS = ("last", "last+order")
 
@@ -71,10 +70,6 @@ def initial_network(cfg: PlacingESConfig) -> PlacingPriorityNet:
     return net
 
 
-def _job(state: dict, cfg: PlacingESConfig, theta: np.ndarray, spec: str) -> tuple:
-    return (state, cfg.params, theta.tolist(), cfg, spec)
-
-
 def _play(job: tuple) -> float:
     """Average JCT of one window under the agents with ``theta`` in the moved parameters."""
     from cluster_sim.build import build_simulator
@@ -97,19 +92,13 @@ def train(cfg: PlacingESConfig, out: str | Path, *, command: str = "", log=print
     started = time.perf_counter()
     net = initial_network(cfg)
     state = {"hidden": net.hidden, "weights": net.state_dict()}
-    theta0 = parameters_to_vector(moved(net, cfg.params)).detach().double().numpy()
-    es = AntitheticES(theta0, sigma=cfg.sigma, lr=cfg.lr, pairs=cfg.pairs, rng=np.random.default_rng(cfg.seed))
-    starts, dropped = training_starts(cfg)
-    log(f"{len(starts)} training windows ({dropped} too quiet for load {cfg.load} left out)")
-    best, rows = search(cfg, es, theta0, partial(_job, state, cfg), _play, starts, started, log)
-    vector_to_parameters(torch.as_tensor(best["theta"], dtype=torch.float32), moved(net, cfg.params))
-    log(f"selected iteration {best['iteration']}: validation {np.expm1(best['validation']):+.2%} vs the warm start")
+    record = search(cfg, moved(net, cfg.params), state, _play, started=started, command=command, log=log)
     meta = {
         "agents": {"hysteresis": float(np.log(cfg.factor)), "num_agents": cfg.num_agents, "migrate": cfg.margin()},
         "warm_start": cfg.init or "untrained: QSSF's order, each job on its fastest type, moved up past migrate",
         "training": "evolution strategies on the average JCT (marl.training.placing_es)",
-        **search_record(cfg, best, rows, started, command),
+        **record,
     }
     folder = save_priority_policy(net, out, meta)
-    plot_es(rows, Path(folder) / "learning_curve.png")
+    plot_es(record["progress"], Path(folder) / "learning_curve.png")
     return meta

@@ -27,7 +27,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from marl.deploy.policy_files import METADATA, load_network, read_json
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
-from marl.training.es import AntitheticES
+from marl.training.es import Step, evolve
 from marl.training.worker_map import worker_map
 
 NOV1 = HELD_OUT_START  # 2017-11-01, seconds from the Philly trace's first arrival
@@ -95,11 +94,10 @@ class RoundsESConfig:
     def window(self, start: float, days: float) -> str:
         return window_spec(self.trace, start, start + days * DAY, self.load)
 
-    def validation(self) -> list[str]:
+    def validation(self) -> list[tuple[float, float]]:
+        """The validation windows' (start, days)."""
         step = self.validation_days * DAY
-        return [
-            self.window(self.validation_first + k * step, self.validation_days) for k in range(self.validation_windows)
-        ]
+        return [(self.validation_first + k * step, self.validation_days) for k in range(self.validation_windows)]
 
 
 def training_starts(cfg: RoundsESConfig) -> tuple[np.ndarray, int]:
@@ -157,71 +155,56 @@ def _play(job: tuple) -> float:
     return float(sim.run(ScoredRounds(NetRoundsScorer(net), stay=cfg.stay, name="rounds")).metrics()["avg_jct"])
 
 
-def _play_job(state: dict, cfg: RoundsESConfig, theta: np.ndarray, spec: str) -> tuple:
-    return (state, cfg.params, theta.tolist(), cfg, spec)
-
-
 def search(
     cfg: RoundsESConfig,
-    es: AntitheticES,
-    theta0: np.ndarray,
-    job: Callable[[np.ndarray, str], tuple],
+    params: list[torch.nn.Parameter],
+    state: dict,
     play_one: Callable[[tuple], float],
-    starts: np.ndarray,
+    *,
     started: float,
-    log=print,
-) -> tuple[dict, list[dict]]:
-    """The ES loop shared by the trainers: each iteration's candidates play one drawn training window (in
-    ``cfg.workers`` processes; ``job(theta, spec)`` is what ``play_one`` gets), and every ``eval_every``
-    iterations θ plays the validation windows; returns the best θ there (the warm start included) and a
-    row per iteration."""
-    rng = es.rng
-    val_specs = cfg.validation()
+    command: str,
+    log: Callable[[str], None],
+) -> dict:
+    """ES (:func:`~marl.training.es.evolve`) on ``params`` over ``cfg``'s windows, for the trainers of this
+    config: every candidate plays one drawn training window (in ``cfg.workers`` processes, ``play_one`` getting
+    ``(state, cfg.params, theta, cfg, spec)``) and θ the validation windows every ``eval_every`` iterations.
+    Writes the selected θ into ``params``; returns what the policy records of the search."""
+    theta0 = parameters_to_vector(params).detach().double().numpy()
+    starts, dropped = training_starts(cfg)
+    log(f"{len(starts)} training windows ({dropped} too quiet for load {cfg.load} left out)")
     rows: list[dict] = []
+
+    def progress(step: Step) -> None:
+        got = step.validation
+        row = {"iteration": step.iteration, "window_start": step.about.get("window_start", ""),
+               "best_jct": "" if step.jct is None else round(float(step.jct.min()), 1),
+               "worst_jct": "" if step.jct is None else round(float(step.jct.max()), 1),
+               "validation_jct": "" if got is None else round(float(np.exp(got).mean()), 1),
+               "validation_vs_warm": "" if got is None else round(float(np.expm1(step.gain)), 4),
+               "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+        rows.append(row)
+        if step.iteration == 0:
+            log(f"warm start on {len(got)} validation windows: mean avg JCT {np.exp(got).mean():.0f} s")
+            return
+        val = "" if got is None else f", validation {row['validation_vs_warm']:+.2%} vs warm start"
+        log(f"ES iteration {step.iteration}: candidates {row['best_jct']:.0f}..{row['worst_jct']:.0f} s{val}, "
+            f"{row['seconds']:.0f} s")  # fmt: skip
+
+    def draw(rng: np.random.Generator) -> tuple[tuple[float, float], dict]:
+        t0 = float(rng.choice(starts))
+        return (t0, cfg.days), {"window_start": round(t0)}
+
     with worker_map(cfg.workers) as run:
 
-        def play(thetas: list[np.ndarray], specs: list[str]) -> np.ndarray:
-            jobs = [job(t, s) for t in thetas for s in specs]
-            return np.array(list(run(play_one, jobs)), dtype=np.float64).reshape(len(thetas), len(specs))
+        def play(thetas: list[np.ndarray], windows: list[tuple[float, float]]) -> np.ndarray:
+            jobs = [(state, cfg.params, t.tolist(), cfg, cfg.window(*w)) for t in thetas for w in windows]
+            return np.array(list(run(play_one, jobs)), dtype=np.float64).reshape(len(thetas), len(windows))
 
-        warm = np.log(play([theta0], val_specs)[0])
-        best = {"theta": theta0.copy(), "iteration": 0, "validation": 0.0}
-        log(f"warm start on {len(val_specs)} validation windows: mean avg JCT {np.exp(warm).mean():.0f} s")
-        rows.append({"iteration": 0, "window_start": "", "best_jct": "", "worst_jct": "",
-                     "validation_jct": round(float(np.exp(warm).mean()), 1), "validation_vs_warm": 0.0,
-                     "seconds": round(time.perf_counter() - started, 1)})  # fmt: skip
-        for it in range(1, cfg.iterations + 1):
-            t0 = float(rng.choice(starts))
-            jct = play(es.ask(), [cfg.window(t0, cfg.days)])[:, 0]
-            theta = es.tell(-np.log(jct))
-            row = {"iteration": it, "window_start": round(t0), "best_jct": round(float(jct.min()), 1),
-                   "worst_jct": round(float(jct.max()), 1), "validation_jct": "", "validation_vs_warm": "",
-                   "seconds": 0.0}  # fmt: skip
-            out_of_time = time.perf_counter() - started > 60 * cfg.minutes
-            if it % cfg.eval_every == 0 or it == cfg.iterations or out_of_time:
-                got = np.log(play([theta], val_specs)[0])
-                gain = float(np.mean(got - warm))
-                row["validation_jct"] = round(float(np.exp(got).mean()), 1)
-                row["validation_vs_warm"] = round(float(np.expm1(gain)), 4)
-                if gain < best["validation"]:
-                    best = {"theta": theta.copy(), "iteration": it, "validation": gain}
-            row["seconds"] = round(time.perf_counter() - started, 1)
-            rows.append(row)
-            val = (
-                ""
-                if row["validation_vs_warm"] == ""
-                else f", validation {row['validation_vs_warm']:+.2%} vs warm start"
-            )
-            log(f"ES iteration {it}: candidates {row['best_jct']:.0f}..{row['worst_jct']:.0f} s{val}, "
-                f"{row['seconds']:.0f} s")  # fmt: skip
-            if out_of_time:
-                log(f"time budget of {cfg.minutes} min reached after iteration {it}")
-                break
-    return best, rows
-
-
-def search_record(cfg: RoundsESConfig, best: dict, rows: list[dict], started: float, command: str) -> dict:
-    """What a policy made by :func:`search` records of it: the selection, the config and every iteration."""
+        best = evolve(theta0, play, draw, cfg.validation(), sigma=cfg.sigma, lr=cfg.lr, pairs=cfg.pairs,
+                      rng=np.random.default_rng(cfg.seed), iterations=cfg.iterations, eval_every=cfg.eval_every,
+                      minutes=cfg.minutes, started=started, progress=progress, log=log)  # fmt: skip
+    vector_to_parameters(torch.as_tensor(best["theta"], dtype=torch.float32), params)
+    log(f"selected iteration {best['iteration']}: validation {np.expm1(best['validation']):+.2%} vs the warm start")
     return {
         "selected_iteration": best["iteration"],
         "validation_vs_warm_start": round(float(np.expm1(best["validation"])), 4),
@@ -235,17 +218,10 @@ def search_record(cfg: RoundsESConfig, best: dict, rows: list[dict], started: fl
 def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print) -> dict:
     """ES from the warm start; writes the selected network as a rounds policy folder (``marl:DIR``)."""
     started = time.perf_counter()
-    rng = np.random.default_rng(cfg.seed)
     net = initial_network(cfg)
     drop = tuple(f for f, k in zip(FEATURES, net.keep.tolist(), strict=True) if not k)
     state = {"hidden": net.embed[0].out_features, "drop": drop, "weights": net.state_dict()}
-    theta0 = parameters_to_vector(moved(net, cfg.params)).detach().double().numpy()
-    es = AntitheticES(theta0, sigma=cfg.sigma, lr=cfg.lr, pairs=cfg.pairs, rng=rng)
-    starts, dropped = training_starts(cfg)
-    log(f"{len(starts)} training windows ({dropped} too quiet for load {cfg.load} left out)")
-    best, rows = search(cfg, es, theta0, partial(_play_job, state, cfg), _play, starts, started, log)
-    vector_to_parameters(torch.as_tensor(best["theta"], dtype=torch.float32), moved(net, cfg.params))
-    log(f"selected iteration {best['iteration']}: validation {np.expm1(best['validation']):+.2%} vs the warm start")
+    record = search(cfg, moved(net, cfg.params), state, _play, started=started, command=command, log=log)
     meta = {
         "format": "marlsched-policy",
         "agent": KIND,
@@ -257,7 +233,7 @@ def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print)
         "teacher": "",
         "warm_start": cfg.init or f"untrained network, prior {cfg.prior}",
         "training": "evolution strategies on the average JCT (marl.training.rounds_es)",
-        **search_record(cfg, best, rows, started, command),
+        **record,
         "torch": torch.__version__,
     }
     save_rounds_policy(net, out, meta, plot=plot_es)

@@ -39,7 +39,7 @@ from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.inference import subnormals_flushed
 from marl.models.rounds_scorer import FEATURES, PRIORS, PairScorer, pair_features
-from marl.training.worker_map import worker_map
+from marl.training.dagger import Chunk, Round, dagger
 
 # the scorers of cluster_sim.policies.rigid_rounds that see true work, and the look-ahead over gavel-las
 TEACHERS = ("oracle", "oracle-area", "lookahead")
@@ -170,9 +170,12 @@ class _LookaheadLabels:
         return teacher if self.act == "teacher" else _student_scores(self.student, x, rates)
 
 
-def play_window(cfg: ImitationConfig, spec: str, act: str, state: dict | None) -> tuple[float, list]:
-    """One training window with the teacher (``act='teacher'``) or the student (``state``: its weights) acting:
-    (average JCT, the labelled rounds). A function of its arguments only, so windows run in any process."""
+def play_window(task: tuple) -> Chunk:
+    """One training window ``(cfg, spec, state)`` with the teacher (``state`` None) or the student (``state``:
+    its weights) acting: the labelled rounds and the average JCT, as :func:`~marl.training.dagger.dagger`
+    aggregates them. A function of its arguments only, so windows run in any process."""
+    cfg, spec, state = task
+    act = "teacher" if state is None else "student"
     torch.set_num_threads(1)
     net = PairScorer(hidden=cfg.hidden, drop=tuple(f for f in cfg.drop.split(",") if f), prior=cfg.prior)
     if state is not None:
@@ -188,7 +191,8 @@ def play_window(cfg: ImitationConfig, spec: str, act: str, state: dict | None) -
     else:
         scorer = _Labelled(net, act, cfg.stay, cfg.every, cfg.teacher)
         policy = ScoredRounds(scorer, stay=cfg.stay, name="rounds")
-    return float(sim.run(policy).metrics()["avg_jct"]), scorer.samples
+    jct = float(sim.run(policy).metrics()["avg_jct"])
+    return {"rounds": scorer.samples, "avg_jct": [jct]}
 
 
 def round_loss(scores: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
@@ -232,30 +236,32 @@ def fit(net: PairScorer, data: list, cfg: ImitationConfig, rng: np.random.Genera
 
 
 def train(cfg: ImitationConfig, out: str | Path, *, command: str = "", log=print) -> dict:
-    """DAgger on ``cfg``'s windows; writes the policy folder ``out`` (TorchScript + metadata, atomically)
-    and ``progress.csv``; returns the metadata."""
+    """DAgger (:func:`~marl.training.dagger.dagger`) on ``cfg``'s windows; writes the policy folder ``out``
+    (TorchScript + metadata, atomically) and ``progress.csv``; returns the metadata."""
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(1)
     rng = np.random.default_rng(cfg.seed)
     drop = tuple(f for f in cfg.drop.split(",") if f)
     net = PairScorer(hidden=cfg.hidden, drop=drop, prior=cfg.prior)
-    data: list = []
-    rows = []
+    teacher = "lookahead-oracle" if cfg.teacher == "lookahead" else f"rounds-{cfg.teacher}"
     started = time.perf_counter()
-    for it in range(cfg.iterations + 1):
-        act = "teacher" if it == 0 else "student"
-        state = None if act == "teacher" else {k: v.clone() for k, v in net.state_dict().items()}
-        with worker_map(cfg.workers) as run:
-            played = list(run(play_window, *zip(*[(cfg, spec, act, state) for spec in cfg.specs()], strict=True)))
-        jcts = [jct for jct, _ in played]
-        for _, samples in played:
-            data.extend(samples)
-        loss = fit(net, data, cfg, rng)
-        row = {"iteration": it, "acted": act, "avg_jct": float(np.mean(jcts)), "rounds": len(data), "loss": loss,
-               "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
-        rows.append(row)
-        log(f"iteration {it} ({act} acted): mean avg JCT {row['avg_jct']:.0f} s over {len(jcts)} windows, "
-            f"{len(data)} rounds, loss {loss:.4f}, {row['seconds']:.0f} s")  # fmt: skip
+
+    def refit(_rnd: int, data: Chunk) -> tuple[PairScorer, dict]:
+        return net, {"loss": fit(net, data["rounds"], cfg, rng)}
+
+    def report(rnd: Round) -> tuple[dict, str]:
+        jcts = [jct for c in rnd.chunks for jct in c["avg_jct"]]
+        act = "teacher" if rnd.index == 0 else "student"
+        row = {"iteration": rnd.index, "acted": act, "avg_jct": float(np.mean(jcts)), "rounds": rnd.rows,
+               "loss": rnd.figures["loss"], "seconds": rnd.seconds}  # fmt: skip
+        return row, (f"iteration {rnd.index} ({act} acted): mean avg JCT {row['avg_jct']:.0f} s over {len(jcts)} "
+                     f"windows, {rnd.rows} rounds, loss {row['loss']:.4f}, {row['seconds']:.0f} s")  # fmt: skip
+
+    _, rows, _ = dagger(
+        cfg.iterations, lambda _rnd: [(cfg, spec) for spec in cfg.specs()], play_window, refit,
+        describe=lambda task: task[1][task[1].rindex(",start=") + 1 :], teacher=teacher, workers=cfg.workers,
+        log=log, started=started, report=report,
+    )  # fmt: skip
     meta = {
         "format": "marlsched-policy",
         "agent": KIND,
@@ -264,7 +270,7 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "", log=print
         "dropped_features": list(drop),
         "stay": cfg.stay,
         "interval": 360.0,
-        "teacher": "lookahead-oracle" if cfg.teacher == "lookahead" else f"rounds-{cfg.teacher}",
+        "teacher": teacher,
         "config": asdict(cfg),
         "command": command,
         "train_seconds": round(time.perf_counter() - started, 1),
