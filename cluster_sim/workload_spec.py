@@ -254,9 +254,15 @@ def _synthetic(
 
 
 def _philly(
-    arg: str, *, seed: int, cluster_gpus: int, pollux_filter: bool = False, model_rule: str = "independent"
+    arg: str,
+    *,
+    seed: int,
+    cluster_gpus: int,
+    pollux_filter: bool = False,
+    model_rule: str = "independent",
+    gpu_scale: int = 1,
 ) -> Workload:
-    return load_philly(Path(arg), seed=seed, pollux_filter=pollux_filter, model_rule=model_rule)
+    return load_philly(Path(arg), seed=seed, pollux_filter=pollux_filter, model_rule=model_rule, gpu_scale=gpu_scale)
 
 
 def _openb(
@@ -284,8 +290,8 @@ register_workload_kind(
 register_workload_kind(
     "philly",
     _philly,
-    syntax="philly:PATH/philly.csv[,model_rule=independent|pollux|gavel]",
-    options={"pollux_filter": flag, "model_rule": str},
+    syntax="philly:PATH/philly.csv[,model_rule=independent|pollux|gavel][,gpu_scale=K]",
+    options={"pollux_filter": flag, "model_rule": str, "gpu_scale": int},
 )
 register_workload_kind(
     "openb",

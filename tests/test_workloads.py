@@ -209,6 +209,20 @@ def test_philly_pollux_filter(philly_path: Path, philly_file: dict[str, np.ndarr
     assert np.array_equal(f.arrival, philly.arrival[kept]) and np.array_equal(f.model, philly.model[kept])
 
 
+def test_philly_gpu_scale_multiplies_gpus_and_keeps_the_rest(philly_path: Path, philly: Workload) -> None:
+    spec = f"philly:{philly_path},gpu_scale=8"
+    big = parse_workload_spec(window_spec(spec, 40 * DAY, 47 * DAY), cluster_gpus=8192, seed=0)
+    w = parse_workload_spec(window_spec(f"philly:{philly_path}", 40 * DAY, 47 * DAY), cluster_gpus=8192, seed=0)
+    assert np.array_equal(big.num_gpus, 8 * w.num_gpus) and np.array_equal(big.batch_size, 8 * w.batch_size)
+    assert all(np.array_equal(getattr(big, c), getattr(w, c)) for c in ("arrival", "duration", "model", "tenant"))
+    assert np.array_equal(big.meta["history"]["num_gpus"], 8 * w.meta["history"]["num_gpus"])  # same groups
+    # at dc-1k, 8x the GPUs of a 7-day window offer its load in a spread of arrivals, not in one burst
+    busy = parse_workload_spec(window_spec(spec, 40 * DAY, 47 * DAY, 0.9), cluster_gpus=8192, seed=0)
+    assert busy.arrival[-1] > DAY / 4
+    with pytest.raises(WorkloadSpecError, match="gpu_scale=0 must be an integer >= 1"):
+        parse_workload_spec(spec.replace("=8", "=0"), cluster_gpus=8192, seed=0)
+
+
 def test_windowing_max_jobs_and_arrival_scale(philly_path: Path, philly: Workload) -> None:
     day = 86400.0
     w = load_philly(philly_path, time_range=(40 * day, 42 * day))

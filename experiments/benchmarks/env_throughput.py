@@ -10,12 +10,16 @@
 ``--steps`` counts the steps of each environment: every runner takes as many as a lone runner, so each
 covers the same part of its episodes.
 
-    python experiments/benchmarks/env_throughput.py [--config FILE] [--steps 1000] [--runners 1 2]
+``--json FILE`` writes the figures: ``one_process`` (``env_steps_per_s``, ``first_reset_s``, ...) and ``rllib``
+keyed by runner count (``rllib["2"]["env_steps_per_s"]``).
+
+    python experiments/benchmarks/env_throughput.py [--config FILE] [--steps 1000] [--runners 1 2] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -38,7 +42,8 @@ def one_process(config: str, steps: int, seed: int = 0) -> dict[str, Any]:
     env = PriorityEnv(cfg["env"])
     torch.manual_seed(seed)
     placing = env.layout.placing
-    net = (PlacingPriorityNet if placing else PriorityNet)(int(cfg["model"]["hidden"]))
+    hidden = int(cfg["model"]["hidden"])
+    net = PlacingPriorityNet(hidden, env.layout.interference) if placing else PriorityNet(hidden)
     scorer = NetScorer(net, placing=placing)
     keys = list(env.layout.shapes())
     t0 = time.perf_counter()
@@ -109,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=1000, help="steps of each environment per measurement")
     ap.add_argument("--runners", type=int, nargs="*", default=[1, 2], help="EnvRunner counts to sample with")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, help="write the figures to this file")
     args = ap.parse_args(argv)
     print(f"== one process: {args.config}, {args.steps} steps", flush=True)
     one = one_process(args.config, args.steps, args.seed)
@@ -124,6 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows[1:]:
             print(f"  {r['runners']} runners / {rows[0]['runners']}: "
                   f"{r['env_steps_per_s'] / rows[0]['env_steps_per_s']:.2f}x")  # fmt: skip
+    if args.json is not None:
+        figures = {"config": args.config, "steps": args.steps, "one_process": one,
+                   "rllib": {str(r["runners"]): r for r in rows}}  # fmt: skip
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
     sys.stdout.flush()
 
 
