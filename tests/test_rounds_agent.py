@@ -17,6 +17,7 @@ from marl.deploy.rounds_policy import load_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer, pair_features
 from marl.training.rounds_es import RoundsESConfig
 from marl.training.rounds_imitation import ImitationConfig, round_loss, train
+from tests.test_heterogeneous import run_to_first_end
 
 TINY = dict(
     first_start=HELD_OUT_START - 86_400.0, days=0.25, load=0.2, windows=1, iterations=1, epochs=2, every=1, hidden=16
@@ -43,9 +44,9 @@ def test_features_never_read_a_duration() -> None:
         record: list = []
         torch.manual_seed(0)
         net = PairScorer(hidden=8)
-        res = build_simulator("small-hetero", w).run(ScoredRounds(NetRoundsScorer(net, record)))
-        runs.append((res, record))
-    first_end = min(runs[0][0].end.min(), runs[1][0].end.min())
+        sim, policy = build_simulator("small-hetero", w), ScoredRounds(NetRoundsScorer(net, record))
+        runs.append((run_to_first_end(sim, policy), record))  # the rounds until the first job finishes
+    first_end = min(runs[0][0], runs[1][0])
     pairs = [(p, q) for p, q in zip(runs[0][1], runs[1][1], strict=False) if p[0] < first_end and q[0] < first_end]
     assert len(pairs) >= 2
     for (ta, xa, ma), (tb, xb, mb) in pairs:
