@@ -114,7 +114,20 @@ def _hypothesis_profiles() -> None:
 _hypothesis_profiles()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _xdist_group(item: pytest.Item, config: pytest.Config, name: str) -> None:
+    """Put ``item`` in xdist's group ``name``: its ``xdist_group`` mark and, on a ``--dist loadgroup`` worker under a
+    pytest with structured node ids (9.2), the ``@name`` suffix of its node id by which xdist's scheduler groups.
+    xdist writes that suffix into the older ``_nodeid`` field, which such a pytest no longer reads, so the group
+    would be silently ignored (pytest-xdist issue 1386)."""
+    item.add_marker(pytest.mark.xdist_group(name))
+    if getattr(config.option, "loadgroup", False) and not hasattr(item, "_nodeid"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(f"{item.nodeid}@{name}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks added here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order and group the tests for parallel workers (``-n``, ``--dist loadgroup``).
 
     - Every test on the in-process Ray (the ``ray_local`` fixture) runs on one worker: Ray is started once,
@@ -124,7 +137,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """
     for item in items:
         if "ray_local" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+            _xdist_group(item, config, "ray")
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

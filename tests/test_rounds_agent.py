@@ -17,6 +17,7 @@ from marl.deploy.rounds_policy import load_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer, pair_features
 from marl.training.rounds_es import RoundsESConfig
 from marl.training.rounds_imitation import ImitationConfig, round_loss, train
+from tests.test_heterogeneous import run_to_first_end
 
 TINY = dict(
     first_start=HELD_OUT_START - 86_400.0, days=0.25, load=0.2, windows=1, iterations=1, epochs=2, every=1, hidden=16
@@ -43,9 +44,9 @@ def test_features_never_read_a_duration() -> None:
         record: list = []
         torch.manual_seed(0)
         net = PairScorer(hidden=8)
-        res = build_simulator("small-hetero", w).run(ScoredRounds(NetRoundsScorer(net, record)))
-        runs.append((res, record))
-    first_end = min(runs[0][0].end.min(), runs[1][0].end.min())
+        sim, policy = build_simulator("small-hetero", w), ScoredRounds(NetRoundsScorer(net, record))
+        runs.append((run_to_first_end(sim, policy), record))  # the rounds until the first job finishes
+    first_end = min(runs[0][0], runs[1][0])
     pairs = [(p, q) for p, q in zip(runs[0][1], runs[1][1], strict=False) if p[0] < first_end and q[0] < first_end]
     assert len(pairs) >= 2
     for (ta, xa, ma), (tb, xb, mb) in pairs:
@@ -80,15 +81,15 @@ def test_imitation_writes_a_policy_that_schedules_validly(tiny_policy: Path) -> 
     assert (tiny_policy / "progress.csv").read_text().count("\n") == TINY["iterations"] + 2
     assert (tiny_policy / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     policy = make_scheduler_by_name(f"marl:{tiny_policy}", 0)
-    sim = build_simulator("small-hetero", "synthetic:120,load=1.0,model_rule=gavel", seed=1)
+    sim = build_simulator("small-hetero", "synthetic:40,load=1.0,model_rule=gavel", seed=1)  # ~1000 rounds
     res = sim.run(policy)
-    assert res.metrics()["jobs_completed"] == 120
+    assert res.metrics()["jobs_completed"] == 40
     used = res.attained_by_type > 0
     assert (used.sum(axis=1) >= 1).all()
     program_only = tiny_policy.parent / "program-only"
     shutil.copytree(tiny_policy, program_only)
     (program_only / "policy.pt").unlink()
-    sim = build_simulator("small-hetero", "synthetic:120,load=1.0,model_rule=gavel", seed=1)
+    sim = build_simulator("small-hetero", "synthetic:40,load=1.0,model_rule=gavel", seed=1)
     assert np.array_equal(sim.run(make_scheduler_by_name(f"marl:{program_only}", 0)).end, res.end)
 
 
@@ -279,7 +280,7 @@ def test_lookahead_teacher_labels_the_students_states(tmp_path: Path) -> None:
     cfg = ImitationConfig(
         trace="synthetic:60,model_rule=gavel,max_gpus=8", cluster=str(cluster), teacher="lookahead",
         prior="gavel-las", stay=0.0, lookahead_every=3, horizon=3600.0,
-        **{**TINY, "first_start": 0.0, "days": 0.4, "load": 1.2, "windows": 2},
+        **{**TINY, "first_start": 0.4 * DAY, "days": 0.4, "load": 1.2, "windows": 1},  # ~270 rounds queue here
     )  # fmt: skip
     meta = train(cfg, tmp_path / "w1")
     assert meta["teacher"] == "lookahead-oracle"

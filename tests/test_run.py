@@ -270,11 +270,11 @@ def test_scaling_runs_one_policy_file_at_every_agent_count(tmp_path: Path) -> No
 # ---------------------------------------------------------------------------------------------- resume
 
 
-@pytest.mark.slow
 class _Killed(Exception):
     """Raised from a run's log: the run stops there as a killed one would."""
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Path) -> None:
     from experiments.run import run_experiment
 
