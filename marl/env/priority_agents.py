@@ -458,13 +458,11 @@ class PriorityAgents(PolicyScheduler):
             weights=np.concatenate([rem_queue[owned] * need[queue[owned]], rem_run * need[running]]),
             minlength=self.num_agents,
         )
-        at = np.full(stop - first, -1, dtype=np.int64)  # each arrival's place in the queue
-        arrived = (queue >= first) & (queue < stop)
-        at[queue[arrived] - first] = np.flatnonzero(arrived)
-        at = at[new - first]
-        rem = np.where(at >= 0, rem_queue[np.maximum(at, 0)], 0.0)
-        if (at < 0).any():  # not queued any more (another scheduler started it): estimated alone
-            rem[at < 0] = self.history.expected_remaining(view, new[at < 0])
+        arrived = queue >= first  # the arrivals, queued in arrival order after every earlier job
+        if np.array_equal(queue[arrived], np.arange(first, stop)):
+            rem = rem_queue[arrived][fits]
+        else:  # some started already (by another scheduler): estimated on their own
+            rem = self.history.expected_remaining(view, new)
         est = rem * need[new]
         for j, w in zip(new.tolist(), est.tolist(), strict=True):
             ok = self.part_gpus >= need[j]
