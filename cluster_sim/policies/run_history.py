@@ -131,6 +131,11 @@ class TenantHistory:
             known = (pt < len(view.jobs.tenants)) & (pg <= self._most_gpus)  # groups this workload can have
             self._record(self._group_keys(pt[known], pg[known]), np.asarray(past["duration"])[known])
 
+    @property
+    def learned(self) -> int:
+        """Completions taken in so far: every estimate stays the same until it changes (callers may keep them)."""
+        return self._seen
+
     def _group_keys(self, tenant: np.ndarray, num_gpus: np.ndarray) -> list[np.ndarray]:
         """Keys at each back-off level: (tenant, GPUs), tenant, GPUs, everything."""
         t, g = np.asarray(tenant, dtype=np.int64), np.asarray(num_gpus, dtype=np.int64)

@@ -75,12 +75,14 @@ class InterferenceInputs:
         self._desc: DescriptorCache | None = None
         self._codes: dict[tuple[int, int], int] = {}
         self._by_server: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}
+        self._last_holders: tuple[np.ndarray, np.ndarray] | None = None  # (holders, factors) of the last call
 
     def reset(self, view: SchedulerView) -> None:
         self._desc = DescriptorCache(view.jobs, view.topo, getattr(view, "perf", None))
         self._gpu_type = np.asarray(view.topo.server_gpu_type)[np.asarray(view.topo.gpu_server)].tolist()
         self._codes.clear()
         self._by_server.clear()
+        self._last_holders = None
 
     def _code(self, job: int, gpu: int) -> int:
         key = (job, self._gpu_type[gpu])
@@ -92,19 +94,34 @@ class InterferenceInputs:
     def holder_factors(self, view: SchedulerView, holder: np.ndarray, gpu: np.ndarray) -> np.ndarray:
         """The predicted factor of the job holding each GPU of the grid (``holder``: job id or -1; ``gpu``: the
         GPU's id or -1, both ``(..., G)`` with one server per row) next to the other jobs on its servers; 1.0
-        where no job holds the GPU. A server's answers are kept by who holds it (they change only on events)."""
+        where no job holds the GPU. A server's answers are kept by who holds it (they change only on events):
+        a server whose holders are as at the last call, none of them on another server too, keeps its row."""
         rows_h = holder.reshape(-1, holder.shape[-1])
         rows_g = gpu.reshape(-1, gpu.shape[-1])
-        out = np.ones(rows_h.shape)
+        held = rows_h >= 0
+        # a job held on fewer GPUs of a server than it has runs on other servers too: its row is never kept
+        same = (rows_h[:, :, None] == rows_h[:, None, :]).sum(axis=-1)
+        spans = (held & (view.jobs.num_gpus[np.where(held, rows_h, 0)] > same)).any(axis=1)
+        last = self._last_holders
+        if last is not None and last[0].shape == rows_h.shape:
+            todo = np.flatnonzero(spans | (rows_h != last[0]).any(axis=1))
+            out = last[1].copy()
+        else:
+            todo = np.arange(len(rows_h))
+            out = np.ones(rows_h.shape)
         servers_of: dict[int, list[int]] = {}
-        occupants: list[tuple[int, ...]] = []
-        for r, row in enumerate(rows_h.tolist()):
-            occ = tuple(dict.fromkeys(h for h in row if h >= 0))
-            occupants.append(occ)
+        occupants: dict[int, tuple[int, ...]] = {}
+        for r in np.flatnonzero(spans).tolist():  # the servers of every job over several of them
+            occ = occupants[r] = tuple(dict.fromkeys(h for h in rows_h[r].tolist() if h >= 0))
             for h in occ:
                 servers_of.setdefault(h, []).append(r)
-        for r, occ in enumerate(occupants):
+        for r in todo.tolist():
+            row = rows_h[r]
+            occ = occupants.get(r)
+            if occ is None:
+                occ = tuple(dict.fromkeys(h for h in row.tolist() if h >= 0))
             if not occ:
+                out[r] = 1.0
                 continue
             first = int(rows_g[r, 0])
             sig = (self._gpu_type[first], occ)
@@ -112,19 +129,19 @@ class InterferenceInputs:
             if factors is None:
                 keys = []
                 for h in occ:
-                    if len(servers_of[h]) > 1:  # a job over several servers: its neighbours on all of them
+                    if len(servers_of.get(h, ())) > 1:  # a job over several servers: its neighbours on all of them
                         nbrs = {x for q in servers_of[h] for x in occupants[q] if x != h}
                     else:
                         nbrs = {x for x in occ if x != h}
                     keys.append((self._code(h, first), *sorted(3 * self._code(x, first) + _SERVER for x in nbrs)))
                 factors = dict(zip(occ, self._keyed(keys).tolist(), strict=True))
-                if all(len(servers_of[h]) == 1 for h in occ):  # keep only what this server alone decides
+                if not spans[r]:  # keep only what this server alone decides
                     if len(self._by_server) > MAX_SERVER_MEMO:
                         self._by_server.clear()
                     self._by_server[sig] = factors
-            row = rows_h[r]
-            held = row >= 0
-            out[r, held] = [factors[h] for h in row[held].tolist()]
+            out[r] = 1.0
+            out[r, held[r]] = [factors[h] for h in row[held[r]].tolist()]
+        self._last_holders = (rows_h.copy(), out)
         return out.reshape(holder.shape)
 
     def candidate_factors(
@@ -145,6 +162,7 @@ class InterferenceInputs:
         out = np.ones((k_n, n_n, t_n))
         keys: list[tuple[int, ...]] = []
         where: list[tuple[int, int, int]] = []
+        code = self._code
         for k in range(k_n):
             ids = job_ids[k]
             valid = np.flatnonzero(ids >= 0)
@@ -154,29 +172,32 @@ class InterferenceInputs:
             real = srv >= 0
             srv, free, typ = srv[real], free[real], typ[real]
             size = topo.server_num_gpus[srv]
+            slots = list(zip(valid.tolist(), ids[valid].tolist(), need[ids[valid]].tolist(), strict=True))
             for t in range(t_n):
                 on_t = typ == t
-                target: dict[int, tuple[int, list[tuple[int, int]]] | None] = {}  # GPUs -> (GPU, neighbours)
-                for i in valid.tolist():
-                    j = int(ids[i])
-                    g = int(need[j])
-                    if g not in target:
+                # GPUs -> (first GPU, holders, their sorted neighbour codes) of the server a job of that size gets
+                target: dict[int, tuple[int, dict[int, int], tuple[int, ...]] | None] = {}
+                for i, j, g in slots:
+                    tgt = target.get(g, False)
+                    if tgt is False:
                         fits = np.flatnonzero(on_t & (free >= g) & (size > g))
-                        if not len(fits):
-                            target[g] = None
-                        else:
-                            s = int(srv[fits[np.lexsort((srv[fits], free[fits]))[0]]])
-                            gpus = topo.server_gpus(s)
+                        tgt = None
+                        if len(fits):
+                            s_ = int(srv[fits[np.lexsort((srv[fits], free[fits]))[0]]])
+                            gpus = topo.server_gpus(s_)
                             first: dict[int, int] = {}
                             for x, h in zip(gpus.tolist(), gpu_job[gpus].tolist(), strict=True):
                                 if h >= 0:
                                     first.setdefault(int(h), int(x))
-                            target[g] = (int(gpus[0]), [(h, 3 * self._code(h, x) + _SERVER) for h, x in first.items()])
-                    tgt = target[g]
-                    nbrs = sorted(c for h, c in tgt[1] if h != j) if tgt is not None else []
+                            nbr = {h: 3 * code(h, x) + _SERVER for h, x in first.items()}
+                            tgt = (int(gpus[0]), nbr, tuple(sorted(nbr.values())))
+                        target[g] = tgt
+                    if tgt is None:
+                        continue
+                    nbrs = tgt[2] if j not in tgt[1] else tuple(sorted(c for h, c in tgt[1].items() if h != j))
                     if not nbrs:
                         continue
-                    keys.append((self._code(j, tgt[0]), *nbrs))
+                    keys.append((code(j, tgt[0]), *nbrs))
                     where.append((k, i, t))
         if keys:
             factors = self._keyed(keys)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster_sim.placement import FreePool
 from cluster_sim.workload import Workload
 from topology.partition import Partition
 from topology.view import ClusterView
@@ -32,10 +31,10 @@ class LocalView:
     num_free: int
 
 
-def partition_pool(view, part: Partition, sub: ClusterView) -> tuple[LocalView, FreePool]:
-    """A FreePool of ``part`` built from the live state of ``view`` (a Simulator or any SchedulerView)."""
+def partition_view(view, part: Partition, sub: ClusterView) -> LocalView:
+    """``part`` of the live state of ``view`` (a Simulator or any SchedulerView), in local indices: a
+    :class:`~cluster_sim.placement.FreePool` of it is the partition's pool."""
     g0, g1 = part.gpus.start, part.gpus.stop
     s0, s1 = part.servers.start, part.servers.stop
     server_free = view.server_free[s0:s1]
-    local = LocalView(sub, view.jobs, view.gpu_job[g0:g1], server_free, int(server_free.sum()))
-    return local, FreePool(local)
+    return LocalView(sub, view.jobs, view.gpu_job[g0:g1], server_free, int(server_free.sum()))

@@ -42,9 +42,9 @@ from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, Preempt, Resize, SchedulerView, Start
 from cluster_sim.typed_placement import GPU_TYPE_ORDERS, one_type_placement, place_on_type
 from marl.env.interference_obs import InterferenceInputs
-from marl.env.partitions import partition_pool
-from marl.env.priority_features import JobSetLayout, PriorityObservation, observe_partitions
-from marl.env.topology_obs import LOG_SPEED_FLOOR, SpeedCache, cand_column, observe_topology, partition_grid
+from marl.env.partitions import partition_view
+from marl.env.priority_features import JobSetLayout, PriorityObservation, RoundJobs, observe_partitions
+from marl.env.topology_obs import LOG_SPEED_FLOOR, SpeedCache, cand_column, log_hours, observe_topology, partition_grid
 from topology.partition import partition
 
 HYSTERESIS = float(np.log(31.0))  # QSSF's margin of 30 on a log-time scale
@@ -56,12 +56,39 @@ def qssf_scores(obs: dict[str, np.ndarray]) -> np.ndarray:
     return obs["jobs"][..., JobSetLayout.column("log_expected_remaining")] * -JobSetLayout.LOG_SCALE
 
 
+def _admitted(need: np.ndarray, part: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """:func:`~cluster_sim.policies.base.admitted_by_budget` of every agent at once: ``need`` in rank order
+    agent by agent (``part``), ``budget`` GPUs per agent. The longest prefix that fits is one cumulative
+    sum; only an agent with a later job that fits what its prefix leaves goes through its jobs."""
+    admitted = np.zeros(len(need), dtype=bool)
+    if not len(need):
+        return admitted
+    count = np.bincount(part, minlength=len(budget))
+    first = np.concatenate([[0], np.cumsum(count)[:-1]])
+    cs = np.cumsum(need)
+    within = cs - np.concatenate([[0], cs])[first][part]  # GPUs of the agent's jobs up to each one
+    admitted = within <= budget[part]  # needs are >= 1: a prefix
+    left = budget - np.bincount(part, weights=need * admitted, minlength=len(budget)).astype(np.int64)
+    later = ~admitted & (need <= left[part])
+    for k in np.unique(part[later]).tolist():
+        rows = slice(int(first[k]), int(first[k] + count[k]))
+        admitted[rows] = admitted_by_budget(need[rows], int(budget[k]))
+    return admitted
+
+
+def _ok_ranks(ranks: tuple[np.ndarray, np.ndarray, np.ndarray], row: int) -> np.ndarray:
+    """Row ``row`` of :meth:`PriorityAgents._type_ranks`: the types that can hold the job, best first."""
+    rank, ok, _ = ranks
+    return rank[row][ok[row]]
+
+
 class PriorityAgents(PolicyScheduler):
     """``num_agents`` agents scoring their partitions' jobs; the scores come from ``scorer``.
 
     ``slots``: how many jobs one agent scores per round (padded; no network weight depends on it). When
     a partition has more jobs than slots, its running jobs come first, then the waiting jobs of smallest
-    expected remaining time, with a quarter of the slots kept for the longest-waiting ones.
+    expected remaining time, with a quarter of the slots kept for the longest-waiting ones. ``order_only``:
+    observations carry only what :func:`qssf_scores` reads (a reference's rounds cost half as much).
     """
 
     ordering = "marl-priority"
@@ -81,6 +108,7 @@ class PriorityAgents(PolicyScheduler):
         gpu_type: str = "fastest",
         migrate: float | None = None,
         interference_inputs: str | None = None,
+        order_only: bool = False,
         **kw,
     ) -> None:
         super().__init__("consolidate", **kw)
@@ -106,6 +134,9 @@ class PriorityAgents(PolicyScheduler):
         if interference_inputs is not None and not self.placing:
             raise ValueError("interference_inputs are columns of the placing agents' topology: set placing too")
         self.inputs = InterferenceInputs(interference_inputs) if interference_inputs is not None else None
+        if order_only and self.placing:
+            raise ValueError("order_only observations have no placing inputs: a reference does not place by scores")
+        self.order_only = bool(order_only)
         self.name = kw.get("name") or "marl-priority"
 
     # ------------------------------------------------------------ lifecycle
@@ -115,7 +146,11 @@ class PriorityAgents(PolicyScheduler):
         self.num_agents = self.agents_wanted or topo.num_racks
         self.parts = partition(topo, self.num_agents, self.partition_unit)
         self.part_gpus = np.array([p.num_gpus for p in self.parts], dtype=np.int64)
+        self.part_first_server = np.array([p.servers.start for p in self.parts], dtype=np.int64)
+        k_n = self.num_agents
+        self.roll = (np.arange(k_n)[:, None] + np.arange(k_n)[None, :]) % k_n  # agent k's partitions from its own
         self.gpu_part = np.repeat(np.arange(self.num_agents), self.part_gpus)
+        self.gpu_type_of = np.asarray(topo.server_gpu_type)[np.asarray(topo.gpu_server)].astype(np.int64)
         self.subs = [p.sub_view(topo) for p in self.parts]
         most = int(self.part_gpus.max())
         n_slots = self.slots if self.slots is not None else most + max(32, most // 2)
@@ -129,12 +164,22 @@ class PriorityAgents(PolicyScheduler):
             self.inputs.reset(view)
         stype = np.asarray(topo.server_gpu_type)
         self.mixed = [bool(np.ptp(stype[p.servers.start : p.servers.stop]) > 0) for p in self.parts]
+        self.mixed_part = np.array(self.mixed, dtype=bool)
+        self.local_server_type = [stype[p.servers.start : p.servers.stop].astype(np.int64) for p in self.parts]
+        self.any_mixed = bool(self.mixed_part.any())
         self.spill_place = one_type_placement(consolidate, topo, "fastest")
         self.speeds.reset()
         self.history.reset(view)
         n = len(view.jobs)
         self.agent_of = np.full(n, -1, dtype=np.int64)  # queue owner of each waiting job (-2: spill)
         self.is_spill = np.zeros(n, dtype=bool)  # larger than every partition: started by the coordinator
+        # first GPU of each job's last start or move (-1: never): where a running job is, without a lookup
+        # per job per round (a job runs on one partition and, placed by the agents, on one GPU type)
+        self.placed_on = np.full(n, -1, dtype=np.int64)
+        self._group_learned = -1  # the history's completions when the group statistics below were kept
+        self._group_known = np.zeros(n, dtype=bool)
+        self._group_mean = np.zeros(n)
+        self._group_size = np.zeros(n)
         self._next_job = 0
         self.spill: list[int] = []
         self.last_obs: PriorityObservation | None = None
@@ -150,24 +195,81 @@ class PriorityAgents(PolicyScheduler):
         """Learn finished jobs, dispatch arrivals and return every agent's observation; None when no
         agent has a choice (nothing waits, or nothing waiting could start even by preemption)."""
         self.history.learn(view)
-        self._dispatch(view)
         queue = np.asarray(view.queue, dtype=np.int64)
-        queue = queue[self.agent_of[queue] >= 0]
-        if not len(queue):
+        owned = self.agent_of[queue] >= 0
+        arrived = view.num_arrived > self._next_job
+        if not arrived and not owned.any():
             self.last_obs = None
             return None
-        obs = observe_partitions(self, view, queue)
+        queue = queue[~self.is_spill[queue]]
+        running = np.asarray(view.running, dtype=np.int64)
+        spill = self.is_spill[running]
+        spill_run = running[spill]
+        running = running[~spill]
+        # one history search for every job this round reads: dispatch and the observation share it
+        ids = np.concatenate([running, queue])
+        executed = view.executed_times(ids)
+        rem = self.history.residual(ids, executed)
+        n_run = len(running)
+        run_part = self.gpu_part[self.first_gpus(view, running)]
+        if arrived:
+            self._dispatch(view, queue, rem[n_run:], running, rem[:n_run], run_part)
+        owned = np.concatenate([np.ones(n_run, dtype=bool), self.agent_of[queue] >= 0])
+        if owned.all():
+            owned = slice(None)
+        elif owned[n_run:].any():
+            ids, executed, rem = ids[owned], executed[owned], rem[owned]
+        else:
+            self.last_obs = None
+            return None
+        foreign = np.zeros(self.num_agents, dtype=np.int64)
+        for j in spill_run.tolist():
+            foreign += np.bincount(self.gpu_part[view.placement(j)], minlength=self.num_agents)
+        jobs = RoundJobs(
+            ids=ids,
+            part=np.concatenate([run_part, self.agent_of[ids[n_run:]]]),
+            n_run=n_run,
+            rem=rem,
+            executed=executed,
+            foreign=foreign,
+        )
+        obs = observe_partitions(self, view, jobs, self.order_only)
         if self.grid is not None:
             topo = observe_topology(self.grid, view, obs.job_ids, obs.running, self.speeds,
-                                    self.history.expected_remaining, self.layout.LOG_SCALE, self.inputs)  # fmt: skip
+                                    self.history.expected_remaining, self.layout.LOG_SCALE, self.inputs,
+                                    self.placed_on)  # fmt: skip
             obs.arrays.update(topo)
         self.last_obs = obs
         return obs
 
+    def first_gpus(self, view: SchedulerView, running: np.ndarray) -> np.ndarray:
+        """A GPU of each running job: where the agents put it, else (a job they did not place) the view's."""
+        first = self.placed_on[running]
+        unknown = np.flatnonzero(first < 0)
+        for i in unknown.tolist():
+            first[i] = self.placed_on[running[i]] = int(view.placement(int(running[i]))[0])
+        return first
+
+    def group_stats(self, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ``group_mean`` and ``group_size`` features of ``jobs``: they change only when jobs finish, so
+        each job's are kept until the history learns the next completion."""
+        if self.history.learned != self._group_learned:
+            self._group_learned = self.history.learned
+            self._group_known[:] = False
+        new = jobs[~self._group_known[jobs]]
+        if len(new):
+            self._group_mean[new] = log_hours(self.history.residual(new, np.zeros(len(new))))
+            self._group_size[new] = np.log1p(self.history.group_size(new)) / 8.0
+            self._group_known[new] = True
+        return self._group_mean[jobs], self._group_size[jobs]
+
     def apply(self, view: SchedulerView, scores: np.ndarray) -> list[Decision]:
         """The round's decisions from per-slot scores ``(K, N)`` of the last observation (none: only jobs
         larger than a partition may start); placing agents' ``(K, N * (1 + T))`` add each slot's GPU-type
-        scores (without them a job takes its fastest type that holds it)."""
+        scores (without them a job takes its fastest type that holds it).
+
+        All agents rank and admit at once (array code over every slot); only partitions where something
+        happens (a preemption, a start, a move) build their pool of free GPUs and go through their jobs."""
         obs = self.last_obs
         if obs is None:
             return self._start_spill(view, [])
@@ -176,98 +278,125 @@ class PriorityAgents(PolicyScheduler):
         if scores.shape[1] not in (lay.N, lay.N * (1 + lay.T)):
             raise ValueError(f"scores: {scores.shape[1]} per agent, expected {lay.N} or {lay.N * (1 + lay.T)}")
         type_scores = scores[:, lay.N :].reshape(self.num_agents, lay.N, lay.T) if scores.shape[1] > lay.N else None
-        scores = scores[:, : lay.N]
-        self._type_rows: dict[int, np.ndarray] = {}
-        self._type_key_of: dict[int, np.ndarray] = {}
         need = view.jobs.num_gpus
+        part, slot = np.nonzero(obs.job_ids >= 0)  # every agent's jobs, agent by agent
+        ids, running = obs.job_ids[part, slot], obs.running[part, slot]
+        key = scores[part, slot] - self.hysteresis * ~running
+        order = np.lexsort((ids, -key, part))  # each agent's jobs by score (ties: lower id first)
+        part, slot, ids, running, key = part[order], slot[order], ids[order], running[order], key[order]
+        admitted = _admitted(need[ids].astype(np.int64), part, self.part_gpus - obs.foreign_gpus)
+        victim, start = running & ~admitted, ~running & admitted
+        act = victim | start
+        ranks, row_of, mixed, moving = None, None, None, None
+        if self.any_mixed:  # each job's GPU types, for the jobs that start or may move
+            mixed = self.mixed_part[part]
+            kept = running & admitted
+            typed = mixed & (start | (kept if self.migrate is not None else False))
+            row_of = np.full(len(ids), -1, dtype=np.int64)
+            row_of[typed] = np.arange(int(typed.sum()))
+            if typed.any():
+                ranks = self._type_ranks(view, obs, part[typed], slot[typed], ids[typed], type_scores)
+            if ranks is not None and self.migrate is not None:
+                moving = np.zeros(len(ids), dtype=bool)
+                moving[typed & kept] = self._worth_moving(ids[typed & kept], *(a[kept[typed]] for a in ranks))
+                act |= moving
         decisions: list[Decision] = []
-        pools: list[FreePool] = []
-        leftovers: list[tuple[float, int, int]] = []  # (score, job, owner) waiting jobs not admitted
-        for k, part in enumerate(self.parts):
-            ids = obs.job_ids[k]
-            valid = ids >= 0
-            ids_v = ids[valid]
-            running = obs.running[k][valid]
-            key = scores[k][valid] - self.hysteresis * ~running
-            order = np.lexsort((ids_v, -key))
-            ranked, is_run = ids_v[order], running[order]
-            local, pool = partition_pool(view, part, self.subs[k])
-            budget = int(self.part_gpus[k]) - int(obs.foreign_gpus[k])
-            admitted = admitted_by_budget(need[ranked].astype(np.int64), budget)
-            g0 = part.gpus.start
-            for v in ranked[is_run & ~admitted].tolist():
+        pools: list[FreePool | None] = [None] * self.num_agents
+        left = ~running & ~admitted  # waiting jobs not admitted: others may take them (hand-off)
+        for k in np.unique(part[act]).tolist() if act.any() else ():
+            mine = part == k
+            g0 = self.parts[k].gpus.start
+            local = partition_view(view, self.parts[k], self.subs[k])
+            for v in ids[mine & victim].tolist():
+                pool = self._pool(pools, k, local)
                 pool.release(view.placement(v) - g0, v)
                 decisions.append(Preempt(v))
                 self.agent_of[v] = k  # back to this agent's queue
-            w = ~is_run
-            if self.mixed[k]:
-                self._type_keys(view, obs, k, order[w], ids_v[order][w], type_scores)
-            kept = is_run & admitted
-            if self.migrate is not None and self.mixed[k] and kept.any():
-                self._type_keys(view, obs, k, order[kept], ids_v[order][kept], type_scores)
-            for j, ok, s in zip(ranked[w].tolist(), admitted[w].tolist(), key[order][w].tolist(), strict=True):
-                if ok and int(need[j]) <= pool.num_free:
-                    gpus = self._place(view, k, local, pool, j, int(need[j]))
+            for i in np.flatnonzero(mine & start).tolist():
+                j, n = int(ids[i]), int(need[ids[i]])
+                if n <= (pools[k].num_free if pools[k] is not None else local.num_free):
+                    pool = self._pool(pools, k, local)
+                    rank = _ok_ranks(ranks, row_of[i]) if mixed is not None and mixed[i] else None
+                    gpus = self._place(view, k, local, pool, j, n, rank)
                     if gpus is not None:
                         pool.take(gpus, j)
                         decisions.append(Start(j, (gpus + g0).astype(np.int32)))
                         self.agent_of[j] = -1
+                        self.placed_on[j] = int(gpus[0]) + g0
                         continue
-                leftovers.append((s, j, k))
-            if self.migrate is not None and self.mixed[k]:
-                decisions += self._moves(view, k, local, pool, ranked[kept].tolist())
-            pools.append(pool)
-        decisions += self._hand_off(view, pools, leftovers)
+                left[i] = True
+            if moving is not None and (mine & moving).any():
+                rows = np.flatnonzero(mine & moving)
+                best = [int(_ok_ranks(ranks, row_of[i])[0]) for i in rows.tolist()]
+                decisions += self._moves(view, k, local, pools, ids[rows].tolist(), best)
+        if left.any() and (view.num_free or any(p is not None for p in pools)):
+            decisions += self._hand_off(view, pools, key[left], ids[left], part[left])
         decisions += self._start_spill(view, decisions)
         self.rounds += 1
         return decisions
 
     # ------------------------------------------------------------ internals
-    def _type_keys(
-        self, view: SchedulerView, obs: PriorityObservation, k: int, slots: np.ndarray, jobs: np.ndarray,
+    def _type_ranks(
+        self, view: SchedulerView, obs: PriorityObservation, part: np.ndarray, slot: np.ndarray, jobs: np.ndarray,
         type_scores: np.ndarray | None,
-    ) -> None:  # fmt: skip
-        """Each waiting job's GPU types from best to worst (types that cannot hold it left out), kept for
-        this round's placements: the placing scores of its slot, else the job's speeds (fastest first)."""
-        valid_slots = np.flatnonzero(obs.job_ids[k] >= 0)
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """Each job's GPU types from best to worst, whether each can hold it (in that order) and its type keys:
+        the placing scores of its slot, else the job's speeds (fastest first)."""
         if type_scores is not None:
-            keys = type_scores[k, valid_slots[slots]]
-            ok = obs.arrays["cands"][k, valid_slots[slots], :, cand_column("valid")] > 0
+            keys = type_scores[part, slot]
+            ok = obs.arrays["cands"][part, slot, :, cand_column("valid")] > 0
         else:
-            keys, ok = self._type_prior(view, jobs, k)
-        t_n = keys.shape[1]
-        for j, key, fine in zip(jobs.tolist(), keys, ok, strict=True):
-            rank = np.lexsort((np.arange(t_n), -key))
-            self._type_rows[j] = rank[fine[rank]]
-            self._type_key_of[j] = key
+            keys, ok = self._type_prior(view, jobs, part)
+        rank = np.argsort(-keys, axis=1, kind="stable")  # ties: the lower type index first
+        return rank, np.take_along_axis(ok, rank, axis=1), keys
 
-    def _moves(self, view: SchedulerView, k: int, local, pool: FreePool, jobs: list[int]) -> list[Decision]:
-        """Running jobs (in score order) moved to a better type with room, after this round's starts: a move
-        costs a restart, so the type's key must beat the current one's by more than ``migrate``."""
+    def _worth_moving(self, jobs: np.ndarray, rank: np.ndarray, ok: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Which running jobs would move: their best type that holds them beats the current one's key by more
+        than ``migrate`` (a move costs a restart)."""
+        has = ok.any(axis=1)
+        rows = np.arange(len(jobs))
+        best = rank[rows, np.argmax(ok, axis=1)]
+        cur = self.gpu_type_of[self.placed_on[jobs]]
+        return has & (best != cur) & ~(keys[rows, best] - keys[rows, cur] <= self.migrate)
+
+    def _pool(self, pools: list[FreePool | None], k: int, local) -> FreePool:
+        """Partition ``k``'s pool of free GPUs this round, made at its first change (``local``: its view)."""
+        if pools[k] is None:
+            pools[k] = FreePool(local)
+        return pools[k]
+
+    def _moves(
+        self, view: SchedulerView, k: int, local, pools: list[FreePool | None], jobs: list[int], best: list[int]
+    ) -> list[Decision]:
+        """Move running jobs (in score order) to their best type (``best``) where it has room for them, after
+        this round's starts. A type without enough free GPUs is passed over before any placement is tried."""
         out: list[Decision] = []
         g0 = self.parts[k].gpus.start
-        stype = np.asarray(local.topo.server_gpu_type)[np.asarray(local.topo.gpu_server)]
-        for j in jobs:
-            rank = self._type_rows.get(j)
-            if rank is None or not len(rank):
-                continue
+        stype = self.local_server_type[k]
+        pool = pools[k]
+        free = np.bincount(stype, weights=(pool.server_free if pool is not None else local.server_free)[: len(stype)],
+                           minlength=len(view.topo.gpu_types))  # fmt: skip
+        for j, b in zip(jobs, best, strict=True):
             held = np.asarray(view.placement(j)) - g0
-            cur, best = int(stype[held[0]]), int(rank[0])
-            key = self._type_key_of[j]
-            if best == cur or key[best] - key[cur] <= self.migrate:
+            n = len(held)
+            if free[b] < n:
                 continue
-            gpus = place_on_type(local, j, len(held), pool, best, consolidate)
+            pool = self._pool(pools, k, local)
+            gpus = place_on_type(local, j, n, pool, b, consolidate)
             if gpus is None:
                 continue
             pool.release(held, j)
             pool.take(gpus, j)
+            free[stype[local.topo.gpu_server[held[0]]]] += n
+            free[b] -= n
+            self.placed_on[j] = int(gpus[0]) + g0
             out.append(Resize(j, (gpus + g0).astype(np.int32)))
         return out
 
-    def _type_prior(self, view: SchedulerView, jobs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _type_prior(self, view: SchedulerView, jobs: np.ndarray, part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Type keys (higher first) and which types can hold each job, without type scores: by the jobs'
-        speeds (``gpu_type`` fastest or slowest), or by the partition's free GPUs of each type (``any``, the
-        type-blind order of :func:`cluster_sim.typed_placement.one_type_placement`)."""
+        speeds (``gpu_type`` fastest or slowest), or by the free GPUs of each type of the job's partition
+        (``any``, the type-blind order of :func:`cluster_sim.typed_placement.one_type_placement`)."""
         rel = self.speeds.relative(view, jobs)
         ok = rel > 0
         if self.gpu_type == "fastest":  # the network's log_speed input (floored, float32): the untrained
@@ -276,34 +405,39 @@ class PriorityAgents(PolicyScheduler):
             return key.astype(np.float32).astype(np.float64), ok
         if self.gpu_type == "slowest":
             return -rel, ok
-        part = self.parts[k]
-        stype = np.asarray(view.topo.server_gpu_type)[part.servers.start : part.servers.stop]
-        free = np.bincount(stype, weights=np.asarray(view.server_free)[part.servers.start : part.servers.stop],
-                           minlength=rel.shape[1])  # fmt: skip
-        return np.broadcast_to(free, rel.shape).astype(np.float64), ok
+        stype = np.asarray(view.topo.server_gpu_type)
+        free = np.asarray(view.server_free)
+        by_type = np.stack([
+            np.bincount(stype[p.servers.start : p.servers.stop], weights=free[p.servers.start : p.servers.stop],
+                        minlength=rel.shape[1])
+            for p in self.parts
+        ])  # fmt: skip
+        return by_type[part].astype(np.float64), ok
 
     def _place(
-        self, view: SchedulerView, k: int, local, pool: FreePool, job: int, n: int, handed: bool = False
+        self, view: SchedulerView, k: int, local, pool: FreePool, job: int, n: int, rank: np.ndarray | None = None
     ) -> np.ndarray | None:
         """GPUs of partition ``k`` (local ids) for ``job``: the compact placement (``consolidate``) on one GPU
-        type, trying the types in the round's order for the job; a job ``handed`` over from another agent
-        tries them fastest first (its type scores are its owner's, over the types its owner's partition
-        can hold it on)."""
+        type, trying the types in ``rank`` (the round's order for the job); without one (a job handed over
+        from another agent, whose type scores are over its owner's partition) fastest first."""
         if not self.mixed[k]:
             return consolidate(local, job, n, pool)
-        rank = None if handed else self._type_rows.get(job)
         if rank is None:
-            key, ok = self._type_prior(view, np.array([job]), k)
+            key, ok = self._type_prior(view, np.array([job]), np.array([k]))
             rank = np.lexsort((np.arange(key.shape[1]), -key[0]))
             rank = rank[ok[0][rank]]
-        for t in rank:
+        for t in rank.tolist():
             gpus = place_on_type(local, job, n, pool, int(t), consolidate)
             if gpus is not None:
                 return gpus
         return None
 
-    def _dispatch(self, view: SchedulerView) -> None:
-        """Queue each new arrival at the partition with the least estimated outstanding work per GPU."""
+    def _dispatch(
+        self, view: SchedulerView, queue: np.ndarray, rem_queue: np.ndarray, running: np.ndarray,
+        rem_run: np.ndarray, run_part: np.ndarray,
+    ) -> None:  # fmt: skip
+        """Queue each new arrival at the partition with the least estimated outstanding work per GPU: its
+        queue plus the jobs on its GPUs (``rem_*``: the history estimates of ``queue`` and ``running``)."""
         first, stop = self._next_job, view.num_arrived
         if stop <= first:
             return
@@ -318,52 +452,61 @@ class PriorityAgents(PolicyScheduler):
         new = new[fits]
         if not len(new):
             return
-        work = self.outstanding_work(view)
-        est = self.history.expected_remaining(view, new) * need[new]
+        owned = self.agent_of[queue] >= 0
+        work = np.bincount(
+            np.concatenate([self.agent_of[queue[owned]], run_part]),
+            weights=np.concatenate([rem_queue[owned] * need[queue[owned]], rem_run * need[running]]),
+            minlength=self.num_agents,
+        )
+        arrived = queue >= first  # the arrivals, queued in arrival order after every earlier job
+        if np.array_equal(queue[arrived], np.arange(first, stop)):
+            rem = rem_queue[arrived][fits]
+        else:  # some started already (by another scheduler): estimated on their own
+            rem = self.history.expected_remaining(view, new)
+        est = rem * need[new]
         for j, w in zip(new.tolist(), est.tolist(), strict=True):
             ok = self.part_gpus >= need[j]
             k = int(np.argmin(np.where(ok, work / self.part_gpus, np.inf)))
             self.agent_of[j] = k
             work[k] += w
 
-    def outstanding_work(self, view: SchedulerView) -> np.ndarray:
-        """Estimated GPU-seconds still to do per partition: its queue plus the jobs on its GPUs."""
-        work = np.zeros(self.num_agents)
-        queue = np.asarray(view.queue, dtype=np.int64)
-        queue = queue[self.agent_of[queue] >= 0]
-        running = np.asarray(view.running, dtype=np.int64)
-        running = running[~self.is_spill[running]]
-        jobs = np.concatenate([queue, running])
-        if not len(jobs):
-            return work
-        rem = self.history.expected_remaining(view, jobs) * view.jobs.num_gpus[jobs]
-        owner = np.concatenate(
-            [self.agent_of[queue], self.gpu_part[[int(view.placement(j)[0]) for j in running.tolist()]]]
-        ).astype(np.int64)
-        np.add.at(work, owner, rem)
-        return work
-
     def _hand_off(
-        self, view: SchedulerView, pools: list[FreePool], left: list[tuple[float, int, int]]
-    ) -> list[Decision]:
-        """Partitions with GPUs still free take the best-scored waiting jobs of other agents that fit."""
-        if not left or not any(p.num_free for p in pools):
+        self, view: SchedulerView, pools: list[FreePool | None], score: np.ndarray, jobs: np.ndarray,
+        owner: np.ndarray,
+    ) -> list[Decision]:  # fmt: skip
+        """Partitions with GPUs still free take the best-scored waiting jobs of other agents that fit
+        (``pools``: this round's, None where nothing changed)."""
+        if not len(jobs):
             return []
+        free = np.add.reduceat(np.asarray(view.server_free, dtype=np.int64), self.part_first_server)
+        for k, p in enumerate(pools):
+            if p is not None:
+                free[k] = p.num_free
         need = view.jobs.num_gpus
+        fit = need[jobs] <= free.max()  # free GPUs only shrink here: a job larger than all never fits
+        if not fit.any():
+            return []
+        score, jobs, owner = score[fit], jobs[fit], owner[fit]
         out: list[Decision] = []
-        for _, j, owner in sorted(left, key=lambda t: (-t[0], t[1])):
+        for i in np.lexsort((jobs, -score)).tolist():
+            j, o = int(jobs[i]), int(owner[i])
             n = int(need[j])
-            cands = [k for k, p in enumerate(pools) if k != owner and p.num_free >= n]
-            if not cands or pools[owner].num_free >= n:
+            cands = free >= n
+            cands[o] = False
+            if not cands.any() or free[o] >= n:
                 continue
-            k = max(cands, key=lambda c: (pools[c].num_free, -c))
+            k = int(np.flatnonzero(cands)[np.argmax(free[cands])])  # the most free GPUs; ties: lowest index
             part = self.parts[k]
-            local, _ = partition_pool(view, part, self.subs[k])
-            gpus = self._place(view, k, local, pools[k], j, n, handed=True)
+            local = partition_view(view, part, self.subs[k])
+            if pools[k] is None:
+                pools[k] = FreePool(local)
+            gpus = self._place(view, k, local, pools[k], j, n)
             if gpus is None:
                 continue
             pools[k].take(gpus, j)
+            free[k] = pools[k].num_free
             self.agent_of[j] = -1
+            self.placed_on[j] = int(gpus[0]) + part.gpus.start
             out.append(Start(j, (gpus + part.gpus.start).astype(np.int32)))
         return out
 

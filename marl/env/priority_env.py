@@ -14,30 +14,43 @@ drawn again (counted in ``quiet_windows``), as an operator would pick another da
 
 Reward, shared by all agents: minus the jobs in the system integrated over the time since the last step,
 *relative to a reference schedule of the same window* (QSSF's scores through the same agents, each job on
-its fastest type and moved as ``migrate`` says, run once at reset), divided by ``reward_scale`` seconds.
+its fastest type and moved as ``migrate`` says, simulated alongside), divided by ``reward_scale`` seconds.
 Summed over an episode it is ``-(total JCT - total JCT of the reference) / reward_scale``: the workload's
 own weight, which dominates returns in scheduling, cancels, and what is left is what the policy changed (an
 input-dependent baseline in reward form; it does not depend on the actions, so the policy gradient stays
 unbiased). Observations carry the reference's state beside the agents' own (``critic``, read by the value
 function only).
+
+The reference is simulated lazily, only as far as the episode has got (:class:`ReferenceSchedule`): a reset
+builds the window's two simulators instead of simulating the reference's whole schedule first (a minute of
+CPU for a window of ``marl_dc1k.yaml``), and that cost is spread over the steps. A finished reference is
+kept per window (:data:`REFERENCE_MEMO`), so an evaluation environment replaying one window simulates it
+once. The cluster, performance model and (pure) interference model are built once per environment, and a
+window's jobs are read once for both simulators.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
-from cluster_sim.build import build_simulator
+from cluster_sim.build import assemble_simulator, build_simulator
+from cluster_sim.simulator import Simulator
 from cluster_sim.traces.periods import HELD_OUT_START, window_spec
-from cluster_sim.workload_spec import QuietWorkloadSpecError
+from cluster_sim.workload import Workload
+from cluster_sim.workload_spec import QuietWorkloadSpecError, parse_workload_spec
+from interference.base import InterferenceModel
+from interference.loader import load_interference_model
 from marl.env.priority_agents import PriorityAgents, qssf_scores
 from marl.env.seeding import copy_offset, reset_generator
 
 MAX_DRAWS = 100  # quiet windows in a row before the settings themselves are blamed
+MEMO_SIZE = 8  # finished reference schedules kept per process (by window and settings)
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,84 @@ class InSystemIntegral:
         return (t * na - self.sa[na]) - (t * nc - self.sc[nc])
 
 
+class ReferenceSchedule(InSystemIntegral):
+    """:class:`InSystemIntegral` of a schedule simulated lazily: ``F(t)`` and the count at ``t`` need only the
+    completions up to ``t``, so ``scheduler`` is run on ``sim`` until its clock passes ``t`` and no further.
+
+    Completions come in time order, so the known finish times are a sorted prefix of all of them, and their
+    running sums are the prefix of :class:`InSystemIntegral`'s cumulative sums: every answer is the one the
+    whole schedule gives, bit for bit. ``total`` and ``avg_jct`` finish the simulation first."""
+
+    def __init__(self, sim: Simulator, scheduler: Any) -> None:
+        sim.start(scheduler)
+        self.sim, self.scheduler = sim, scheduler
+        n = len(sim.jobs)
+        self.a = np.sort(sim.jobs.arrival)
+        self.sa = np.concatenate([[0.0], np.cumsum(self.a)])
+        self._c = np.zeros(n)  # finish times known so far (nondecreasing), then unused
+        self._sc = np.zeros(n + 1)  # their running sums
+        self._known = 0
+        self._finished = n == 0
+        self._jct = float("nan")
+        self._last = (float("nan"), 0.0)  # (t, F(t)) of the last call
+
+    @property
+    def c(self) -> np.ndarray:
+        return self._c[: self._known]
+
+    @property
+    def sc(self) -> np.ndarray:
+        return self._sc[: self._known + 1]
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def total(self) -> float:  # type: ignore[override]
+        self.finish()
+        return float(self.sc[-1] - self.sa[-1])
+
+    @property
+    def avg_jct(self) -> float:
+        """The reference's mean JCT."""
+        self.finish()
+        return self._jct
+
+    def finish(self) -> None:
+        self._simulate(np.inf)
+
+    def count(self, t: float) -> int:
+        self._simulate(t)
+        return super().count(t)
+
+    def __call__(self, t: float) -> float:
+        if t != self._last[0]:  # each step asks for the time the last one ended at again
+            self._simulate(t)
+            self._last = (t, super().__call__(t))
+        return self._last[1]
+
+    def _simulate(self, t: float) -> None:
+        """Step until every completion at or before ``t`` is known: once the clock is past ``t`` (events come
+        in time order, and new ones are never set before the clock)."""
+        sim = self.sim
+        while not self._finished and sim.now <= t:
+            if not sim.step(self.scheduler):
+                self._finished = True
+                self._jct = float(sim.result(self.scheduler.name, 0.0).jct.mean())
+                self.sim = self.scheduler = None  # a finished reference keeps only its arrays
+                break
+            new = sim.num_completed - self._known
+            if new:  # all of them completed now: their sums continue the running sum one by one
+                k = self._known
+                self._c[k : k + new] = sim.now
+                self._sc[k : k + new + 1] = np.cumsum(np.concatenate([[self._sc[k]], np.full(new, sim.now)]))
+                self._known += new
+
+
+REFERENCE_MEMO: OrderedDict[Hashable, ReferenceSchedule] = OrderedDict()
+
+
 class PriorityEnv(MultiAgentEnv):
     """Agents ``p0 .. p{K-1}``; one step per scheduling point at which some agent has a waiting job."""
 
@@ -132,9 +223,15 @@ class PriorityEnv(MultiAgentEnv):
         )
         self.possible_agents = [f"p{k}" for k in range(cfg.num_agents)]
         self.agents = list(self.possible_agents)
-        # The layout's N depends on the partition size: build one simulator-free probe of the cluster.
+        # The layout's N depends on the partition size: build one simulator-free probe of the cluster. Its
+        # cluster and performance model serve every episode (as build_simulator would make them again).
         probe = build_simulator(cfg.cluster, self._probe_workload(), seed=0)
         self.agents_policy.reset(probe)
+        self._view, self._perf = probe.topo, probe.perf
+        self._interference: InterferenceModel | None = None  # loaded at the first window (kept if pure)
+        self.workload: Workload | None = None
+        self._qssf = PriorityAgents(qssf_scores, num_agents=cfg.num_agents, slots=cfg.slots, migrate=cfg.migrate,
+                                    order_only=True)  # fmt: skip
         self.layout = self.agents_policy.layout
         self.observation_spaces = {a: self.layout.space(critic=True) for a in self.agents}
         self.action_spaces = {a: self.layout.action_space() for a in self.agents}
@@ -156,12 +253,9 @@ class PriorityEnv(MultiAgentEnv):
         cfg = self.config
         self.sim = self.draw_simulator()
         self.reference = None
+        self.reference_jct = float("nan")
         if cfg.relative:
-            ref_sim = self._simulator()
-            ref = ref_sim.run(PriorityAgents(qssf_scores, num_agents=cfg.num_agents, slots=cfg.slots,
-                                             migrate=cfg.migrate))  # fmt: skip
-            self.reference = InSystemIntegral(ref.workload.arrival, ref.end)
-            self.reference_jct = float(ref.jct.mean())
+            self.reference = self._reference()
         self.agents_policy.reset(self.sim)
         self._reward = 0.0
         self._obs = None
@@ -183,6 +277,9 @@ class PriorityEnv(MultiAgentEnv):
         infos: dict[str, dict] = {}
         if self._done:
             jct = self.sim.result("marl-priority", 0.0).jct
+            if self.reference is not None:
+                self.reference_jct = self.reference.avg_jct
+                self._keep_reference()
             summary = {"avg_jct": float(jct.mean()), "reference_jct": self.reference_jct, "jobs": len(jct)}
             infos = {a: dict(summary) for a in self.agents}
         return self._observations(), rewards, {"__all__": self._done}, {"__all__": False}, infos
@@ -195,6 +292,8 @@ class PriorityEnv(MultiAgentEnv):
             self.spec = cfg.window_spec(self._rng)
             self.workload_seed = int(self._rng.integers(2**31 - 1)) if cfg.workload is None else cfg.seed
             try:
+                gpus = self._view.num_gpus
+                self.workload = parse_workload_spec(self.spec, cluster_gpus=gpus, seed=self.workload_seed)
                 return self._simulator()
             except QuietWorkloadSpecError as e:
                 if cfg.workload is not None:
@@ -207,16 +306,40 @@ class PriorityEnv(MultiAgentEnv):
             f"the load or lengthen the windows (last: {last})"
         )
 
-    def _simulator(self):
+    def _reference(self) -> ReferenceSchedule:
+        """The reference schedule of this episode's window: a finished one of the same window and settings,
+        or a new one simulated as the episode goes (kept once finished)."""
         cfg = self.config
-        return build_simulator(
-            cfg.cluster,
-            self.spec,
-            seed=self.workload_seed,
-            interference=cfg.interference,
-            interference_data=cfg.interference_data,  # the predictor file in learned mode
-            restart_cost=cfg.restart_cost,
-        )
+        key = (self.spec, self.workload_seed, cfg.cluster, cfg.interference, cfg.interference_data,
+               cfg.restart_cost, cfg.num_agents, cfg.slots, cfg.migrate)  # fmt: skip
+        self._reference_key = key
+        ref = REFERENCE_MEMO.get(key)
+        if ref is not None:
+            REFERENCE_MEMO.move_to_end(key)
+            return ref
+        return ReferenceSchedule(self._simulator(), self._qssf)
+
+    def _keep_reference(self) -> None:
+        """Keep the finished reference of this window for the next episode that replays it."""
+        ref, key = self.reference, getattr(self, "_reference_key", None)
+        if ref is None or key is None or not ref.finished:
+            return
+        REFERENCE_MEMO[key] = ref
+        REFERENCE_MEMO.move_to_end(key)
+        while len(REFERENCE_MEMO) > MEMO_SIZE:
+            REFERENCE_MEMO.popitem(last=False)
+
+    def _simulator(self) -> Simulator:
+        """A simulator of this episode's workload: what :func:`~cluster_sim.build.build_simulator` builds from
+        the spec, from the parts this environment keeps (the agents' and the reference's share the jobs)."""
+        cfg = self.config
+        model = self._interference
+        if model is None and cfg.interference != "none":
+            model = load_interference_model(cfg.interference, cfg.interference_data)
+            if getattr(model, "pure", False):  # its answers depend on the query alone: one serves every simulator
+                self._interference = model
+        return assemble_simulator(self._view, self.workload, perf=self._perf, interference=model,
+                                  restart_cost=cfg.restart_cost)  # fmt: skip
 
     def _observations(self) -> dict[str, dict[str, np.ndarray]]:
         critic = self._critic()

@@ -135,82 +135,105 @@ def _slots(run: np.ndarray, wait: np.ndarray, rem: np.ndarray, since: np.ndarray
     return np.concatenate([run, wait[np.sort(short)], wait[np.sort(oldest)]])
 
 
-def observe_partitions(agents: Any, view: SchedulerView, queue: np.ndarray) -> PriorityObservation:
-    """Every agent's observation at this scheduling point; ``queue`` holds the waiting jobs agents own.
-    ``agents`` is the :class:`~marl.env.priority_agents.PriorityAgents` asking (its partitions, dispatch and
-    history)."""
+@dataclass(frozen=True, eq=False)
+class RoundJobs:
+    """The jobs the agents score at one scheduling point: ``n_run`` running on their partitions, then the
+    ones queued at them. ``part``: each job's partition (where it runs, or whose queue it waits in); ``rem``:
+    the history estimate of its remaining time (seconds); ``executed``: its wall time run so far."""
+
+    ids: np.ndarray
+    part: np.ndarray
+    n_run: int
+    rem: np.ndarray
+    executed: np.ndarray
+    foreign: np.ndarray  # (K,) GPUs of each partition held by jobs no agent scores (spill jobs)
+
+    @property
+    def is_run(self) -> np.ndarray:
+        return np.arange(len(self.ids)) < self.n_run
+
+
+def slot_rows(part: np.ndarray, is_run: np.ndarray, rem: np.ndarray, since: np.ndarray, k_n: int, n: int) -> np.ndarray:
+    """``(K, N)`` rows of the round's jobs in each agent's slots (-1: padding), as :func:`_slots` picks them: a
+    partition whose jobs all fit keeps them in order (running, then queued); only a partition with more
+    jobs than slots chooses among its waiting jobs."""
+    rows = np.full((k_n, n), -1, dtype=np.int64)
+    if not len(part):
+        return rows
+    order = np.argsort(part, kind="stable")  # by partition, each in its running-then-queue order
+    count = np.bincount(part, minlength=k_n)
+    sorted_part = part[order]
+    at = np.arange(len(order)) - (np.cumsum(count) - count)[sorted_part]  # place within its partition
+    fits = at < n
+    rows[sorted_part[fits], at[fits]] = order[fits]
+    for k in np.flatnonzero(count > n).tolist():
+        first = int(np.searchsorted(sorted_part, k))
+        r = order[first : first + count[k]]
+        run_r, wait_r = r[is_run[r]], r[~is_run[r]]
+        pick = _slots(run_r, wait_r, rem[wait_r], since[wait_r], n)
+        rows[k] = -1
+        rows[k, : len(pick)] = pick
+    return rows
+
+
+def observe_partitions(
+    agents: Any, view: SchedulerView, jobs: RoundJobs, order_only: bool = False
+) -> PriorityObservation:
+    """Every agent's observation at this scheduling point of the round's ``jobs``. ``agents`` is the
+    :class:`~marl.env.priority_agents.PriorityAgents` asking (its partitions and history).
+
+    Features are computed once per job and scattered into the padded slots, so a round costs what its jobs
+    do, not ``K x N`` slots; the history's group statistics of a job (``group_mean``, ``group_size``) change only
+    when jobs finish and are kept until then (:meth:`PriorityAgents.group_stats`). ``order_only``: only the
+    columns QSSF's order reads (``valid``, ``running``, ``log_expected_remaining``; no ``parts``), for a
+    reference that never shows them to a network."""
     lay = agents.layout
     K, N = lay.K, lay.N
-    jobs = view.jobs
-    need = jobs.num_gpus.astype(np.int64)
-    running = np.asarray(view.running, dtype=np.int64)
-    spill_run = running[agents.is_spill[running]]
-    running = running[~agents.is_spill[running]]
-    first_gpu = np.array([int(view.placement(j)[0]) for j in running.tolist()], dtype=np.int64)
-    run_part = agents.gpu_part[first_gpu] if len(running) else np.zeros(0, dtype=np.int64)
-    owner = agents.agent_of[queue]
-    ids = np.concatenate([running, queue])
-    part_of = np.concatenate([run_part, owner]).astype(np.int64)
-    rem = agents.history.expected_remaining(view, ids)
-    executed = view.executed_times(ids)
-    attained = view.attained_services(ids)
-    arrival = jobs.arrival[ids]
-    is_run = np.zeros(len(ids), dtype=bool)
-    is_run[: len(running)] = True
-
-    foreign = np.zeros(K, dtype=np.int64)
-    for j in spill_run.tolist():
-        foreign += np.bincount(agents.gpu_part[view.placement(j)], minlength=K)
-
-    job_ids = np.full((K, N), -1, dtype=np.int64)
-    rows = np.full((K, N), -1, dtype=np.int64)  # index into ids
-    for k in range(K):
-        r = np.flatnonzero(part_of == k)
-        run_r, wait_r = r[is_run[r]], r[~is_run[r]]
-        pick = _slots(run_r, wait_r, rem[wait_r], arrival[wait_r], N)
-        rows[k, : len(pick)] = pick
-        job_ids[k, : len(pick)] = ids[pick]
-
+    ids, part_of, rem, n_run = jobs.ids, jobs.part, jobs.rem, jobs.n_run
+    is_run = jobs.is_run
+    arrival = view.jobs.arrival[ids]
+    rows = slot_rows(part_of, is_run, rem, arrival, K, N)
     valid = rows >= 0
-    r = np.where(valid, rows, 0)
-    j = ids[r] if len(ids) else np.zeros_like(r)
-    g = need[j].astype(np.float64)
-    now = view.now
-    feats = np.zeros((K, N, len(JOB_FEATURES)), dtype=np.float64)
-    feats[..., 0] = 1.0
-    feats[..., 1] = is_run[r]
-    feats[..., 2] = np.log2(g) / 7.0
-    feats[..., 3] = g / agents.part_gpus[:, None]
-    feats[..., 4] = log_hours(now - arrival[r] - executed[r])
-    feats[..., 5] = log_hours(executed[r])
-    feats[..., 6] = log_hours(attained[r])
-    feats[..., 7] = np.log(np.maximum(rem[r], 1.0)) / lay.LOG_SCALE
-    feats[..., 8] = log_hours(agents.history.residual(j.reshape(-1), np.zeros(j.size)).reshape(j.shape))
-    feats[..., 9] = np.log1p(agents.history.group_size(j.reshape(-1)).reshape(j.shape)) / 8.0
-    feats[..., 10] = (executed[r] > 0) & ~is_run[r]
-    day = 2 * np.pi * (now % 86400.0) / 86400.0
-    feats[..., 11] = np.sin(day)
-    feats[..., 12] = np.cos(day)
-    feats[~valid] = 0.0
+    at = rows[valid]
+    job_ids = np.full((K, N), -1, dtype=np.int64)
+    job_ids[valid] = ids[at]
+    running = np.zeros((K, N), dtype=bool)
+    running[valid] = at < n_run
+    slots = np.zeros((K, N, len(JOB_FEATURES)), dtype=np.float32)
+    if order_only:
+        slots[..., 0] = valid
+        slots[..., 1] = running
+        slots[valid, 7] = (np.log(np.maximum(rem, 1.0)) / lay.LOG_SCALE).astype(np.float32)[at]
+        return PriorityObservation({"jobs": slots}, job_ids, running, jobs.foreign)
 
-    work = np.zeros(K)
-    np.add.at(work, part_of, rem * need[ids])
-    q_jobs = np.bincount(owner, minlength=K)
-    q_demand = np.bincount(owner, weights=need[queue], minlength=K)
-    n_run = np.bincount(run_part, minlength=K)
+    now, executed = view.now, jobs.executed
+    need = view.jobs.num_gpus[ids]
+    g = need.astype(np.float64)
+    feats = np.empty((len(JOB_FEATURES), len(ids)))  # a row per feature, then one row per job
+    feats[0] = 1.0
+    feats[1] = is_run
+    feats[2] = np.log2(g) / 7.0
+    feats[3] = g / agents.part_gpus[part_of]
+    feats[4] = now - arrival - executed
+    feats[5] = executed
+    feats[6] = view.attained_services(ids)
+    feats[4:7] = log_hours(feats[4:7])
+    feats[7] = np.log(np.maximum(rem, 1.0)) / lay.LOG_SCALE
+    feats[8], feats[9] = agents.group_stats(ids)
+    feats[10] = (executed > 0) & ~is_run
+    day = 2 * np.pi * (now % 86400.0) / 86400.0
+    feats[11] = np.sin(day)
+    feats[12] = np.cos(day)
+    slots[valid] = feats.T.astype(np.float32)[at]
+
     gk = agents.part_gpus.astype(np.float64)
-    free = np.add.reduceat(np.asarray(view.server_free, dtype=np.int64), [p.servers.start for p in agents.parts])
-    part = np.stack(
-        [
-            free / gk,
-            np.log1p(q_jobs) / 8.0,
-            np.log1p(q_demand / gk),
-            n_run / gk,
-            log_hours(work / gk),
-            gk / gk.sum(),
-        ],
-        axis=-1,
-    )
-    parts = np.stack([np.roll(part, -k, axis=0) for k in range(K)])
-    arrays = {"jobs": feats.astype(np.float32), "parts": parts.astype(np.float32)}
-    return PriorityObservation(arrays, job_ids, is_run[r] & valid, foreign)
+    q_part = part_of[n_run:]
+    part = np.empty((6, K))
+    part[0] = np.add.reduceat(np.asarray(view.server_free, dtype=np.int64), agents.part_first_server) / gk
+    part[1] = np.log1p(np.bincount(q_part, minlength=K)) / 8.0
+    part[2] = np.log1p(np.bincount(q_part, weights=need[n_run:], minlength=K) / gk)
+    part[3] = np.bincount(part_of[:n_run], minlength=K) / gk
+    part[4] = log_hours(np.bincount(part_of, weights=rem * need, minlength=K) / gk)
+    part[5] = gk / gk.sum()
+    arrays = {"jobs": slots, "parts": part.T[agents.roll].astype(np.float32)}
+    return PriorityObservation(arrays, job_ids, running, jobs.foreign)

@@ -102,6 +102,7 @@ class PartitionGrid:
     rack_uplink: np.ndarray  # (K, R)
     server_type: np.ndarray  # (K, R, S, T) float32 one-hot
     type_gpus: np.ndarray  # (K, T) GPUs of each type per partition
+    server_part_type: np.ndarray  # (K, R, S) k * T + the server's type (padding: its partition's type 0)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -147,32 +148,36 @@ def partition_grid(topo: ClusterView, parts: list[Partition]) -> PartitionGrid:
     uplink = np.log1p(topo.rack_uplink_bw[ri] / np.maximum(rack_gpus, 1)) / 8.0 * (rack >= 0)
     stype = np.eye(t_n, dtype=np.float32)[np.asarray(topo.server_gpu_type)[si]] * sv[..., None]
     type_gpus = np.einsum("krst,krs->kt", stype, topo.server_num_gpus[si] * sv).astype(np.int64)
-    return PartitionGrid(gpu, server, rack, static, uplink, stype, type_gpus)
+    part_type = np.arange(k_n)[:, None, None] * t_n + np.asarray(topo.server_gpu_type)[si] * sv
+    return PartitionGrid(gpu, server, rack, static, uplink, stype, type_gpus, part_type.astype(np.int64))
 
 
 class SpeedCache:
     """Each job's speed on every GPU type relative to its fastest (constant for a rigid job: computed once)."""
 
     def __init__(self) -> None:
-        self._rel: dict[int, np.ndarray] = {}
+        self._rel = np.zeros((0, 0))
+        self._known = np.zeros(0, dtype=bool)
 
     def reset(self) -> None:
-        self._rel.clear()
+        self._rel = np.zeros((0, 0))
+        self._known = np.zeros(0, dtype=bool)
 
     def relative(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
         """(len(jobs), T) relative speeds (0: the cluster has too few GPUs of the type for the job)."""
         t_n = len(view.topo.gpu_types)
-        out = np.ones((len(jobs), t_n))
         if t_n == 1:
-            return out
+            return np.ones((len(jobs), t_n))
+        if len(self._known) != len(view.jobs):
+            self._rel = np.ones((len(view.jobs), t_n))
+            self._known = np.zeros(len(view.jobs), dtype=bool)
         need = view.jobs.num_gpus
-        for i, j in enumerate(jobs.tolist()):
-            rel = self._rel.get(j)
-            if rel is None:
-                speed = type_speeds(view, j, int(need[j]))
-                rel = self._rel[j] = speed / max(float(speed.max()), 1e-12)
-            out[i] = rel
-        return out
+        known = self._known[jobs]
+        for j in [] if known.all() else np.unique(jobs[~known]).tolist():
+            speed = type_speeds(view, j, int(need[j]))
+            self._rel[j] = speed / max(float(speed.max()), 1e-12)
+            self._known[j] = True
+        return self._rel[jobs]
 
 
 def observe_topology(
@@ -184,28 +189,30 @@ def observe_topology(
     expected_remaining: Any,
     log_scale: float,
     inputs: InterferenceInputs | None = None,
+    placed_on: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """The topology arrays of every agent (leading axis K) at this scheduling point. ``job_ids``/``running``:
     the job slots ``(K, N)`` of :func:`marl.env.priority_features.observe_partitions`;
     ``expected_remaining(view, ids)``: the tenants' history estimate (seconds); ``inputs``: the interference
-    predictor whose estimates join the GPU and candidate columns (:func:`topology_features`)."""
+    predictor whose estimates join the GPU and candidate columns (:func:`topology_features`); ``placed_on``: a
+    GPU of each running job, by job id (None: read from the view)."""
     jobs = view.jobs
     need = jobs.num_gpus.astype(np.int64)
     gpu_job = np.asarray(view.gpu_job)
     gv = grid.gpu >= 0
     holder = np.where(gv, gpu_job[np.where(gv, grid.gpu, 0)], -1)
     held = holder >= 0
-    feats = np.zeros((*grid.gpu.shape, len(GPU_FEATURES) + (inputs is not None)), dtype=np.float64)
-    feats[..., 0] = gv
-    feats[..., 1] = gv & ~held
+    # features first, so that each is one contiguous block; the arrays come out as (..., features)
+    feats = np.zeros((len(GPU_FEATURES) + (inputs is not None), *grid.gpu.shape))
+    feats[0] = gv
+    feats[1] = gv & ~held
     if held.any():
-        ids, inv = np.unique(holder[held], return_inverse=True)
-        rem = np.log(np.maximum(expected_remaining(view, ids), 1.0)) / log_scale
-        feats[..., 2][held] = (np.log2(need[ids]) / 7.0)[inv]
-        feats[..., 3][held] = log_hours(view.attained_services(ids))[inv]
-        feats[..., 4][held] = rem[inv]
+        h = holder[held]  # the job on each held GPU
+        feats[2][held] = np.log2(need[h]) / 7.0
+        feats[3][held] = log_hours(view.attained_services(h))
+        feats[4][held] = np.log(np.maximum(expected_remaining(view, h), 1.0)) / log_scale
     if inputs is not None:
-        feats[..., 5] = np.where(gv, inputs.holder_factors(view, holder, grid.gpu), 0.0)
+        feats[5] = np.where(gv, inputs.holder_factors(view, holder, grid.gpu), 0.0)
 
     sv = grid.server >= 0
     free_gpus = (gv & ~held).sum(axis=-1)  # (K, R, S)
@@ -222,34 +229,40 @@ def observe_topology(
     flat = np.where(valid, job_ids, 0).reshape(-1)
     rel = speeds.relative(view, flat).reshape(k_n, n_n, t_n)
     g = need[flat].reshape(k_n, n_n)
-    type_free = np.einsum("krst,krs->kt", grid.server_type, free_gpus)  # (K, T)
+    # (K, T) free GPUs of each type (padding servers have none)
+    type_free = np.bincount(grid.server_part_type.reshape(-1), weights=free_gpus.reshape(-1),
+                            minlength=k_n * t_n).reshape(k_n, t_n)  # fmt: skip
     tg = grid.type_gpus.astype(np.float64)
     ok = valid[..., None] & (tg[:, None, :] >= g[..., None]) & (rel > 0)
-    current = np.zeros((k_n, n_n, t_n), dtype=bool)
+    cands = np.empty((len(CAND_FEATURES) + (inputs is not None), k_n, n_n, t_n))
+    cands[5] = False
     if running.any():
-        first = np.array([int(view.placement(j)[0]) for j in job_ids[running].tolist()], dtype=np.int64)
+        if placed_on is not None:
+            first = placed_on[job_ids[running]]
+        else:
+            first = np.array([int(view.placement(j)[0]) for j in job_ids[running].tolist()], dtype=np.int64)
         cur_type = np.asarray(view.topo.server_gpu_type)[np.asarray(view.topo.gpu_server)[first]]
-        current[running] = np.eye(t_n, dtype=bool)[cur_type]
+        cands[5][running] = np.eye(t_n, dtype=bool)[cur_type]
     waiting = valid & ~running
     fastest = np.argmax(rel, axis=-1)
-    demand = np.zeros((k_n, t_n))
-    np.add.at(demand, (np.nonzero(waiting)[0], fastest[waiting]), g[waiting])
-    cands = np.zeros((k_n, n_n, t_n, len(CAND_FEATURES) + (inputs is not None)), dtype=np.float64)
-    cands[..., 0] = ok
-    cands[..., 1] = np.maximum(np.log(np.maximum(rel, 1e-12)), LOG_SPEED_FLOOR)
-    cands[..., 2] = type_free[:, None, :] >= g[..., None]
-    cands[..., 3] = (type_free / np.maximum(tg, 1))[:, None, :]
-    cands[..., 4] = (tg / tg.sum(axis=1, keepdims=True))[:, None, :]
-    cands[..., 5] = current
-    cands[..., 6] = np.log1p(demand / np.maximum(tg, 1))[:, None, :]
+    demand = np.bincount((np.nonzero(waiting)[0] * t_n + fastest[waiting]), weights=g[waiting],
+                         minlength=k_n * t_n).reshape(k_n, t_n)  # fmt: skip
+    cands[0] = ok
+    cands[1] = np.maximum(np.log(np.maximum(rel, 1e-12)), LOG_SPEED_FLOOR)
+    cands[2] = type_free[:, None, :] >= g[..., None]
+    cands[3] = (type_free / np.maximum(tg, 1))[:, None, :]
+    cands[4] = (tg / tg.sum(axis=1, keepdims=True))[:, None, :]
+    cands[6] = np.log1p(demand / np.maximum(tg, 1))[:, None, :]
     if inputs is not None:
         stype = np.argmax(grid.server_type, axis=-1)
-        cands[..., 7] = inputs.candidate_factors(view, grid.server, free_gpus, stype, job_ids)
-    cands[~ok] = 0.0
+        cands[7] = inputs.candidate_factors(view, grid.server, free_gpus, stype, job_ids)
+    cands[:, ~ok] = 0.0
+    feats = np.moveaxis(feats, 0, -1)
+    cands = np.moveaxis(cands, 0, -1)
     return {
-        "gpus": feats.astype(np.float32),
+        "gpus": feats.astype(np.float32, order="C"),
         "servers": servers.astype(np.float32),
         "racks": racks.astype(np.float32),
         "server_type": grid.server_type,
-        "cands": cands.astype(np.float32),
+        "cands": cands.astype(np.float32, order="C"),
     }
