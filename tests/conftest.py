@@ -54,6 +54,16 @@ def sia_dir(traces_dir: Path) -> Path:
     return _artifact(traces_dir, "sia-sosp23", "traces/bert/placements-dgx-ext.csv")
 
 
+@pytest.fixture(scope="session")
+def sia_40(sia_dir: Path):
+    """Sia's run of the first 40 jobs of its first Philly workload on its cluster (``sia_sim(sia_dir, 40)``): the
+    reference several tests hold other policies to, run once per worker (tests only read it)."""
+    from cluster_sim.policies.sia import Sia
+    from tests.test_heterogeneous import sia_sim
+
+    return sia_sim(sia_dir, 40).run(Sia())
+
+
 @pytest.fixture
 def refilled_by_export_program(tmp_path: Path):
     """``refill(folder)``: a copy of a policy folder as written before programs (no ``policy.pt2``, no

@@ -87,10 +87,11 @@ def test_numpy_and_torchscript_forwards_equal_the_module(tmp_path: Path) -> None
 
 
 def test_allocations_are_valid_and_the_export_runs_without_rllib(tmp_path: Path, workload: str) -> None:
+    workload = workload.replace("max_jobs=40", "max_jobs=20")  # ~3,000 steps of the network's
     net = _net(1)
     sched = DL2(net, mode="sample", record=True, seed=4)
     res = _sim(workload).run(sched)  # the simulator rejects a GPU given twice or a count out of range
-    assert res.metrics()["jobs_completed"] == len(res.jct) == 40
+    assert res.metrics()["jobs_completed"] == len(res.jct) == 20
     assert res.resizes.sum() > 0  # elastic: jobs were resized
     assert len(sched.steps) > 100
     for feats, _glob, mask, pick, best, _ in sched.steps:

@@ -100,7 +100,7 @@ def test_a_job_runs_at_its_types_measured_speed_and_on_one_type(sia_dir: Path) -
 
 
 @pytest.mark.slow
-def test_sia_allocations_are_feasible_and_one_type_per_job(sia_dir: Path) -> None:
+def test_sia_allocations_are_feasible_and_one_type_per_job(sia_dir: Path, sia_40) -> None:
     """Every round of ``sia``: each job on one GPU type, within its GPU range, the per-GPU batch within
     that type's memory limit, no GPU given twice; the run finishes every job, and the same run twice gives
     the same schedule."""
@@ -122,36 +122,34 @@ def test_sia_allocations_are_feasible_and_one_type_per_job(sia_dir: Path) -> Non
     policy = Checked(get_policy("sia"), check)
     result = sim.run(policy)
     assert result.metrics()["jobs_completed"] == 40 and policy.checked > 40
-    again = sia_sim(sia_dir, 40).run(get_policy("sia"))
-    assert np.array_equal(again.end, result.end)
+    assert np.array_equal(sia_40.end, result.end)  # another run of sia on the same jobs
     # the per-type GPU-hours add up to what each job held
     assert np.allclose(result.attained_by_type.sum(axis=1), result.attained)
     assert result.metrics()["round_ms_p50"] > 0
 
 
 @pytest.mark.slow
-def test_sia_uses_the_fast_type_where_it_pays(sia_dir: Path) -> None:
+def test_sia_uses_the_fast_type_where_it_pays(sia_dir: Path, sia_40) -> None:
     """Type-aware beats type-unaware on the mixed cluster: the same 40 jobs, sia against pollux."""
-    sia = sia_sim(sia_dir, 40).run(get_policy("sia")).metrics()["avg_jct"]
+    sia = sia_40.metrics()["avg_jct"]
     pollux = sia_sim(sia_dir, 40).run(get_policy("pollux")).metrics()["avg_jct"]
     assert sia < 0.9 * pollux
 
 
-def test_sia_oracle_weighs_jobs_by_their_true_remaining_time(sia_dir: Path) -> None:
+def test_sia_oracle_weighs_jobs_by_their_true_remaining_time(sia_dir: Path, sia_40) -> None:
     """The privileged reference schedules differently from Sia; without its weight (oracle=0) it is Sia,
     job for job."""
     from cluster_sim.policies.sia import Sia
 
-    sia = sia_sim(sia_dir, 40).run(get_policy("sia"))
-    assert np.array_equal(sia_sim(sia_dir, 40).run(Sia(oracle=0.0)).end, sia.end)
+    assert np.array_equal(sia_sim(sia_dir, 40).run(Sia(oracle=0.0)).end, sia_40.end)
     oracle = sia_sim(sia_dir, 40).run(get_policy("sia-oracle"))
     assert oracle.scheduler == "sia-oracle" and np.isfinite(oracle.end).all()
-    assert not np.array_equal(oracle.end, sia.end)
+    assert not np.array_equal(oracle.end, sia_40.end)
     with pytest.raises(ValueError, match="oracle is the power of the remaining-time weight"):
         Sia(oracle=-1.0)
 
 
-def test_sia_restart_discount_decides_whether_running_jobs_move(sia_dir: Path) -> None:
+def test_sia_restart_discount_decides_whether_running_jobs_move(sia_dir: Path, sia_40) -> None:
     """Sia's restart discount is one overridable method: a discount of 0 for running jobs (moving is worth
     nothing) keeps them where they are, so the run restarts fewer jobs than Sia's own age-based discount; the
     privileged oracle-restarts variant of the room benchmark schedules every job to completion."""
@@ -162,18 +160,16 @@ def test_sia_restart_discount_decides_whether_running_jobs_move(sia_dir: Path) -
         def restart_factors(self, view, jobs):
             return np.where(view.job_states[jobs] == RUNNING, 0.0, 1.0)
 
-    sia = sia_sim(sia_dir, 40).run(Sia())
     stay = sia_sim(sia_dir, 40).run(Stay())
     assert np.isfinite(stay.end).all()
-    assert stay.restarts.sum() < sia.restarts.sum()
+    assert stay.restarts.sum() < sia_40.restarts.sum()
     oracle = sia_sim(sia_dir, 40).run(OracleRestartSia())
-    assert np.isfinite(oracle.end).all() and not np.array_equal(oracle.end, sia.end)
+    assert np.isfinite(oracle.end).all() and not np.array_equal(oracle.end, sia_40.end)
 
 
 @pytest.mark.parametrize("estimate", ["las", "history"])
-def test_sia_weighted_by_an_estimate_reads_no_duration(sia_dir: Path, estimate: str) -> None:
+def test_sia_weighted_by_an_estimate_reads_no_duration(sia_dir: Path, sia_40, estimate: str) -> None:
     """The room benchmark's non-privileged weights change Sia's schedule, and never read a job's length."""
-    from cluster_sim.policies.sia import Sia
     from experiments.benchmarks.sia_room import EstimateWeightedSia
     from tests.test_dl2 import NoLengthView
 
@@ -181,10 +177,9 @@ def test_sia_weighted_by_an_estimate_reads_no_duration(sia_dir: Path, estimate: 
         def job_weights(self, view, jobs):
             return super().job_weights(NoLengthView(view), jobs)
 
-    sia = sia_sim(sia_dir, 40).run(Sia())
     weighted = sia_sim(sia_dir, 40).run(NoOracle(estimate))
     assert weighted.scheduler == f"{estimate}-weights" and np.isfinite(weighted.end).all()
-    assert not np.array_equal(weighted.end, sia.end)
+    assert not np.array_equal(weighted.end, sia_40.end)
 
 
 def test_configurations_are_sias_tables() -> None:

@@ -73,15 +73,23 @@ def test_the_rank_weight_fits_the_order_within_each_agents_set(rows: dict[str, n
     assert within_set_error(ranked, rows) < within_set_error(plain, rows)
 
 
-def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(tmp_path: Path, traces_dir: Path) -> None:
+def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(
+    tmp_path: Path, traces_dir: Path, train_command
+) -> None:
+    from dataclasses import asdict
+
+    from marl.deploy.registry import policy_kind
+
     cfg = tiny_config(traces_dir)
     logs: list[str] = []
     meta = train(cfg, tmp_path / "a", log=logs.append)
-    train(cfg, tmp_path / "b", log=lambda _: None)
+    # the same config through the one command (a flat config: agent priority, algo dagger), into b/policy
+    train_command({"agent": "priority", "algo": "dagger", **asdict(cfg)}, tmp_path / "b")
+    assert policy_kind(tmp_path / "b" / "policy") == "priority"
     assert [r["collected_by"] for r in meta["progress"]] == ["qssf", "policy"]
     assert meta["progress"][1]["rows"] > meta["progress"][0]["rows"] > 0
     assert -1.0 <= meta["progress"][1]["holdout_corr"] <= 1.0 and "holdout_corr" not in meta["progress"][0]
-    a, b = (torch.jit.load(str(tmp_path / k / "policy.pt")) for k in ("a", "b"))
+    a, b = (torch.jit.load(str(tmp_path / k / "policy.pt")) for k in ("a", "b/policy"))
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())  # same seed, same policy
     saved = json.loads((tmp_path / "a" / "metadata.json").read_text())
     assert saved["export_max_abs_diff"] < 1e-5 and saved["config"]["hidden"] == 8

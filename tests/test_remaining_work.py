@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from cluster_sim.policies.sia import Sia
 from marl.deploy.registry import load_policy
 from marl.deploy.remaining_policy import LearnedWeightSia, load_remaining_policy
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, fit_remaining
@@ -34,16 +33,15 @@ class Guarded(LearnedWeightSia):
         return super().job_weights(NoLengthView(view), jobs)
 
 
-def test_the_weights_change_sias_schedule_and_read_no_length(sia_dir: Path) -> None:
+def test_the_weights_change_sias_schedule_and_read_no_length(sia_dir: Path, sia_40) -> None:
     torch.manual_seed(1)
     net = RemainingWorkNet(hidden=8)
     with torch.no_grad():  # a network whose estimates differ by job, as a trained one's do
         net.mlp[-1].weight.mul_(20.0)
-    sia = sia_sim(sia_dir, 40).run(Sia())
     learned = sia_sim(sia_dir, 40).run(Guarded(net))
-    assert np.isfinite(learned.end).all() and not np.array_equal(learned.end, sia.end)
+    assert np.isfinite(learned.end).all() and not np.array_equal(learned.end, sia_40.end)
     # without a network it is Sia itself, bit for bit (the warm start)
-    assert np.array_equal(sia_sim(sia_dir, 40).run(Guarded(None)).end, sia.end)
+    assert np.array_equal(sia_sim(sia_dir, 40).run(Guarded(None)).end, sia_40.end)
 
 
 def test_fit_is_seeded_and_learns_a_log_linear_rule() -> None:
@@ -57,36 +55,43 @@ def test_fit_is_seeded_and_learns_a_log_linear_rule() -> None:
     assert np.corrcoef(pred, y)[0, 1] > 0.95
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, traces_dir: Path, sia_dir) -> tuple[Path, dict]:
+    """A brief training's folder (``tiny_config``) and what it returned, for the tests that read a trained one."""
+    folder = tmp_path_factory.mktemp("remaining") / "a"
+    return folder, train(tiny_config(traces_dir), folder, log=lambda _: None)
+
+
 def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(
-    tmp_path: Path, traces_dir: Path, sia_dir, train_command
+    tmp_path: Path, traces_dir: Path, sia_dir, trained, train_command
 ) -> None:
-    cfg = tiny_config(traces_dir)
-    meta = train(cfg, tmp_path / "a", log=lambda _: None)
-    train_command({"agent": "sia-remaining", "algo": "dagger", **asdict(cfg)}, tmp_path / "b")  # b/policy
+    folder, meta = trained
+    train_command({"agent": "sia-remaining", "algo": "dagger", **asdict(tiny_config(traces_dir))}, tmp_path / "b")
     assert [r["collected_by"] for r in meta["progress"]] == ["sia", "policy"]
     assert meta["progress"][1]["rows"] > meta["progress"][0]["rows"] > 0
-    assert (tmp_path / "a" / "policy.pt").read_bytes() != b""
-    a, b = (torch.jit.load(str(tmp_path / k / "policy.pt")) for k in ("a", "b/policy"))
+    assert (folder / "policy.pt").read_bytes() != b""
+    a, b = (torch.jit.load(str(f)) for f in (folder / "policy.pt", tmp_path / "b" / "policy" / "policy.pt"))
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())  # same seed, same policy
-    saved = json.loads((tmp_path / "a" / "metadata.json").read_text())
+    saved = json.loads((folder / "metadata.json").read_text())
     assert saved["export_max_abs_diff"] < 1e-5 and saved["config"]["hidden"] == 8
     assert saved["program_max_abs_diff"] < 1e-5  # the torch.export program too
-    assert (tmp_path / "a" / "estimates.png").stat().st_size > 0
+    assert (folder / "estimates.png").stat().st_size > 0
     # the export equals the module it came from
     net = RemainingWorkNet(hidden=8)
     net.load_state_dict(a.state_dict())
     x = torch.randn(11, len(FEATURES))
     with torch.no_grad():
         assert torch.allclose(a(x), net.eval()(x), atol=1e-6)
-    policy = load_policy(tmp_path / "a", name="learned")
+    policy = load_policy(folder, name="learned")
     assert isinstance(policy, LearnedWeightSia) and policy.name == "learned"
     result = sia_sim(sia_dir, 20).run(policy)
     assert np.isfinite(result.end).all()
 
 
-def test_a_folder_of_other_features_names_the_file_and_the_fix(tmp_path: Path, traces_dir: Path) -> None:
-    folder = tmp_path / "p"
-    train(tiny_config(traces_dir, dagger_rounds=0, holdout=0.0), folder, log=lambda _: None)
+def test_a_folder_of_other_features_names_the_file_and_the_fix(tmp_path: Path, trained) -> None:
+    import shutil
+
+    folder = Path(shutil.copytree(trained[0], tmp_path / "p"))
     meta = json.loads((folder / "metadata.json").read_text())
     meta["features"] = meta["features"][:-1]
     (folder / "metadata.json").write_text(json.dumps(meta))
@@ -100,7 +105,7 @@ def test_config_rejects_bad_values_by_name(field: str, value) -> None:
         RemainingWorkConfig(**{field: value})
 
 
-def test_shipped_sia_philly_policy_loads_by_name_and_moves_sia(sia_dir: Path) -> None:
+def test_shipped_sia_philly_policy_loads_by_name_and_moves_sia(sia_dir: Path, sia_40) -> None:
     """The shipped folder loads as ``marl:DIR`` with this version's features, finishes every job of Sia's
     first workload and schedules it differently from Sia (its weights differ by job)."""
     from experiments.simulate import make_scheduler_by_name
@@ -110,7 +115,7 @@ def test_shipped_sia_philly_policy_loads_by_name_and_moves_sia(sia_dir: Path) ->
     assert isinstance(policy, LearnedWeightSia)
     learned = sia_sim(sia_dir, 40).run(policy)
     assert np.isfinite(learned.end).all()
-    assert not np.array_equal(learned.end, sia_sim(sia_dir, 40).run(Sia()).end)
+    assert not np.array_equal(learned.end, sia_40.end)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sim.traces.periods import DAY, HELD_OUT_START
 from experiments.cli import build_parser, main
 from marl.agents import AGENTS
 from marl.training.recipes import load_recipe_config
@@ -96,31 +95,6 @@ def test_ppo_trains_through_the_one_command_and_the_policy_runs_through_get_poli
     assert result.metrics()["jobs_completed"] == 30
     assert main(["train", "--config", str(cfg), "--out", str(out)]) == 2  # a finished run is not overwritten
     assert "already holds a trained policy" in capfd.readouterr().err
-
-
-def test_a_flat_loop_trains_through_the_one_command_into_out_policy(tmp_path: Path, traces_dir: Path) -> None:
-    """DAgger on the priority agents (a flat config): the policy lands in OUT/policy, loads by its kind, and the
-    same config trained twice gives the same network bit for bit."""
-    import torch
-
-    from marl.deploy.registry import policy_kind
-
-    cfg = tmp_path / "dagger.yaml"
-    cfg.write_text(
-        yaml.safe_dump({
-            "agent": "priority", "algo": "dagger",
-            "trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv",
-            "interference_data": f"gavel:{traces_dir}/gavel/simulation_throughputs.json",
-            "train_start": HELD_OUT_START - 1.5 * DAY, "train_end": HELD_OUT_START, "days": 1.0, "stride": 0.5,
-            "load": 0.9, "record_every": 2, "hidden": 8, "epochs": 2, "batch": 64, "dagger_rounds": 0, "workers": 1,
-        })
-    )  # fmt: skip
-    nets = []
-    for run in ("a", "b"):
-        assert main(["train", "--config", str(cfg), "--out", str(tmp_path / run), "--quiet"]) == 0
-        assert policy_kind(tmp_path / run / "policy") == "priority"
-        nets.append(torch.jit.load(str(tmp_path / run / "policy" / "policy.pt")).state_dict())
-    assert all(torch.equal(nets[0][k], nets[1][k]) for k in nets[0])
 
 
 def test_every_agent_spec_names_code_that_exists() -> None:
