@@ -95,6 +95,52 @@ def test_ppo_trains_through_the_one_command_and_the_policy_runs_through_get_poli
     assert result.metrics()["jobs_completed"] == 30
     assert main(["train", "--config", str(cfg), "--out", str(out)]) == 2  # a finished run is not overwritten
     assert "already holds a trained policy" in capfd.readouterr().err
+    # Ray's standard result logs: one result per line, and TensorBoard's events with RLlib's metrics
+    results = [json.loads(line) for line in (out / "result.json").read_text().splitlines()]
+    assert len(results) == 1 and results[0]["env_runners"]["num_env_steps_sampled"] > 0
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and b"ray/tune/env_runners/num_env_steps_sampled" in events[0].read_bytes()
+
+
+def test_a_killed_env_runner_is_restarted_and_training_completes(ray_local, tmp_path: Path) -> None:
+    """One of two EnvRunners killed (SIGKILL) after the first iteration: the other fills the next batch, Ray
+    restarts the dead one, every iteration trains on steps, and the progress counts the failure and the
+    unfinished episode it dropped."""
+    import psutil
+
+    from marl.training.priority_train import parse_config, train_priority
+
+    raw = {**TINY_PPO, "ppo": {**TINY_PPO["ppo"], "iterations": 4, "num_env_runners": 2, "train_batch_size": 128}}
+    killed: list[int] = []
+
+    def kill_a_runner() -> None:
+        for proc in psutil.Process().children(recursive=True):  # this test's Ray only, not another worker's
+            try:
+                title = (proc.cmdline() or [""])[0]
+            except psutil.Error:
+                continue
+            if title.startswith("ray::MultiAgentEnvRunner"):
+                proc.kill()
+                killed.append(proc.pid)
+                return
+
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if line.startswith("iter   1 "):
+            kill_a_runner()
+
+    summary = train_priority(parse_config(raw, "tiny"), tmp_path / "run", log=log)
+    assert killed, "no EnvRunner process found to kill"
+    rows = summary["rows"]
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    steps = [r["env_steps"] for r in rows]
+    assert all(b - a >= 128 for a, b in zip([0, *steps], steps, strict=False))  # each iteration a full batch
+    assert rows[0]["runner_failures"] == 0 and rows[-1]["runner_failures"] >= 1
+    assert rows[-1]["episodes_dropped"] == rows[-1]["runner_failures"]  # one environment per runner
+    assert any("EnvRunner failure(s) so far" in line for line in lines)
+    assert (tmp_path / "run" / "policy" / "metadata.json").is_file()
 
 
 def test_every_agent_spec_names_code_that_exists() -> None:

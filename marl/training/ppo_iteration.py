@@ -3,6 +3,7 @@ nothing and export the warm start as if trained."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 
@@ -14,16 +15,21 @@ def _num(value: Any) -> float:
     return out
 
 
-def train_iteration(algo: Any, iteration: int) -> dict[str, Any]:
-    """``algo.train()``, refused when no env runner sampled a step.
+def train_iteration(algo: Any, iteration: int, wait_s: float = 180.0, log: Any = None) -> dict[str, Any]:
+    """``algo.train()``, repeated while restarted EnvRunners come back, refused when none sampled a step.
 
-    RLlib takes a failed EnvRunner out of service and carries on; when all of them failed, PPO would go on
-    updating nothing and export the warm start as if trained. Stop instead, with the cause: the runners'
-    tracebacks stay in Ray's worker logs, so the driver builds and resets one environment of the same config
-    and, when that fails, raises its error from here.
+    RLlib takes a failed EnvRunner out of service and carries on with the others. When every one failed
+    (one runner, killed), the iteration sampled nothing: with ``restart_failed_env_runners`` Ray Core
+    restarts them, so the iteration is run again for up to ``wait_s`` seconds, and ``log`` says so. Past
+    that, or where the environment itself fails, PPO would go on updating nothing and export the warm start
+    as if trained. Stop instead, with the cause: the runners' tracebacks stay in Ray's worker logs, so the
+    driver builds and resets one environment of the same config and, when that fails, raises its error here.
     """
-    result = algo.train()
-    if not _num(result.get("env_runners", {}).get("num_env_steps_sampled", 0)) > 0:
+    deadline = time.monotonic() + wait_s
+    while True:
+        result = algo.train()
+        if _num(result.get("env_runners", {}).get("num_env_steps_sampled", 0)) > 0:
+            return result
         head = f"PPO iteration {iteration} sampled no environment step: every env runner failed"
         cause = _env_failure(algo)
         if cause is not None:
@@ -31,11 +37,15 @@ def train_iteration(algo: Any, iteration: int) -> dict[str, Any]:
                 f"{head}; building and resetting the environment here fails the same way: "
                 f"{type(cause).__name__}: {cause}"
             ) from cause
-        raise RuntimeError(
-            f"{head} (the environment builds and resets here, so the error is in a later step: see Ray's worker "
-            "logs under /tmp/ray/session_latest/logs); fix it and train again"
-        )
-    return result
+        restarts = bool(getattr(getattr(algo, "config", None), "restart_failed_env_runners", False))
+        if not restarts or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{head} (the environment builds and resets here, so the error is in a later step: see Ray's "
+                "worker logs under /tmp/ray/session_latest/logs); fix it and train again"
+            )
+        if log is not None:
+            log(f"iteration {iteration}: every EnvRunner failed; waiting for Ray to restart them")
+        time.sleep(2.0)
 
 
 def _env_failure(algo: Any) -> Exception | None:

@@ -36,6 +36,7 @@ from marl.models.inference import subnormals_flushed
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.local_ray import QUIET_LEVEL, init_ray, without_known_noise
 from marl.training.ppo_iteration import train_iteration
+from marl.training.result_log import ResultLog
 
 POLICY_ID = "shared"
 Log = Callable[[str], None]
@@ -59,6 +60,9 @@ PPO_DEFAULTS: dict[str, Any] = {
     "sample_timeout_s": 1800,
     "snapshot_every": 10,  # export OUT/snapshots/iter-NNN every so many iterations (0: never), for selection
     "checkpoint_every": 1,  # save OUT/checkpoint every so many iterations (0: never), to resume a killed run
+    "runner_restart_delay_s": 2.0,  # a failed EnvRunner is restarted (Ray Core) after this pause (RLlib: 60 s)
+    "max_runner_restarts": 100,  # restarts allowed over the run before RLlib gives a runner up
+    "runner_wait_s": 180.0,  # how long an iteration whose every runner failed waits for restarted ones
 }
 # init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
 # init_type_log_std: the placing agents' type-score noise (None: init_log_std); a move needs only ln 1.2
@@ -210,6 +214,11 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
             num_envs_per_env_runner=p["num_envs_per_env_runner"],
             sample_timeout_s=p["sample_timeout_s"],
         )
+        .fault_tolerance(
+            restart_failed_env_runners=True,
+            max_num_env_runner_restarts=int(p["max_runner_restarts"]),
+            delay_between_env_runner_restarts_s=float(p["runner_restart_delay_s"]),
+        )
         .learners(num_learners=0)
         .multi_agent(policies={POLICY_ID}, policy_mapping_fn=lambda agent_id, episode=None, **kw: POLICY_ID)
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={POLICY_ID: spec}))
@@ -231,6 +240,15 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
     )
 
 
+def runner_faults(result: Mapping[str, Any], runners: int, envs_per_runner: int) -> dict[str, int]:
+    """EnvRunner failures so far (restarted, or down at the iteration's end) and the episodes they dropped:
+    a killed runner's unfinished episodes never reach a batch, and its restart begins new ones."""
+    stats = result.get("fault_tolerance", {}) or {}
+    restarts = int(stats.get("num_remote_worker_restarts", 0) or 0)
+    down = max(0, runners - int(stats.get("num_healthy_workers", runners) or 0)) if runners else 0
+    return {"runner_failures": restarts + down, "episodes_dropped": (restarts + down) * envs_per_runner}
+
+
 def progress_line(row: Mapping[str, Any]) -> str:
     """One iteration's line: its steps and speed, and the episodes that finished in it (on training windows, so
     a training figure, not a held-out one); says so where none finished instead of printing nan."""
@@ -238,6 +256,10 @@ def progress_line(row: Mapping[str, Any]) -> str:
         f"iter {row['iteration']:3d}  {row['minutes']:5.1f} min  steps {row['env_steps']:>8} "
         f"({row['env_steps_per_s']:,.0f}/s)  episodes {row['episodes']:>4}"
     )
+    failed = int(row.get("runner_failures", 0))
+    if failed:
+        dropped = int(row["episodes_dropped"])
+        head += f"  [{failed} EnvRunner failure(s) so far, {dropped} unfinished episode(s) dropped]"
     if not math.isfinite(row["avg_jct"]):
         return f"{head}  no episode finished in this iteration (a window outlasts one iteration's batch)"
     than = "shorter" if row["gain"] >= 0 else "longer"
@@ -338,6 +360,7 @@ def train_priority(
     command = command or f"marlsched train-priority --config {config} --out {out_dir}"
     export = _exporter(algo, cfg, rows, command, resumed)
     ckpt = out / CHECKPOINT_DIR
+    results = ResultLog(out)  # Ray's result.json and TensorBoard events: `tensorboard --logdir OUT`
     try:
         saved = _resume_point(algo, cfg, ckpt, log) if resume else None
         finished = False
@@ -350,8 +373,9 @@ def train_priority(
             t0 -= 60.0 * rows[-1]["minutes"] if rows else 0.0  # the minutes continue the killed run's
         for it in range(len(rows) + 1, 0 if finished else int(p["iterations"]) + 1):
             with subnormals_flushed():  # the learner's passes run here: a trained start reaches subnormals
-                res = train_iteration(algo, it)
+                res = train_iteration(algo, it, wait_s=float(p["runner_wait_s"]), log=log)
             runners = res.get("env_runners", {})
+            results.write(res, step=int(res.get("num_env_steps_sampled_lifetime", 0) or 0))
             row = {
                 "iteration": it,
                 "minutes": (time.perf_counter() - t0) / 60.0,
@@ -360,6 +384,7 @@ def train_priority(
                 "gain": float(runners.get("gain", float("nan"))),
                 "avg_jct": float(runners.get("avg_jct", float("nan"))),
                 "return": float(runners.get("episode_return_mean", float("nan"))),
+                **runner_faults(res, int(p["num_env_runners"]), int(p["num_envs_per_env_runner"])),
             }
             seconds = 60.0 * (row["minutes"] - (rows[-1]["minutes"] if rows else 0.0))
             row["env_steps_per_s"] = (row["env_steps"] - (rows[-1]["env_steps"] if rows else 0)) / max(seconds, 1e-9)
@@ -379,7 +404,11 @@ def train_priority(
         policy = export(out / "policy")
         log(f"policy: {policy}")
     finally:
+        results.close()
+        logdir = Path(getattr(algo, "logdir", "") or "")
         algo.stop()
+        if logdir.name and logdir.is_dir() and not any(logdir.iterdir()):
+            logdir.rmdir()  # the empty folder RLlib's Trainable makes under ~/ray_results outside Tune
         if started:
             ray.shutdown()
     summary: dict[str, Any] = {
