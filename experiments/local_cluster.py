@@ -9,6 +9,7 @@ reaches it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -34,7 +35,7 @@ def ray_command() -> Path:
 @contextlib.contextmanager
 def local_cluster(nodes: int = 2, cpus_per_node: int = 1, object_store_bytes: int = 80_000_000) -> Iterator[tuple]:
     """``(address, env)`` of a running ``nodes``-node cluster; stopped on exit. ``env`` is the environment
-    its clients need (authentication off)."""
+    its clients need (authentication off). :func:`kill_node` loses a worker node."""
     ray = ray_command()
     if not ray.is_file():
         raise FileNotFoundError(f"no ray command next to {sys.executable}; install the project's dependencies")
@@ -50,14 +51,31 @@ def local_cluster(nodes: int = 2, cpus_per_node: int = 1, object_store_bytes: in
             [str(ray), "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *common],
             env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
-        for _ in range(nodes - 1):
+        for index in range(1, nodes):
+            marker = json.dumps({node_resource(f"127.0.0.1:{port}", index): 1})
             subprocess.run(
-                [str(ray), "start", f"--address=127.0.0.1:{port}", *common],
+                [str(ray), "start", f"--address=127.0.0.1:{port}", f"--resources={marker}", *common],
                 env=env, check=True, capture_output=True, timeout=120,
             )  # fmt: skip
         yield f"127.0.0.1:{port}", env
     finally:
         stop_cluster(temp)
+
+
+def node_resource(address: str, index: int) -> str:
+    """The custom resource that marks worker node ``index`` (1, 2, ...) of the cluster at ``address``: its
+    raylet names it on its command line, so :func:`kill_node` finds exactly that node's processes."""
+    return f"local_node_{address.rsplit(':', 1)[1]}_{index}"
+
+
+def kill_node(address: str, index: int) -> list[int]:
+    """Lose worker node ``index`` of the local cluster at ``address`` as a machine is lost: SIGKILL to its
+    raylet and every process under it (its workers and actors). Returns the killed pids."""
+    pids = pids_mentioning(f"--static_resource_list={node_resource(address, index)},")
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
 
 
 def pids_mentioning(marker: str) -> list[int]:

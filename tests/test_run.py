@@ -437,6 +437,41 @@ def test_training_runs_on_a_two_node_cluster_given_its_address(two_node_cluster,
     assert "iter   1" in proc.stdout and (out / "policy" / "policy.pt").is_file()
 
 
+@pytest.mark.slow
+def test_training_goes_on_on_the_head_when_the_worker_node_is_lost(two_node_cluster, tmp_path: Path) -> None:
+    """One EnvRunner on each node (1 CPU each); the worker node lost (its raylet and every process under it
+    killed) after the first iteration: the head's runner fills every later batch, the run ends with its
+    policy, and the progress counts the lost runner and its dropped episode."""
+    import csv
+
+    from experiments.local_cluster import kill_node
+
+    address, env = two_node_cluster
+    ppo = {"iterations": 4, "num_env_runners": 2, "num_cpus_per_env_runner": 1, "train_batch_size": 128}
+    config = _write(tmp_path, yaml.safe_dump({**TINY_TRAIN, "ppo": {**TINY_TRAIN["ppo"], **ppo}}), "ppo.yaml")
+    out = tmp_path / "trained"
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "marlsched"), "train", "--config", str(config), "--out", str(out), "--address", address,
+         "--no-eval"],
+        env={**env, "PYTHONUNBUFFERED": "1"}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    killed: list[int] = []
+    printed: list[str] = []
+    for line in proc.stdout:
+        printed.append(line)
+        if line.startswith("iter   1 ") and not killed:
+            killed = kill_node(address, 1)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, err[-3000:]
+    assert killed and "ray: cluster at" in "".join(printed)
+    with open(out / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
+    assert int(rows[0]["runner_failures"]) == 0 and int(rows[-1]["runner_failures"]) == 1
+    assert int(rows[-1]["episodes_dropped"]) == 1
+    assert (out / "policy" / "policy.pt").is_file()
+
+
 def _start_run(tmp_path: Path):
     """A real `marlsched run` (its own in-process Ray) of 12 tasks, once a task of this invocation is done."""
     import signal

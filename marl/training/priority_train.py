@@ -63,6 +63,7 @@ PPO_DEFAULTS: dict[str, Any] = {
     "runner_restart_delay_s": 2.0,  # a failed EnvRunner is restarted (Ray Core) after this pause (RLlib: 60 s)
     "max_runner_restarts": 100,  # restarts allowed over the run before RLlib gives a runner up
     "runner_wait_s": 180.0,  # how long an iteration whose every runner failed waits for restarted ones
+    "runner_probe_timeout_s": 5.0,  # each iteration's wait for a failed runner to answer (RLlib: 30 s)
 }
 # init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
 # init_type_log_std: the placing agents' type-score noise (None: init_log_std); a move needs only ln 1.2
@@ -218,6 +219,7 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
             restart_failed_env_runners=True,
             max_num_env_runner_restarts=int(p["max_runner_restarts"]),
             delay_between_env_runner_restarts_s=float(p["runner_restart_delay_s"]),
+            env_runner_health_probe_timeout_s=float(p["runner_probe_timeout_s"]),
         )
         .learners(num_learners=0)
         .multi_agent(policies={POLICY_ID}, policy_mapping_fn=lambda agent_id, episode=None, **kw: POLICY_ID)
