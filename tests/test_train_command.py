@@ -45,6 +45,8 @@ def test_help_lists_every_agent_and_algorithm_and_each_example_config_checks(cap
         ("agent: priority\nalgo: dagger\ndays: -1\n", "line 3: days: must be > 0, got -1.0"),
         ("agent: rounds\nalgo: dagger\nwindows: x\n", "line 3: windows: expected an integer, got 'x'"),
         ("agent: topdrl\ntrain:\n  rollout: 4\n", "line 3: train.rollout: unknown key; allowed keys here: iterations"),
+        ("agent: priority\nalgo: dagger\ntrain_end: 2017-13-15\n", "line 3: train_end: 2017-13-15: not a valid date"),
+        ("agent: priority\nalgo: dagger\ntrain_end: soon\n", "line 3: train_end: 'soon' is not a date; write YYYY-"),
     ],
 )  # fmt: skip
 def test_a_bad_config_names_its_line_and_key_and_writes_nothing(tmp_path: Path, capsys, text: str, where: str) -> None:
@@ -53,6 +55,20 @@ def test_a_bad_config_names_its_line_and_key_and_writes_nothing(tmp_path: Path, 
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert f"marlsched train: error: {cfg}, {where}" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_training_windows_may_be_given_as_dates(tmp_path: Path) -> None:
+    """``train_end: 2017-10-15`` is the train period's end in seconds, in both config styles."""
+    from cluster_sim.traces.periods import PERIODS
+    from marl.env.priority_env import PriorityEnvConfig
+
+    flat = tmp_path / "d.yaml"
+    flat.write_text("agent: priority\nalgo: dagger\ntrain_start: 2017-09-24T10:30:41\ntrain_end: 2017-10-15\n")
+    cfg = load_recipe_config(flat)[2]
+    assert (cfg.train_start, cfg.train_end) == (1_728_000.0, PERIODS["train"].end_s)
+    env = PriorityEnvConfig.from_dict(yaml.safe_load("train_end: 2017-11-01\ntrain_start: '2017-10-01'"))
+    assert PERIODS["train"].end_s - env.train_start == 14 * 86_400  # 2017-10-01 .. 10-15
+    assert env.train_end == PERIODS["report"].start_s
 
 
 def test_options_the_algorithm_cannot_honour_are_refused(tmp_path: Path, capsys) -> None:

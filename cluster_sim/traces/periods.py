@@ -39,6 +39,30 @@ def seconds_since(origin: np.datetime64 | str, date: str) -> float:
     return float((when - np.datetime64(origin, "s")) / np.timedelta64(1, "s"))
 
 
+class TraceTime(float):
+    """A config field in seconds from the Philly trace's first arrival that may also be written as a date
+    (``train_end: 2017-10-15``), so that configs name the periods' boundaries instead of 3504559."""
+
+
+def trace_seconds(value: object) -> float:
+    """``value`` as seconds from the trace's first arrival: a number as it is; a date or date-time (a string, or
+    what YAML reads ``2017-10-15`` as) through :func:`philly_seconds`."""
+    import datetime as dt
+
+    if isinstance(value, bool):
+        raise ValueError(f"expected seconds from the trace's start or a date like 2017-10-15, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, dt.date):  # datetime is a date too
+        return philly_seconds(value.isoformat(timespec="seconds") if isinstance(value, dt.datetime) else str(value))
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return philly_seconds(value.strip())
+    raise ValueError(f"expected seconds from the trace's start or a date like 2017-10-15, got {value!r}")
+
+
 @dataclass(frozen=True)
 class Period:
     """A span of the Philly trace with one use: ``[first, end)`` as dates (``first=None``: the trace's start)."""
@@ -100,8 +124,10 @@ __all__ = [
     "PHILLY_START",
     "REPORT_END",
     "Period",
+    "TraceTime",
     "period",
     "philly_seconds",
     "seconds_since",
+    "trace_seconds",
     "window_spec",
 ]

@@ -41,7 +41,7 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from cluster_sim.build import assemble_simulator, build_simulator
 from cluster_sim.simulator import Simulator
-from cluster_sim.traces.periods import HELD_OUT_START, window_spec
+from cluster_sim.traces.periods import HELD_OUT_START, trace_seconds, window_spec
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import QuietWorkloadSpecError, parse_workload_spec
 from interference.base import InterferenceModel
@@ -59,7 +59,7 @@ class PriorityEnvConfig:
 
     cluster: str = "small"
     trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv"
-    train_start: float = 1_728_000.0  # day 20: the trace has a handful of jobs before
+    train_start: float = 1_728_000.0  # day 20: the trace has a handful of jobs before (seconds, or a date)
     train_end: float = HELD_OUT_START  # 2017-11-01, where the report period starts
     window_days: float = 7.0
     load: tuple[float, float] = (0.9, 0.9)
@@ -85,6 +85,9 @@ class PriorityEnvConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"priority env_config: unknown keys {unknown}; allowed: {sorted(known)}")
+        for key in ("train_start", "train_end"):  # seconds from the trace's start, or a date (2017-10-15)
+            if key in data:
+                data[key] = trace_seconds(data[key])
         if "load" in data:
             load = data["load"]
             data["load"] = (float(load), float(load)) if np.isscalar(load) else tuple(float(x) for x in load)

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from cluster_sim.traces.periods import TraceTime, trace_seconds
+
 
 class TrainConfigError(ValueError):
     """A config that cannot be used; the message names the file, key path and line, and the fix."""
@@ -91,6 +93,11 @@ class ConfigChecker:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(path, f"expected an integer, got {value!r}")
             return value
+        if hint is TraceTime:
+            try:
+                return trace_seconds(value)
+            except ValueError as err:
+                raise self.fail(path, str(err)) from None
         if hint is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise self.fail(path, f"expected a finite number, got {value!r}")
@@ -137,4 +144,22 @@ def read_yaml_config(path: str | Path, what: str, error: type[Exception]) -> tup
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise error(f"{path}: not valid YAML: {err}") from None
+    except ValueError as err:  # a value YAML reads as a date but is none (2017-13-15): no line from PyYAML
+        bad = next((f", line {i}: {ln.strip()}" for i, ln in enumerate(text.splitlines(), 1) if _bad_date(ln)), "")
+        raise error(f"{path}{bad}: not a valid date ({err}); write YYYY-MM-DD") from None
     return data, yaml_key_lines(text)
+
+
+def _bad_date(line: str) -> bool:
+    """Whether ``line``'s value is shaped like a YAML date but is not one."""
+    import datetime as dt
+    import re
+
+    m = re.search(r":\s*(\d{4}-\d{1,2}-\d{1,2})\b", line)
+    if not m:
+        return False
+    try:
+        dt.date(*map(int, m.group(1).split("-")))
+    except ValueError:
+        return True
+    return False

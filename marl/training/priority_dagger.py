@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cluster_sim.traces.periods import HELD_OUT_START
+from cluster_sim.traces.periods import HELD_OUT_START, TraceTime
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.priority_export import save_priority_policy
 from marl.env.priority_agents import PriorityAgents
@@ -59,8 +59,8 @@ class PriorityDaggerConfig:
 
     cluster: str = "small"
     trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv"
-    train_start: float = 1_728_000.0  # day 20 of the trace
-    train_end: float = HELD_OUT_START  # 2017-11-01: the report weeks start here
+    train_start: TraceTime = 1_728_000.0  # type: ignore[assignment]  # day 20 of the trace (seconds, or a date)
+    train_end: TraceTime = HELD_OUT_START  # type: ignore[assignment]  # 2017-11-01: the report weeks start here
     num_agents: int = 4
     # the training simulations' contention: "oracle" (Gavel's measured pairs, interference_data) or "learned"
     # (interference_data: a predictor file of `marlsched interference train`); evaluation uses the oracle
