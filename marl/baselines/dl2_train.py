@@ -47,6 +47,7 @@ from marl.baselines.training import (
 )
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.dagger import Chunk, Round, dagger
+from marl.training.learning_curve import Series, plot_learning_curve
 from marl.training.policy_gradient import REWARDS, clipped_step, leave_one_out_advantages, returns_at
 
 Log = Callable[[str], None]
@@ -477,28 +478,20 @@ def _targets(steps: list[tuple], column: int, width: int) -> torch.Tensor:
 
 def plot_curve(rows: list[dict[str, Any]], path: Path, teacher: float) -> None:
     """Validation average JCT through the warm start's rounds and the RL iterations, beside the teacher's."""
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def after_warm_start(rl: list[dict[str, Any]]) -> list[float]:  # RL evaluations spread after the rounds
+        x0 = sum(1 for r in rows if r["stage"] == "warm_start" and r["validation_avg_jct"] != "")
+        return [x0 - 1 + r["iteration"] / max(rl[-1]["iteration"], 1) * len(rl) for r in rl]
 
-    from cluster_sim.results import save_figure
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ws = [r for r in rows if r["stage"] == "warm_start" and r["validation_avg_jct"] != ""]
-    rl = [r for r in rows if r["stage"] == "rl" and r["validation_avg_jct"] != ""]
-    x0 = len(ws)
-    ax.plot(range(len(ws)), [r["validation_avg_jct"] for r in ws], marker="s", label="warm start (DAgger rounds)")
-    if rl:
-        xs = [x0 - 1 + r["iteration"] / max(rl[-1]["iteration"], 1) * max(len(rl), 1) for r in rl]
-        ax.plot(xs, [r["validation_avg_jct"] for r in rl], marker="o", label="RL (greedy, every eval_every)")
-    ax.axhline(teacher, ls="--", lw=1, color="C3", label=f"{TEACHER} (teacher)")
-    ax.set_xlabel("warm-start round, then RL evaluations")
-    ax.set_ylabel("validation mean average JCT (s)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
+    plot_learning_curve(
+        rows, path,
+        [Series("validation_avg_jct", "warm start (DAgger rounds)", marker="s",
+                where=lambda r: r["stage"] == "warm_start", x_of=lambda kept: list(range(len(kept)))),
+         Series("validation_avg_jct", "RL (greedy, every eval_every)", where=lambda r: r["stage"] == "rl",
+                x_of=after_warm_start)],
+        xlabel="warm-start round, then RL evaluations", ylabel="validation mean average JCT (s)",
+        references={f"{TEACHER} (teacher)": teacher},
+    )  # fmt: skip
 
 
 def evaluate_on(trainer: Trainer, states: dict[str, dict], specs: dict[str, str], heuristics: list[str]):

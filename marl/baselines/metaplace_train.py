@@ -48,6 +48,7 @@ from marl.baselines.training import (
 )
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.es import Step, evolve
+from marl.training.learning_curve import Series, plot_learning_curve
 
 Log = Callable[[str], None]
 SERVERS = {"V100": "nvswitch-8", "A100": "nvswitch-8"}  # other types: 8 GPUs on PCIe
@@ -446,23 +447,12 @@ def plot_adaptation(docs: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from cluster_sim.results import save_figure
-
-    val = [r for r in rows if r["validation_vs_blind"] != ""]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.plot([r["iteration"] for r in val], [100 * r["validation_vs_blind"] for r in val], marker="o")
-    ax.axhline(0.0, ls="--", lw=1, color="C3", label="type-blind LAS (the initial network)")
-    ax.set_xlabel("ES iteration")
-    ax.set_ylabel("validation average JCT vs type-blind (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
+    """Validation average JCT against the type-blind start, per ES iteration."""
+    plot_learning_curve(
+        rows, path, [Series("validation_vs_blind", scale=100.0)], xlabel="ES iteration",
+        ylabel="validation average JCT vs type-blind (%)",
+        references={"type-blind LAS (the initial network)": 0.0},
+    )  # fmt: skip
 
 
 def train_metaplace(

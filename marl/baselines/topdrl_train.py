@@ -44,6 +44,7 @@ from marl.baselines.training import (
     start_config,
 )
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.training.learning_curve import Series, plot_learning_curve
 from marl.training.policy_gradient import REWARDS, clipped_step, leave_one_out_advantages, returns_at
 
 Log = Callable[[str], None]
@@ -375,27 +376,11 @@ class Trainer:
 
 
 def plot_curve(rows: list[dict[str, Any]], path: Path, references: dict[str, float]) -> None:
-    """Sampled average JCT per iteration (each on its own window, so noisy) and the greedy policy on the
-    validation windows, beside the heuristics' validation figures (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from cluster_sim.results import save_figure
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    val = [(r["iteration"], r["validation_avg_jct"]) for r in rows if r["validation_avg_jct"] != ""]
-    if val:
-        ax.plot(*zip(*val, strict=True), marker="o", label="TopDRL, greedy, validation windows")
-    for k, (name, v) in enumerate(references.items()):
-        ax.axhline(v, ls="--", lw=1, color=f"C{k + 1}", label=f"{name}, validation windows")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("mean average JCT (s)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
+    """The greedy policy on the validation windows per iteration, beside the heuristics' validation figures."""
+    plot_learning_curve(
+        rows, path, [Series("validation_avg_jct", "TopDRL, greedy, validation windows")], xlabel="iteration",
+        ylabel="mean average JCT (s)", references={f"{k}, validation windows": v for k, v in references.items()},
+    )  # fmt: skip
 
 
 def evaluate_on(

@@ -34,6 +34,7 @@ from marl.deploy.policy_files import code_version
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
 from marl.models.inference import subnormals_flushed
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.training.learning_curve import Series, plot_learning_curve
 from marl.training.local_ray import QUIET_LEVEL, init_ray, without_known_noise
 from marl.training.ppo_iteration import train_iteration
 from marl.training.result_log import ResultLog
@@ -275,27 +276,12 @@ MIN_CURVE_POINTS = 5  # fewer iterations with a finished episode draw no trend: 
 
 
 def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = [(r["minutes"], r["gain"]) for r in rows if r["gain"] == r["gain"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    if pts:
-        ax.plot([m for m, _ in pts], [100 * g for _, g in pts], marker="o", ms=3)
-    ax.axhline(0.0, color="grey", lw=0.8)
-    if len(pts) < MIN_CURVE_POINTS:  # say so rather than let one dot pass for a trend
-        ax.text(0.5, 0.6, f"{len(pts)} of {len(rows)} iterations finished an episode:\ntoo few points for a curve",
-                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="0.3")  # fmt: skip
-    ax.set_xlabel("training time (min)")
-    ax.set_ylabel("avg JCT below reference (%)")
-    ax.set_title("training episodes vs QSSF's scores on the same window", fontsize=10)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    """Training episodes' gain over the warm start's schedule of the same window, against training time."""
+    plot_learning_curve(
+        rows, path, [Series("gain", x="minutes", scale=100.0)], xlabel="training time (min)",
+        ylabel="avg JCT below reference (%)", references={"warm start": 0.0}, min_points=MIN_CURVE_POINTS,
+        title="training episodes vs QSSF's scores on the same window",
+    )  # fmt: skip
 
 
 def _as_json(cfg: Mapping[str, Any]) -> Any:

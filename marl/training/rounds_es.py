@@ -34,12 +34,12 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
-from cluster_sim.results import save_figure
 from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
 from marl.deploy.policy_files import METADATA, load_network, read_json
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
 from marl.training.es import Step, evolve
+from marl.training.learning_curve import Series, plot_learning_curve
 from marl.training.worker_map import worker_map
 
 NOV1 = HELD_OUT_START  # 2017-11-01, seconds from the Philly trace's first arrival
@@ -242,18 +242,7 @@ def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print)
 
 def plot_es(rows: list[dict], path: Path, _teacher: str = "") -> None:
     """Validation JCT of each evaluated iteration against the warm start's (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = [(r["iteration"], r["validation_vs_warm"]) for r in rows if r["validation_vs_warm"] != ""]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o")
-    ax.axhline(0.0, color="grey", ls="--", lw=1, label="warm start")
-    ax.set_xlabel("ES iteration")
-    ax.set_ylabel("validation avg JCT vs warm start (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
+    plot_learning_curve(
+        rows, path, [Series("validation_vs_warm", scale=100.0)], xlabel="ES iteration",
+        ylabel="validation avg JCT vs warm start (%)", references={"warm start": 0.0},
+    )  # fmt: skip
