@@ -25,8 +25,8 @@ def test_help_lists_every_agent_and_algorithm_and_each_example_config_checks(cap
         build_parser().parse_args(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     pairs = [(spec, algo) for spec in AGENTS.values() for algo in spec.algorithms]
-    assert len(pairs) == 9 and next(iter(AGENTS)) == "priority"
-    assert [a.name for a in AGENTS["priority"].algorithms] == ["ppo", "dagger", "es"]
+    assert len(pairs) == 10 and next(iter(AGENTS)) == "priority"
+    assert [a.name for a in AGENTS["priority"].algorithms] == ["ppo", "appo", "dagger", "es"]
     for spec, algo in pairs:
         assert f"{spec.name} / {algo.name} {algo.about}" in text
         assert algo.example in text
@@ -116,6 +116,27 @@ def test_ppo_trains_through_the_one_command_and_the_policy_runs_through_get_poli
     assert len(results) == 1 and results[0]["env_runners"]["num_env_steps_sampled"] > 0
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert len(events) == 1 and b"ray/tune/env_runners/num_env_steps_sampled" in events[0].read_bytes()
+
+
+def test_appo_trains_the_same_agents_asynchronously_and_exports(ray_local, tmp_path: Path) -> None:
+    """``algo: appo``: the same module with its target copy, V-trace, runners sampling while it learns; the
+    iterations that train on steps are counted, and the folder runs through ``get_policy`` as PPO's does."""
+    import json
+
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    cfg = tmp_path / "appo.yaml"
+    cfg.write_text(yaml.safe_dump({"algo": "appo", **TINY_PPO}))
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(cfg), "--out", str(out), "--quiet", "--no-eval"]) == 0
+    rows = [json.loads(line) for line in (out / "result.json").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["env_runners"]["num_env_steps_sampled"] > 0 for r in rows)
+    assert any(r.get("learners", {}).get("shared", {}).get("num_module_steps_trained", 0) > 0 for r in rows)
+    meta = json.loads((out / "policy" / "metadata.json").read_text())
+    assert meta["agent"] == "priority" and meta["trained"]["config"]["algo"] == "appo"
+    result = build_simulator("small", "synthetic:30,load=0.9", seed=0).run(get_policy(f"marl:{out / 'policy'}"))
+    assert result.metrics()["jobs_completed"] == 30
 
 
 def test_a_killed_env_runner_is_restarted_and_training_completes(ray_local, tmp_path: Path) -> None:

@@ -7,13 +7,18 @@
 2. RLlib: the same environment and network sampled by 1 and 2 EnvRunners at once (``--runners``), as PPO
    samples them; the scaling from 1 to 2 runners is printed.
 
+3. Training (``--train N``): N iterations of the config's training with each RLlib algorithm of ``--algos``
+   (``ppo``: sample a batch, then update; ``appo``: the runners sample while the learner updates), with env
+   steps/s over the iterations after the first (which holds Ray's and the runners' start).
+
 ``--steps`` counts the steps of each environment: every runner takes as many as a lone runner, so each
 covers the same part of its episodes.
 
 ``--json FILE`` writes the figures: ``one_process`` (``env_steps_per_s``, ``first_reset_s``, ...) and ``rllib``
-keyed by runner count (``rllib["2"]["env_steps_per_s"]``).
+keyed by runner count (``rllib["2"]["env_steps_per_s"]``), and ``training`` keyed by algorithm.
 
-    python experiments/benchmarks/env_throughput.py [--config FILE] [--steps 1000] [--runners 1 2] [--json FILE]
+    python experiments/benchmarks/env_throughput.py [--config FILE] [--steps 1000] [--runners 1 2]
+        [--train 4 --algos ppo appo] [--json FILE]
 """
 
 from __future__ import annotations
@@ -108,6 +113,25 @@ def rllib_sampling(config: str, steps: int, runners: int, seed: int = 0, address
             "runner_nodes": len(set(nodes))}  # fmt: skip
 
 
+def training(config: str, iterations: int, algo: str, seed: int = 0) -> dict:
+    """Env steps/s of ``iterations`` training iterations of ``config`` with RLlib's ``algo`` (in-process Ray)."""
+    import tempfile
+
+    from marl.training.priority_train import load_config, train_priority
+
+    cfg = load_config(config)
+    cfg.update(seed=seed, algo=algo, tune=None)
+    cfg["ppo"] = {**cfg["ppo"], "iterations": iterations, "time_budget_min": 1e9, "snapshot_every": 0,
+                  "checkpoint_every": 0}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="marlsched-train-throughput-") as out:
+        rows = train_priority(cfg, out, log=lambda line: print(f"  {algo}: {line}", flush=True))["rows"]
+    later = rows[1:] or rows
+    steps = later[-1]["env_steps"] - (rows[0]["env_steps"] if len(rows) > 1 else 0)
+    minutes = later[-1]["minutes"] - (rows[0]["minutes"] if len(rows) > 1 else 0.0)
+    return {"algo": algo, "iterations": len(rows), "env_steps": int(rows[-1]["env_steps"]),
+            "env_steps_per_s": steps / max(60.0 * minutes, 1e-9)}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(REPO / "experiments" / "configs" / "marl_philly.yaml"))
@@ -115,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runners", type=int, nargs="*", default=[1, 2], help="EnvRunner counts to sample with")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the figures to this file")
+    ap.add_argument("--train", type=int, default=0, metavar="N", help="also train N iterations with each algorithm")
+    ap.add_argument("--algos", nargs="*", default=["ppo", "appo"], choices=["ppo", "appo"])
     args = ap.parse_args(argv)
     print(f"== one process: {args.config}, {args.steps} steps", flush=True)
     one = one_process(args.config, args.steps, args.seed)
@@ -130,9 +156,14 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows[1:]:
             print(f"  {r['runners']} runners / {rows[0]['runners']}: "
                   f"{r['env_steps_per_s'] / rows[0]['env_steps_per_s']:.2f}x")  # fmt: skip
+    trained = {}
+    for algo in args.algos if args.train else []:
+        print(f"== training, {algo}, {args.train} iterations", flush=True)
+        trained[algo] = training(args.config, args.train, algo, args.seed)
+        print(f"  env steps/s {trained[algo]['env_steps_per_s']:.1f} (after the first iteration)", flush=True)
     if args.json is not None:
         figures = {"config": args.config, "steps": args.steps, "one_process": one,
-                   "rllib": {str(r["runners"]): r for r in rows}}  # fmt: skip
+                   "rllib": {str(r["runners"]): r for r in rows}, "training": trained}  # fmt: skip
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
     sys.stdout.flush()
 

@@ -9,6 +9,10 @@ The value is the network's centralised critic plus a training-only term of the `
 reference schedule's state, :data:`marl.env.priority_features.CRITIC_FEATURES`): with a reward relative to
 that reference, the return-to-go depends mostly on how far behind or ahead of it the system is, which
 no deployed agent could observe. The term lives here, not in the exported network.
+
+For APPO the module also keeps a target copy of the network (RLlib's ``TargetNetworkAPI``): the "old"
+policy of APPO's clipped surrogate, synced by the learner. The old policy's spread is the current one's (the
+log-stds are two scalars, kept out of the copy), so the clip bounds the means' moves only.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 import torch
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.utils import make_target_network
+from ray.rllib.core.rl_module.apis import TARGET_NETWORK_ACTION_DIST_INPUTS, InferenceOnlyAPI, TargetNetworkAPI
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 from ray.rllib.core.rl_module.torch import TorchRLModule
@@ -60,7 +66,7 @@ def _start_weights(path: str) -> dict[str, torch.Tensor]:
     return torch.jit.load(path, map_location="cpu").state_dict()
 
 
-class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
+class PriorityRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, InferenceOnlyAPI):
     """Shared scoring policy and centralised critic of the priority agents."""
 
     def setup(self) -> None:
@@ -84,13 +90,15 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
         h = self.net.hidden
         self.critic_extra = nn.Sequential(nn.Linear(len(CRITIC_FEATURES), h), nn.ReLU(), nn.Linear(h, 1))
 
-    def _encode(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The action's means, its log-stds (constant 0 on padding) and the critic's context."""
+    def _encode(self, batch: dict[str, Any], net: nn.Module | None = None) -> tuple[torch.Tensor, ...]:
+        """The action's means, its log-stds (constant 0 on padding) and the critic's context (``net``: the
+        target copy instead of the network)."""
+        net = self.net if net is None else net
         obs = batch[Columns.OBS]
         valid = obs["jobs"][..., 0] > 0
         with subnormals_flushed():  # env runners; the learner's backward pass: train_priority flushes
-            if isinstance(self.net, PlacingPriorityNet):
-                scores, types, ctx = self.net.encode_all(*(obs[k] for k in PLACING_INPUTS))
+            if isinstance(net, PlacingPriorityNet):
+                scores, types, ctx = net.encode_all(*(obs[k] for k in PLACING_INPUTS))
                 means = torch.cat([scores, types.flatten(1)], dim=-1)
                 type_valid = (obs["cands"][..., 0] > 0).flatten(1)
                 log_std = torch.cat(
@@ -105,13 +113,26 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI):
                     dim=-1,
                 )
                 return means, log_std, ctx
-            scores, ctx = self.net.encode(obs["jobs"], obs["parts"])
+            scores, ctx = net.encode(obs["jobs"], obs["parts"])
         log_std = torch.where(valid, self.log_std.expand_as(scores), torch.zeros_like(scores))
         return scores, log_std, ctx
 
-    def _dist_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        means, log_std, ctx = self._encode(batch)
+    def _dist_inputs(self, batch: dict[str, Any], net: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        means, log_std, ctx = self._encode(batch, net)
         return torch.cat([means, log_std], dim=-1), ctx
+
+    def make_target_networks(self) -> None:
+        self._old_net = make_target_network(self.net)
+
+    def get_target_network_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.net, self._old_net)]
+
+    def forward_target(self, batch: dict[str, Any]) -> dict[str, Any]:
+        inputs, _ = self._dist_inputs(batch, self._old_net)
+        return {TARGET_NETWORK_ACTION_DIST_INPUTS: inputs}
+
+    def get_non_inference_attributes(self) -> list[str]:
+        return ["_old_net"]  # APPO's target copy: the learner's only, never sent to the env runners
 
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         inputs, _ = self._dist_inputs(batch)

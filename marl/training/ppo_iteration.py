@@ -16,7 +16,8 @@ def _num(value: Any) -> float:
 
 
 def train_iteration(algo: Any, iteration: int, wait_s: float = 180.0, log: Any = None) -> dict[str, Any]:
-    """``algo.train()``, repeated while restarted EnvRunners come back, refused when none sampled a step.
+    """``algo.train()``, repeated while restarted EnvRunners come back (or, asynchronous, while the first
+    batches are on their way), refused when none sampled a step.
 
     RLlib takes a failed EnvRunner out of service and carries on with the others. When every one failed
     (one runner, killed), the iteration sampled nothing: with ``restart_failed_env_runners`` Ray Core
@@ -30,6 +31,9 @@ def train_iteration(algo: Any, iteration: int, wait_s: float = 180.0, log: Any =
         result = algo.train()
         if _num(result.get("env_runners", {}).get("num_env_steps_sampled", 0)) > 0:
             return result
+        healthy = _num((result.get("fault_tolerance") or {}).get("num_healthy_workers", 0))
+        if healthy > 0 and time.monotonic() < deadline:  # asynchronous (APPO): no batch has arrived yet
+            continue
         head = f"PPO iteration {iteration} sampled no environment step: every env runner failed"
         cause = _env_failure(algo)
         if cause is not None:

@@ -84,9 +84,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if data.get("agent", "priority") != "priority":
         raise ConfigChecker(str(path), lines).fail(("agent",), f"{data['agent']!r}: use `marlsched train --config`")
     data.pop("agent", None)
-    if data.pop("algo", "ppo") != "ppo":
-        raise ConfigChecker(str(path), lines).fail(("algo",), "this trainer is PPO; use `marlsched train --config`")
-    return parse_checked(data, str(path), lines)
+    algo = data.pop("algo", "ppo")
+    if algo not in ("ppo", "appo"):
+        raise ConfigChecker(str(path), lines).fail(("algo",), "this trainer is RLlib's; use `marlsched train --config`")
+    return (parse_checked_appo if algo == "appo" else parse_checked)(data, str(path), lines)
 
 
 def parse_checked(
@@ -95,6 +96,13 @@ def parse_checked(
     """:func:`parse_config` of a file's data, its errors naming the lines of ``source`` (``chk``: a checker
     already made, e.g. for a section of a larger file)."""
     return parse_config(data, source, default_name=Path(source).stem, chk=chk or ConfigChecker(source, lines))
+
+
+def parse_checked_appo(
+    data: Any, source: str, lines: dict[tuple[str, ...], int], chk: ConfigChecker | None = None
+) -> dict[str, Any]:
+    """:func:`parse_checked` for ``algo: appo``: the same sections, trained with RLlib's APPO."""
+    return {**parse_checked(data, source, lines, chk), "algo": "appo"}
 
 
 def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
@@ -189,6 +197,10 @@ def _callbacks() -> type:
 
 
 def ppo_config(cfg: Mapping[str, Any]) -> Any:
+    """RLlib's config of the training: PPO, or APPO where ``cfg["algo"]`` is ``appo`` (the same ``ppo:``
+    section: batch, minibatch, learning rate, clip, GAE's lambda as V-trace's; asynchronous: the runners
+    sample while the learner's thread updates, each update on a batch of ``train_batch_size`` steps)."""
+    from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
@@ -201,8 +213,9 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
     if model["init_policy"]:  # absolute: env runners may not share the driver's working directory
         model["init_policy"] = str(network_file(model["init_policy"]).resolve())
     spec = priority_module_spec(layout, **model)
-    return (
-        PPOConfig()
+    appo = cfg.get("algo", "ppo") == "appo"
+    config = (
+        (APPOConfig() if appo else PPOConfig())
         .environment(
             PriorityEnv,
             env_config={**cfg["env"], "envs_per_runner": p["num_envs_per_env_runner"]},
@@ -226,20 +239,22 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
         .multi_agent(policies={POLICY_ID}, policy_mapping_fn=lambda agent_id, episode=None, **kw: POLICY_ID)
         .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={POLICY_ID: spec}))
         .training(
-            train_batch_size_per_learner=p["train_batch_size"],
-            minibatch_size=p["minibatch_size"],
-            num_epochs=p["num_epochs"],
-            lr=p["lr"],
-            gamma=p["gamma"],
-            lambda_=p["lambda"],
-            clip_param=p["clip_param"],
-            vf_clip_param=p["vf_clip_param"],
-            vf_loss_coeff=p["vf_loss_coeff"],
-            entropy_coeff=p["entropy_coeff"],
+            train_batch_size_per_learner=p["train_batch_size"], lr=p["lr"], gamma=p["gamma"], lambda_=p["lambda"],
+            clip_param=p["clip_param"], vf_loss_coeff=p["vf_loss_coeff"], entropy_coeff=p["entropy_coeff"],
             grad_clip=p["grad_clip"],
         )
         .callbacks(_callbacks())
         .debugging(seed=cfg["seed"], log_level=logging.getLevelName(QUIET_LEVEL))  # RLlib sets its logger's level
+    )  # fmt: skip
+    if appo:  # each batch used num_epochs times from a buffer of 4 batches; the target copy synced every 2 updates
+        return config.training(
+            vtrace=True, use_kl_loss=False, circular_buffer_num_batches=4,
+            circular_buffer_iterations_per_batch=p["num_epochs"], target_network_update_freq=2,
+        ).reporting(  # an iteration: a batch's worth of new steps, as PPO's (RLlib's APPO: 10 s)
+            min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=p["train_batch_size"]
+        )  # fmt: skip
+    return config.training(
+        minibatch_size=p["minibatch_size"], num_epochs=p["num_epochs"], vf_clip_param=p["vf_clip_param"]
     )
 
 

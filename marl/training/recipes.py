@@ -105,14 +105,15 @@ def train(req: TrainRequest) -> dict[str, Any]:
 def run_recipe(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest) -> dict[str, Any]:
     """Train checked settings (:func:`check_settings`) with the algorithm's loop into ``req.out``."""
     code_version()  # the commit recorded in the policy's provenance is the one that starts training
-    if algorithm.name != "ppo":  # only RLlib's PPO runs on a Ray cluster and resumes from a checkpoint
+    rllib = algorithm.name in ("ppo", "appo")
+    if not rllib:  # only RLlib's algorithms run on a Ray cluster and resume from a checkpoint
         for given, flag, what in ((req.address, "--address", "on a Ray cluster"), (req.resume, "--resume", "resumed")):
             if given:
                 raise ValueError(
                     f"{flag}: agent {spec.name!r} with algo {algorithm.name!r} is not trained {what} (ppo is)"
                 )
     trainer = resolve(algorithm.trainer)
-    if algorithm.name == "ppo":
+    if rllib:
         cfg["ray"]["address"] = req.address or cfg["ray"].get("address") or os.environ.get("RAY_ADDRESS") or None
         return trainer(cfg, req.out, log=req.log, command=req.command, resume=req.resume)
     if algorithm.settings is not None:  # the flat loops write the policy folder they are given
