@@ -8,6 +8,7 @@ network that estimates remaining time could win. A policy folder (``marl:DIR``) 
 the heuristics (``qssf``, ``srtf`` with oracle durations, ``tiresias``, ...).
 
 Windows: ``--days``-long, ``--stride`` apart over the held-out weeks 2017-11-01..14 of Philly on ``small``
+(``--period select``: 2017-10-15..31, where choices are made)
 (4 agents), ground-truth interference, restart cost 30 s, as ``priority_report.py``; or a named regime's
 cluster and windows (``--regime hetero``: ``small-hetero``, where the agents also choose GPU types: the
 variants ``untrained@any`` and ``untrained@slowest`` put each job on the type with the most free GPUs or on
@@ -31,9 +32,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from cluster_sim.traces.periods import PERIODS
 from experiments.benchmarks.priority_report import window_specs
 from experiments.benchmarks.sia_room import plot_changes
-from experiments.regimes import DEV_END, DEV_START, GAVEL
+from experiments.regimes import GAVEL
 
 AGENT_VARIANTS = ("untrained", "oracle-key")
 REFERENCES = ("untrained", "qssf")
@@ -83,6 +85,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--stride", type=float, default=1.75)
     ap.add_argument("--factor", type=float, default=8.0, help="preemption margin ln F of untrained and oracle-key")
     ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument(
+        "--period",
+        choices=["select", "report"],
+        default="report",
+        help="the named period the windows lie in (cluster_sim.traces.periods; default report)",
+    )
     ap.add_argument("--regime", choices=["hetero"], default=None,
                     help="a named regime's cluster and windows (experiments/regimes.py), not small's")  # fmt: skip
     ap.add_argument("--plot", default="", help="write a PNG of each variant's change against untrained")
@@ -102,7 +110,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         specs = [spec for spec, _ in REGIMES[args.regime].workloads()]
     else:
-        specs = window_specs(args.days, args.stride, args.load, DEV_START, DEV_END)
+        chosen = PERIODS[args.period]
+        specs = window_specs(args.days, args.stride, args.load, chosen.start_s, chosen.end_s)
     if not specs:
         ap.error(f"--days {args.days}: no such window fits in the held-out weeks (14 days)")
     variants = list(dict.fromkeys([*REFERENCES, *args.variants]))
