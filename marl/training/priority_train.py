@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_sim.results import write_dict_rows
+from cluster_sim.traces.periods import trace_seconds
 from marl.deploy.policy_files import code_version
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
 from marl.models.inference import subnormals_flushed
@@ -141,6 +142,12 @@ def parse_config(
         raise ValueError(f"{path}: ppo.num_envs_per_env_runner must be an integer >= 1, got {envs!r}")
     env = dict(raw.get("env") or {})
     env.setdefault("seed", int(raw.get("seed", 0)))
+    for key in ("train_start", "train_end"):  # dates as seconds: the config is recorded as JSON
+        if key in env:
+            try:
+                env[key] = trace_seconds(env[key])
+            except ValueError as err:
+                raise (chk or ConfigChecker(path, {})).fail(("env", key), str(err)) from None
     model = {**MODEL_DEFAULTS, **(raw.get("model") or {})}
     if model["init_policy"]:
         _start_from_policy(path, model, env, "hidden" in (raw.get("model") or {}))
