@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,11 @@ def test_training_windows_may_be_given_as_dates(tmp_path: Path) -> None:
     env = PriorityEnvConfig.from_dict(yaml.safe_load("train_end: 2017-11-01\ntrain_start: '2017-10-01'"))
     assert PERIODS["train"].end_s - env.train_start == 14 * 86_400  # 2017-10-01 .. 10-15
     assert env.train_end == PERIODS["report"].start_s
+    # PPO's parsed config keeps seconds: it is recorded as JSON in the policy folder and the checkpoint
+    from marl.training.priority_train import parse_config
+
+    ppo = parse_config(yaml.safe_load("env:\n  train_end: 2017-10-15\n"), "x.yaml")
+    assert json.loads(json.dumps(ppo))["env"]["train_end"] == PERIODS["train"].end_s
 
 
 def test_options_the_algorithm_cannot_honour_are_refused(tmp_path: Path, capsys) -> None:
