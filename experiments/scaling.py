@@ -83,7 +83,7 @@ def _placing(cfg: ExperimentConfig) -> bool:
 def rollout_throughput(cfg: ExperimentConfig, agents: int) -> dict[str, float]:
     """Env and agent steps per second of ``env_runners`` RLlib EnvRunners sampling in parallel."""
     from marl.env.priority_env import PriorityEnv
-    from marl.training.local_ray import without_known_noise
+    from marl.training.local_ray import stop_algorithm, without_known_noise
     from marl.training.priority_train import ppo_config
 
     sc = cfg.scaling_config
@@ -108,7 +108,7 @@ def rollout_throughput(cfg: ExperimentConfig, agents: int) -> dict[str, float]:
         counts = group.foreach_env_runner(sample, local_env_runner=False)
         dt = time.perf_counter() - t0
     finally:
-        algo.stop()
+        stop_algorithm(algo)
     if len(counts) < sc.env_runners:
         raise RuntimeError(
             f"{agents} agents: {sc.env_runners - len(counts)} of {sc.env_runners} EnvRunners failed while sampling "

@@ -79,6 +79,7 @@ def rllib_sampling(config: str, steps: int, runners: int, seed: int = 0, address
     at ``address``)."""
     import ray
 
+    from marl.training.local_ray import stop_algorithm
     from marl.training.priority_train import load_config, ppo_config
 
     cfg = load_config(config)
@@ -103,7 +104,7 @@ def rllib_sampling(config: str, steps: int, runners: int, seed: int = 0, address
             wall = time.perf_counter() - t0
             nodes = group.foreach_env_runner(lambda r: ray.get_runtime_context().get_node_id(), local_env_runner=False)
         finally:
-            algo.stop()
+            stop_algorithm(algo)
     finally:
         ray.shutdown()
     if len(counts) < runners:

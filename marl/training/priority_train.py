@@ -36,7 +36,7 @@ from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
 from marl.models.inference import subnormals_flushed
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.learning_curve import Series, plot_learning_curve
-from marl.training.local_ray import QUIET_LEVEL, init_ray, without_known_noise
+from marl.training.local_ray import QUIET_LEVEL, init_ray, stop_algorithm, without_known_noise
 from marl.training.ppo_iteration import train_iteration
 from marl.training.result_log import ResultLog
 
@@ -415,10 +415,7 @@ def train_priority(
         log(f"policy: {policy}")
     finally:
         results.close()
-        logdir = Path(getattr(algo, "logdir", "") or "")
-        algo.stop()
-        if logdir.name and logdir.is_dir() and not any(logdir.iterdir()):
-            logdir.rmdir()  # the empty folder RLlib's Trainable makes under ~/ray_results outside Tune
+        stop_algorithm(algo)
         if started:
             ray.shutdown()
     summary: dict[str, Any] = {
