@@ -140,14 +140,15 @@ def _xdist_group(item: pytest.Item, config: pytest.Config, name: str) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order and group the tests for parallel workers (``-n``, ``--dist loadgroup``).
 
-    - Every test on the in-process Ray (the ``ray_local`` fixture) runs on one worker: Ray is started once,
-      and two in-process Ray instances do not compete for the same cores. (Commands that start their own
-      Ray in a subprocess run wherever a worker is free.)
+    - The tests of one module on the in-process Ray (the ``ray_local`` fixture) run on one worker, so that its
+      Ray starts once for them; the modules' groups spread over the workers, each worker with its own
+      Ray (one group for all of them left a worker running Ray's tests alone for most of the run). Commands
+      that start their own Ray in a subprocess run wherever a worker is free.
     - The long end-to-end tests (``slow``) start first, so that no worker is left with one at the end.
     """
     for item in items:
         if "ray_local" in getattr(item, "fixturenames", ()):
-            _xdist_group(item, config, "ray")
+            _xdist_group(item, config, f"ray-{item.module.__name__.rpartition('.')[2]}")
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
