@@ -289,8 +289,8 @@ def progress_line(row: Mapping[str, Any]) -> str:
         return f"{head}  no episode finished in this iteration (a window outlasts one iteration's batch)"
     than = "shorter" if row["gain"] >= 0 else "longer"
     return (
-        f"{head}  training windows: avg JCT {row['avg_jct']:,.0f} s, {abs(100 * row['gain']):.2f}% {than} than the "
-        "warm start's"
+        f"{head}  training windows: avg JCT {row['avg_jct']:,.0f} s, {abs(100 * row['gain']):.2f}% {than} than "
+        "QSSF's scores (the reference schedule)"
     )
 
 
@@ -298,11 +298,12 @@ MIN_CURVE_POINTS = 5  # fewer iterations with a finished episode draw no trend: 
 
 
 def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
-    """Training episodes' gain over the warm start's schedule of the same window, against training time."""
+    """Training episodes' gain over the reference schedule of the same window (the agents with QSSF's scores, the
+    untrained network; not the start of a run from ``init_policy``), against training time."""
     plot_learning_curve(
         rows, path, [Series("gain", x="minutes", scale=100.0)], xlabel="training time (min)",
-        ylabel="avg JCT below reference (%)", references={"warm start": 0.0}, min_points=MIN_CURVE_POINTS,
-        title="training episodes vs QSSF's scores on the same window",
+        ylabel="avg JCT below reference (%)", references={"QSSF's scores (reference)": 0.0},
+        min_points=MIN_CURVE_POINTS, title="training episodes vs QSSF's scores on the same window",
     )  # fmt: skip
 
 
