@@ -147,6 +147,8 @@ def _priority_training_lines(section: PriorityTrainSection, train_info: Mapping[
     what = "order their partition's jobs and choose each job's GPU type" if env.placing else "order their jobs"
     if env.placing and env.migrate is not None:
         what += f", moving a running job to a type whose score beats its own by ln {math.exp(env.migrate):.3g}"
+    if env.decision != "partitions":
+        what = f"score their jobs and (job, GPU type) pairs, which lean one cluster-wide `{env.decision}` round"
     episodes = (
         f"workload `{env.workload}`"
         if env.workload
@@ -160,8 +162,14 @@ def _priority_training_lines(section: PriorityTrainSection, train_info: Mapping[
         + "".join(f" (resumed after iteration {i})" for i in train_info.get("resumed_after", []))
         + f" on {episodes}, interference `{env.interference}`. "
         f"`{MARL_WARM_START}` is the same network before any update ("
-        + (f"the order of `{init}`, its warm start by imitation" if init else "QSSF's order")
-        + (", each job on its fastest GPU type" if env.placing else "")
+        + (
+            f"the order of `{init}`, its warm start by imitation"
+            if init
+            else f"`{env.decision}` itself"
+            if env.decision != "partitions"
+            else "QSSF's order"
+        )
+        + (", each job on its fastest GPU type" if env.placing and env.decision == "partitions" else "")
         + (", the interference predictor's estimates among its inputs" if env.interference_inputs else "")
         + "): the paired difference between the two is what training added.",
         "",

@@ -129,8 +129,8 @@ def evaluation_episode(cfg: ExperimentConfig, agents: int) -> dict[str, Any]:
     """One episode of the scaling workload with the policy in-process; wall time, latency and JCT."""
     from experiments.tasks import build_eval_simulator
     from marl.deploy.priority_export import load_priority_policy
-    from marl.env.priority_agents import PriorityAgents
     from marl.env.priority_env import PriorityEnvConfig
+    from marl.env.rounds_agents import agents_class
 
     sc = cfg.scaling_config
     assert sc is not None
@@ -148,8 +148,8 @@ def evaluation_episode(cfg: ExperimentConfig, agents: int) -> dict[str, Any]:
     name = f"marl-{agents}"
     if folder is None:
         env = PriorityEnvConfig.from_dict(_section(cfg).config["env"])
-        sched = PriorityAgents(None, num_agents=agents, hysteresis=env.hysteresis, placing=env.placing,
-                               migrate=env.migrate, name=name)  # fmt: skip
+        sched = agents_class(env.decision)(None, num_agents=agents, hysteresis=env.hysteresis, placing=env.placing,
+                                           migrate=env.migrate, name=name)  # fmt: skip
     else:
         sched = load_priority_policy(folder, num_agents=agents, name=name)
     policy = sched.scorer = TimedPolicy(sched.scorer)

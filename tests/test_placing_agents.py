@@ -21,6 +21,7 @@ from cluster_sim.workload import Workload
 from marl.deploy.priority_export import load_priority_policy, save_priority_policy
 from marl.env.priority_agents import PriorityAgents, qssf_scores
 from marl.env.priority_features import JobSetLayout
+from marl.env.rounds_agents import RoundsAgents
 from marl.env.topology_obs import cand_column
 from marl.models.priority_net import PLACING_INPUTS, NetScorer, PlacingPriorityNet, PriorityNet
 
@@ -268,7 +269,7 @@ def test_scorer_output_and_bad_widths(hetero_window: str, traces_dir: Path) -> N
 
 
 @pytest.mark.slow
-def test_brief_rllib_training_of_placing_agents_exports_a_placing_policy(
+def test_brief_rllib_training_of_placing_agents_on_the_rounds_exports_a_placing_policy(
     ray_local, tmp_path: Path, traces_dir: Path, hetero_window: str, small_predictor: Path
 ) -> None:
     import yaml
@@ -287,6 +288,7 @@ def test_brief_rllib_training_of_placing_agents_exports_a_placing_policy(
             "interference": "none",
             "interference_data": None,
             "interference_inputs": f"learned:{small_predictor}",  # the agents consult a predictor
+            "decision": "gavel-las",  # the default agent on mixed GPUs: they lean gavel-las's rounds
         },
         "model": {"hidden": 16},
         "ppo": {"iterations": 1, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
@@ -301,8 +303,9 @@ def test_brief_rllib_training_of_placing_agents_exports_a_placing_policy(
     assert meta["program_max_abs_diff"] < 1e-5  # the torch.export program too
     assert meta["agents"]["interference_inputs"] == "learned:interference.json"
     assert (tmp_path / "run" / "policy" / "interference.json").is_file()
+    assert meta["agents"]["decision"] == "gavel-las"
     sched = load_priority_policy(tmp_path / "run" / "policy", num_agents=4)
-    assert sched.inputs is not None
+    assert sched.inputs is not None and isinstance(sched, RoundsAgents)
     res = _sim(hetero_window, traces_dir).run(sched)
     assert res.metrics()["jobs_completed"] == len(res.jct)
 

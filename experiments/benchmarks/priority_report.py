@@ -46,11 +46,15 @@ ORACLES = ("sjf", "srtf")
 POLICY = "policy"
 
 
-def window_specs(days: float, stride: float, load: float, start: float = DEV_START, end: float = DEV_END) -> list[str]:
-    """Philly windows of ``days`` every ``stride`` days between ``start`` and ``end`` at ``load``."""
+def window_specs(
+    days: float, stride: float, load: float, start: float = DEV_START, end: float = DEV_END, options: str = ""
+) -> list[str]:
+    """Philly windows of ``days`` every ``stride`` days between ``start`` and ``end`` at ``load`` (``options``:
+    more of the trace's spec options, e.g. ``gpu_scale=8``)."""
     length, step = days * 86400.0, stride * 86400.0
     starts = np.arange(start, end - length + 1.0, step)
-    return [window_spec(f"philly:{PHILLY}", t, t + length, load) for t in starts]
+    trace = f"philly:{PHILLY}" + (f",{options}" if options else "")
+    return [window_spec(trace, t, t + length, load) for t in starts]
 
 
 class TimedScorer:

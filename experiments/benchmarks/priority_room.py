@@ -21,17 +21,24 @@ change and, with ``--plot``, a PNG of the changes against ``untrained``.
         marl:experiments/policies/philly-small marl:experiments/policies/philly-small-dagger --plot results/room.png
     python experiments/benchmarks/priority_room.py --regime hetero --factor 31 \
         --variants untrained@any untrained@slowest oracle-key gavel gavel-las
+    python experiments/benchmarks/priority_room.py --regime hetero --reference gavel-las \
+        --variants marl:experiments/policies/default-hetero              # also paired with gavel-las
+    python experiments/benchmarks/priority_room.py --cluster dc-1k --trace-options gpu_scale=8 --agents 32 \
+        --factor 31 --variants tiresias marl:results/marl_dc1k/policy    # dc-1k, Philly's jobs at 8x their GPUs
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
+from cluster_sim.results import write_atomic
 from cluster_sim.traces.periods import PERIODS
 from experiments.benchmarks.priority_report import window_specs
 from experiments.benchmarks.sia_room import plot_changes
@@ -41,8 +48,8 @@ AGENT_VARIANTS = ("untrained", "oracle-key")
 REFERENCES = ("untrained", "qssf")
 
 
-def run_one(task: tuple[int, str, str, float, int, str]) -> tuple[int, str, float, float]:
-    """(window, variant, average JCT, seconds) of one simulation (``regime``: "" for ``small``)."""
+def run_one(task: tuple[int, str, str, float, int, str, str]) -> tuple[int, str, float, float]:
+    """(window, variant, average JCT, seconds) of one simulation (``regime``: "" for ``cluster``'s windows)."""
     import torch
 
     from cluster_sim.build import build_simulator
@@ -53,8 +60,8 @@ def run_one(task: tuple[int, str, str, float, int, str]) -> tuple[int, str, floa
     torch.set_num_threads(1)
     from experiments.regimes import REGIMES
 
-    window, spec, variant, factor, agents, regime = task
-    cluster, options = "small", {"restart_cost": 30.0}
+    window, spec, variant, factor, agents, regime, cluster = task
+    options = {"restart_cost": 30.0}
     if regime:
         reg = REGIMES[regime]
         cluster, options = reg.cluster, {"gpu_sharing": reg.gpu_sharing, **options, **reg.sim_options}
@@ -93,6 +100,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     ap.add_argument("--regime", choices=["hetero"], default=None,
                     help="a named regime's cluster and windows (experiments/regimes.py), not small's")  # fmt: skip
+    ap.add_argument("--cluster", default="small", help="the cluster of the trace windows (without --regime)")
+    ap.add_argument("--trace-options", default="", help="more options of the Philly windows' spec (gpu_scale=8)")
+    ap.add_argument("--reference", action="append", default=[],
+                    help="one more scheduler every variant is paired with (e.g. gavel-las); repeatable")  # fmt: skip
+    ap.add_argument("--json", default="", help="write the windows, every figure and the changes to this file")
     ap.add_argument("--plot", default="", help="write a PNG of each variant's change against untrained")
     ap.add_argument("--procs", type=int, default=min(2, os.cpu_count() or 1), help="simulations run at once")
     args = ap.parse_args(argv)
@@ -111,11 +123,13 @@ def main(argv: list[str] | None = None) -> dict:
         specs = [spec for spec, _ in REGIMES[args.regime].workloads()]
     else:
         chosen = PERIODS[args.period]
-        specs = window_specs(args.days, args.stride, args.load, chosen.start_s, chosen.end_s)
+        specs = window_specs(args.days, args.stride, args.load, chosen.start_s, chosen.end_s, args.trace_options)
     if not specs:
         ap.error(f"--days {args.days}: no such window fits in the held-out weeks (14 days)")
-    variants = list(dict.fromkeys([*REFERENCES, *args.variants]))
-    tasks = [(w, s, v, args.factor, args.agents, args.regime or "") for w, s in enumerate(specs) for v in variants]
+    references = list(dict.fromkeys([*REFERENCES, *args.reference]))
+    variants = list(dict.fromkeys([*references, *args.variants]))
+    tasks = [(w, s, v, args.factor, args.agents, args.regime or "", args.cluster)
+             for w, s in enumerate(specs) for v in variants]  # fmt: skip
     jct: dict[tuple[int, str], float] = {}
     with ProcessPoolExecutor(max(1, args.procs)) as pool:
         for w, v, value, seconds in pool.map(run_one, tasks):
@@ -124,11 +138,11 @@ def main(argv: list[str] | None = None) -> dict:
     windows = list(range(len(specs)))
     width = max(24, *(len(v) for v in variants))
     print(f"\n{len(windows)} windows from {specs[0]}" + (f" (regime {args.regime})" if args.regime else ""))
-    print(f"{'variant':>{width}} {'avg JCT s':>10} {'vs untrained':>16} {'below':>6} {'vs qssf':>16} {'below':>6}")
-    changes: dict[str, dict[str, list[float]]] = {ref: {} for ref in REFERENCES}
+    print(f"{'variant':>{width}} {'avg JCT s':>10} " + " ".join(f"{'vs ' + r:>16} {'below':>6}" for r in references))
+    changes: dict[str, dict[str, list[float]]] = {ref: {} for ref in references}
     for v in variants:
         cells = []
-        for ref in REFERENCES:
+        for ref in references:
             c = [jct[w, v] / jct[w, ref] - 1.0 for w in windows]
             changes[ref][v] = c
             cells.append(f"{f'{np.mean(c):+.1%} ± {np.std(c):.1%}':>16} {f'{sum(x < 0 for x in c)}/{len(c)}':>6}")
@@ -138,7 +152,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{v:>{width}}: " + " ".join(f"{c:+.1%}" for c in changes["untrained"][v]))
     if args.plot:
         plot_changes(changes["untrained"], windows, args.plot, reference="untrained")
-    return {"specs": specs, "avg_jct": {f"{w}/{v}": x for (w, v), x in jct.items()}, "changes": changes}
+    out = {"specs": specs, "avg_jct": {f"{w}/{v}": x for (w, v), x in jct.items()}, "changes": changes}
+    if args.json:
+        write_atomic(Path(args.json), json.dumps(out, indent=1) + "\n")
+    return out
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 ``metadata.json`` holds the format, the network's options, the agents' settings (hysteresis, slots) and
 how the policy was made (command, config). ``load_priority_policy`` returns a
-:class:`~marl.env.priority_agents.PriorityAgents` that runs the network on any cluster: no weight depends on
+:class:`~marl.env.priority_agents.PriorityAgents` (or, with ``agents.decision: gavel-las``, its
+:class:`~marl.env.rounds_agents.RoundsAgents`) that runs the network on any cluster: no weight depends on
 the partition's size, and by default there is one agent per rack.
 """
 
@@ -29,6 +30,7 @@ from marl.deploy.policy_files import (
 from marl.env.interference_obs import PREDICTOR_FILE, parse_inputs, resolve_inputs
 from marl.env.priority_agents import PriorityAgents
 from marl.env.priority_features import JOB_FEATURES, PART_FEATURES, JobSetLayout
+from marl.env.rounds_agents import agents_class
 from marl.env.topology_obs import topology_features
 from marl.models.priority_net import PLACING_INPUTS, NetScorer, PlacingPriorityNet, PriorityNet
 
@@ -152,7 +154,7 @@ def load_priority_policy(
     if num_agents is None and agents.get("num_agents"):
         num_agents = int(agents["num_agents"])
     placing = bool(meta.get("placing"))
-    return PriorityAgents(
+    return agents_class(agents.get("decision", "partitions"))(
         NetScorer(net, num_threads=num_threads, placing=placing),
         num_agents=num_agents,
         placing=placing,

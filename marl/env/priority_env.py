@@ -13,8 +13,9 @@ period is a fixed ``workload`` spec instead (evaluation). A drawn window too qui
 drawn again (counted in ``quiet_windows``), as an operator would pick another day to replay.
 
 Reward, shared by all agents: minus the jobs in the system integrated over the time since the last step,
-*relative to a reference schedule of the same window* (QSSF's scores through the same agents, each job on
-its fastest type and moved as ``migrate`` says, simulated alongside), divided by ``reward_scale`` seconds.
+*relative to a reference schedule of the same window* (the untrained agents' decisions: QSSF's scores through
+the same agents, each job on its fastest type and moved as ``migrate`` says; with ``decision: gavel-las``,
+``gavel-las``'s rounds; simulated alongside), divided by ``reward_scale`` seconds.
 Summed over an episode it is ``-(total JCT - total JCT of the reference) / reward_scale``: the workload's
 own weight, which dominates returns in scheduling, cancels, and what is left is what the policy changed (an
 input-dependent baseline in reward form; it does not depend on the actions, so the policy gradient stays
@@ -40,6 +41,7 @@ import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from cluster_sim.build import assemble_simulator, build_simulator
+from cluster_sim.policies import get_policy
 from cluster_sim.simulator import Simulator
 from cluster_sim.traces.periods import HELD_OUT_START, trace_seconds, window_spec
 from cluster_sim.workload import Workload
@@ -47,6 +49,7 @@ from cluster_sim.workload_spec import QuietWorkloadSpecError, parse_workload_spe
 from interference.base import InterferenceModel
 from interference.loader import load_interference_model
 from marl.env.priority_agents import PriorityAgents, qssf_scores
+from marl.env.rounds_agents import DECISIONS, agents_class
 from marl.env.seeding import copy_offset, reset_generator
 
 MAX_DRAWS = 100  # quiet windows in a row before the settings themselves are blamed
@@ -77,6 +80,7 @@ class PriorityEnvConfig:
     placing: bool = False  # the agents also choose each started job's GPU type (type scores in the action)
     migrate: float | None = None  # move a running job to a type whose score beats its own by this (None: never)
     interference_inputs: str | None = None  # placing agents also read this predictor's estimates (MODE[:PATH])
+    decision: str = "partitions"  # or "gavel-las": the agents lean one cluster-wide gavel-las round (rounds_agents)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PriorityEnvConfig:
@@ -94,6 +98,8 @@ class PriorityEnvConfig:
             if len(data["load"]) != 2 or not 0 < data["load"][0] <= data["load"][1]:
                 raise ValueError(f"priority env_config.load must be a number or [low, high] > 0, got {load!r}")
         cfg = cls(**data)
+        if cfg.decision not in DECISIONS:
+            raise ValueError(f"priority env_config.decision {cfg.decision!r}: choose one of {', '.join(DECISIONS)}")
         if cfg.workload is None and cfg.train_end - cfg.train_start < cfg.window_days * 86400.0:
             raise ValueError(
                 f"priority env_config: train_end - train_start ({cfg.train_end - cfg.train_start:.0f} s) is shorter "
@@ -215,7 +221,7 @@ class PriorityEnv(MultiAgentEnv):
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.config = cfg = PriorityEnvConfig.from_dict(config)
-        self.agents_policy = PriorityAgents(
+        self.agents_policy = agents_class(cfg.decision)(
             None,
             num_agents=cfg.num_agents,
             slots=cfg.slots,
@@ -233,8 +239,11 @@ class PriorityEnv(MultiAgentEnv):
         self._view, self._perf = probe.topo, probe.perf
         self._interference: InterferenceModel | None = None  # loaded at the first window (kept if pure)
         self.workload: Workload | None = None
-        self._qssf = PriorityAgents(qssf_scores, num_agents=cfg.num_agents, slots=cfg.slots, migrate=cfg.migrate,
-                                    order_only=True)  # fmt: skip
+        if cfg.decision == "partitions":  # QSSF's scores through the same agents
+            self._reference_policy = PriorityAgents(qssf_scores, num_agents=cfg.num_agents, slots=cfg.slots,
+                                                    migrate=cfg.migrate, order_only=True)  # fmt: skip
+        else:  # the untrained agents' decisions: the rounds stage alone
+            self._reference_policy = get_policy(cfg.decision)
         self.layout = self.agents_policy.layout
         self.observation_spaces = {a: self.layout.space(critic=True) for a in self.agents}
         self.action_spaces = {a: self.layout.action_space() for a in self.agents}
@@ -259,7 +268,7 @@ class PriorityEnv(MultiAgentEnv):
         self.reference_jct = float("nan")
         if cfg.relative:
             self.reference = self._reference()
-        self.agents_policy.reset(self.sim)
+        self.sim.start(self.agents_policy)  # its declared traits set the simulation's modes (rounds: elastic)
         self._reward = 0.0
         self._obs = None
         self._done = self._advance()
@@ -314,13 +323,13 @@ class PriorityEnv(MultiAgentEnv):
         or a new one simulated as the episode goes (kept once finished)."""
         cfg = self.config
         key = (self.spec, self.workload_seed, cfg.cluster, cfg.interference, cfg.interference_data,
-               cfg.restart_cost, cfg.num_agents, cfg.slots, cfg.migrate)  # fmt: skip
+               cfg.restart_cost, cfg.num_agents, cfg.slots, cfg.migrate, cfg.decision)  # fmt: skip
         self._reference_key = key
         ref = REFERENCE_MEMO.get(key)
         if ref is not None:
             REFERENCE_MEMO.move_to_end(key)
             return ref
-        return ReferenceSchedule(self._simulator(), self._qssf)
+        return ReferenceSchedule(self._simulator(), self._reference_policy)
 
     def _keep_reference(self) -> None:
         """Keep the finished reference of this window for the next episode that replays it."""

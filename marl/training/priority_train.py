@@ -454,6 +454,8 @@ def _exporter(
         if env.get("placing"):  # an agent must hold several GPU types to choose: run as many as trained
             agents = {"hysteresis": agents["hysteresis"], "num_agents": env.get("num_agents", 4),
                       "migrate": env.get("migrate"), "interference_inputs": env.get("interference_inputs")}  # fmt: skip
+        if env.get("decision", "partitions") != "partitions":  # the agents lean a cluster-wide round
+            agents["decision"] = env["decision"]
         meta = {
             "agents": agents,
             "warm_start": cfg["model"]["init_policy"] or "QSSF's scores (the untrained network)",
