@@ -51,6 +51,10 @@ class RigidRounds(ElasticPolicy):
     def batch_for(self, view: SchedulerView, job: int, gpus: np.ndarray, plan) -> int:
         return int(view.jobs.batch_size[job])  # rigid: the batch it asked for
 
+    def reset(self, view: SchedulerView) -> None:
+        super().reset(view)
+        self._speeds: dict[tuple[int, int, int, int], float] = {}  # a duration job's speed per (type, count, batch)
+
     def throughputs(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(steps per second on each GPU type (0: it does not fit there), GPUs each job asks for, GPUs per type)."""
         topo = view.topo
@@ -67,8 +71,12 @@ class RigidRounds(ElasticPolicy):
                 if n > capacity[t]:
                     continue
                 app = view.app_on_type(j, name)
-                if app is None:  # a job with a duration: its model's speed on the type's first n GPUs
-                    out[i, t] = view.estimated_speed(j, first[t][:n])
+                if app is None:  # a job with a duration: its model's speed on the type's first n GPUs (kept)
+                    key = (j, t, n, view.batch_size(j))
+                    speed = self._speeds.get(key)
+                    if speed is None:
+                        speed = self._speeds[key] = view.estimated_speed(j, first[t][:n])
+                    out[i, t] = speed
                     continue
                 key = ("gavel", name, n, batch)
                 hit = app._cache.get(key)

@@ -3,16 +3,19 @@
 - Network: a set encoder of the partition's jobs and of every partition's summary, plus, where the agents place,
   the hierarchical topology encoder (torch-geometric, GPU -> server -> rack -> partition); weights that depend
   on no size (``marl.models.priority_net``).
-- Decision: a Decima-style order over all jobs of the partition (start, keep, preempt with a margin) and, placing,
-  a score per (job, GPU type) that picks the type a job starts on and moves running jobs to a faster one
-  (``marl.env.priority_agents``). Untrained, the network is QSSF.
+- Decision (``env.decision``): ``partitions``, a Decima-style order over all jobs of the partition (start, keep,
+  preempt with a margin) and, placing, a score per (job, GPU type) that picks the type a job starts on and moves
+  running jobs to a faster one (``marl.env.priority_agents``; untrained, QSSF); or ``gavel-las``, the agents'
+  scores lean one cluster-wide round of Gavel's LP (``marl.env.rounds_agents``; untrained, ``gavel-las``, the
+  best heuristic on mixed GPUs).
 - Observes: requests, tenant, wait, attained service and the tenant's history of finished jobs; never a job's own
   duration (``marl.env.priority_features``, ``marl.env.topology_obs``); placing, with ``interference_inputs``,
   also a learned interference predictor's estimates where jobs share servers (``marl.env.interference_obs``).
 
 The default agent, the system marlsched describes, is this agent placing with the predictor's estimates, warm
 started by imitation (``dagger``) and then trained with ``ppo``: ``experiments/configs/default_imitation.yaml``,
-then ``default_small.yaml`` or ``default_hetero.yaml``.
+then ``default_small.yaml``; on mixed GPUs, on gavel-las's rounds from the untrained network,
+``default_hetero.yaml``.
 """
 
 from marl.agents.spec import AgentSpec, Algorithm

@@ -274,7 +274,13 @@ def runner_faults(result: Mapping[str, Any], runners: int, envs_per_runner: int)
     return {"runner_failures": restarts + down, "episodes_dropped": (restarts + down) * envs_per_runner}
 
 
-def progress_line(row: Mapping[str, Any]) -> str:
+def reference_name(env: Mapping[str, Any]) -> str:
+    """What the reward is relative to: the untrained agents' schedule of the same window."""
+    decision = env.get("decision", "partitions")
+    return "QSSF's scores" if decision == "partitions" else decision
+
+
+def progress_line(row: Mapping[str, Any], reference: str = "QSSF's scores") -> str:
     """One iteration's line: its steps and speed, and the episodes that finished in it (on training windows, so
     a training figure, not a held-out one); says so where none finished instead of printing nan."""
     head = (
@@ -290,20 +296,20 @@ def progress_line(row: Mapping[str, Any]) -> str:
     than = "shorter" if row["gain"] >= 0 else "longer"
     return (
         f"{head}  training windows: avg JCT {row['avg_jct']:,.0f} s, {abs(100 * row['gain']):.2f}% {than} than "
-        "QSSF's scores (the reference schedule)"
+        f"{reference} (the reference schedule)"
     )
 
 
 MIN_CURVE_POINTS = 5  # fewer iterations with a finished episode draw no trend: the plot says so
 
 
-def plot_curve(rows: list[dict[str, Any]], path: Path) -> None:
-    """Training episodes' gain over the reference schedule of the same window (the agents with QSSF's scores, the
-    untrained network; not the start of a run from ``init_policy``), against training time."""
+def plot_curve(rows: list[dict[str, Any]], path: Path, reference: str = "QSSF's scores") -> None:
+    """Training episodes' gain over the reference schedule of the same window (the untrained agents': QSSF's
+    scores, or ``gavel-las`` on its rounds; not the start of a run from ``init_policy``), against training time."""
     plot_learning_curve(
         rows, path, [Series("gain", x="minutes", scale=100.0)], xlabel="training time (min)",
-        ylabel="avg JCT below reference (%)", references={"QSSF's scores (reference)": 0.0},
-        min_points=MIN_CURVE_POINTS, title="training episodes vs QSSF's scores on the same window",
+        ylabel="avg JCT below reference (%)", references={f"{reference} (reference)": 0.0},
+        min_points=MIN_CURVE_POINTS, title=f"training episodes vs {reference} on the same window",
     )  # fmt: skip
 
 
@@ -400,9 +406,9 @@ def train_priority(
             seconds = 60.0 * (row["minutes"] - (rows[-1]["minutes"] if rows else 0.0))
             row["env_steps_per_s"] = (row["env_steps"] - (rows[-1]["env_steps"] if rows else 0)) / max(seconds, 1e-9)
             rows.append(row)
-            log(progress_line(row))
+            log(progress_line(row, reference_name(cfg["env"])))
             write_dict_rows(rows, out / "progress.csv")
-            plot_curve(rows, out / "learning_curve.png")
+            plot_curve(rows, out / "learning_curve.png", reference_name(cfg["env"]))
             last = row["minutes"] >= float(p["time_budget_min"]) or it == int(p["iterations"])
             every = int(p["snapshot_every"])
             if every and it % every == 0 and not last:
@@ -458,7 +464,7 @@ def _exporter(
             agents["decision"] = env["decision"]
         meta = {
             "agents": agents,
-            "warm_start": cfg["model"]["init_policy"] or "QSSF's scores (the untrained network)",
+            "warm_start": cfg["model"]["init_policy"] or f"{reference_name(env)} (the untrained network)",
             "trained": {
                 "command": command,
                 "config": cfg,
