@@ -196,7 +196,15 @@ def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
     assert kind in AGENTS
     sched = get_policy(f"marl:{SHIPPED / folder}")
     assert sched.name == f"marl:{SHIPPED / folder}"
-    assert type(sched).__name__ in {"PriorityAgents", "ScoredRounds", "LearnedWeightSia", "TopDRL", "DL2", "MetaPlace"}
+    assert type(sched).__name__ in {
+        "PriorityAgents",
+        "RoundsAgents",
+        "ScoredRounds",
+        "LearnedWeightSia",
+        "TopDRL",
+        "DL2",
+        "MetaPlace",
+    }
     assert type(sched) is type(resolve(AGENTS[kind].loader)(SHIPPED / folder))
     assert isinstance(sched, resolve(AGENTS[kind].decision))  # the spec's decision layer is what schedules
     if kind in ("topdrl", "dl2", "metaplace"):
