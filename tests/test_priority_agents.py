@@ -264,14 +264,14 @@ def test_brief_rllib_training_is_seeded_and_exports_a_policy_with_its_tuned_marg
 
     cfg = {
         "env": {"trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv", "window_days": 0.1,
-                "load": [0.8, 1.1], "train_start": 2_592_000, "train_end": 3_600_000, "interference": "none",
+                "load": [0.5, 0.6], "train_start": 2_592_000, "train_end": 3_600_000, "interference": "none",
                 "interference_data": None},
         "model": {"hidden": 16},
-        "ppo": {"iterations": 2, "train_batch_size": 1200, "minibatch_size": 600, "num_epochs": 2,
+        "ppo": {"iterations": 2, "train_batch_size": 800, "minibatch_size": 400, "num_epochs": 2,
                 "num_env_runners": 2},
         "seed": 3,
     }  # fmt: skip
-    tune = {"factors": [1.5, 31], "days": 0.5, "stride": 6.0, "load": 0.5, "workers": 1}
+    tune = {"factors": [1.5, 31], "days": 0.25, "stride": 6.0, "load": 0.3, "workers": 1}
     states, outs = [], {}
     for run in ("a", "b"):
         path = tmp_path / f"{run}.yaml"
