@@ -86,6 +86,10 @@ def test_options_the_algorithm_cannot_honour_are_refused(tmp_path: Path, capsys)
     )
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--iterations", "0"]) == 2
     assert "--iterations must be >= 1, got 0" in capsys.readouterr().err
+    cfg.write_text("agent: priority\nppo:\n  learner_threads: 0\n")  # checked before Ray starts
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert "ppo.learner_threads: 0 is not a positive whole number" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 RAY_NOISE = ("core_worker.cc", "max_restarts", "new API stack", "Trainable.setup took", "Install gputil",

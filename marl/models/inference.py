@@ -28,3 +28,19 @@ def subnormals_flushed() -> Iterator[None]:
         yield
     finally:
         torch.set_flush_denormal(False)
+
+
+@contextlib.contextmanager
+def intra_op_threads(num_threads: int | None) -> Iterator[None]:
+    """Run the block on ``num_threads`` intra-op threads (None: as set), and restore the count after.
+
+    A learner's update is bit-for-bit repeatable only at a fixed count: with two threads, two PPO runs of the
+    same seed on the same machine ended with different weights (the env runners, on one thread each, agreed).
+    """
+    before = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

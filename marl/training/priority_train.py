@@ -33,7 +33,7 @@ from cluster_sim.results import write_dict_rows
 from cluster_sim.traces.periods import trace_seconds
 from marl.deploy.policy_files import code_version
 from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
-from marl.models.inference import subnormals_flushed
+from marl.models.inference import intra_op_threads, subnormals_flushed
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.learning_curve import Series, plot_learning_curve
 from marl.training.local_ray import QUIET_LEVEL, init_ray, stop_algorithm, without_known_noise
@@ -66,6 +66,7 @@ PPO_DEFAULTS: dict[str, Any] = {
     "max_runner_restarts": 100,  # restarts allowed over the run before RLlib gives a runner up
     "runner_wait_s": 180.0,  # how long an iteration whose every runner failed waits for restarted ones
     "runner_probe_timeout_s": 5.0,  # each iteration's wait for a failed runner to answer (RLlib: 30 s)
+    "learner_threads": 1,  # the learner's intra-op threads: more update faster, but not bit for bit
 }
 # init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
 # init_type_log_std: the placing agents' type-score noise (None: init_log_std); a move needs only ln 1.2
@@ -345,6 +346,15 @@ def _save_checkpoint(algo: Any, cfg: Mapping[str, Any], ckpt: Path, progress: di
         (tmp / "progress.json").write_text(json.dumps({"config": _as_json(cfg), **progress}, indent=1) + "\n")
 
 
+def _threads(value: Any) -> int | None:
+    """``ppo.learner_threads``: a positive count, or None (torch's default: a thread per core)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"ppo.learner_threads: {value!r} is not a positive whole number (or null: one per core)")
+    return value
+
+
 def train_priority(
     config: str | Path | Mapping[str, Any],
     out_dir: str | Path,
@@ -365,6 +375,7 @@ def train_priority(
     # A first window drawn here: settings no window can meet fail now, with their message, not inside the
     # env runners (whose errors go to Ray's worker logs).
     PriorityEnv(cfg["env"]).draw_simulator()
+    learner_threads = _threads(cfg["ppo"]["learner_threads"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ray_cfg = cfg["ray"]
@@ -389,7 +400,8 @@ def train_priority(
             finished = bool(saved["finished"])
             t0 -= 60.0 * rows[-1]["minutes"] if rows else 0.0  # the minutes continue the killed run's
         for it in range(len(rows) + 1, 0 if finished else int(p["iterations"]) + 1):
-            with subnormals_flushed():  # the learner's passes run here: a trained start reaches subnormals
+            # the learner's passes run here: a trained start reaches subnormals; a fixed thread count repeats
+            with subnormals_flushed(), intra_op_threads(learner_threads):
                 res = train_iteration(algo, it, wait_s=float(p["runner_wait_s"]), log=log)
             runners = res.get("env_runners", {})
             results.write(res, step=int(res.get("num_env_steps_sampled_lifetime", 0) or 0))
