@@ -182,6 +182,31 @@ def test_export_equals_the_network_and_one_network_fits_any_grid(
     assert res.metrics()["jobs_completed"] == 200
 
 
+@pytest.mark.parametrize("interference", [False, True])
+def test_skipping_padded_slots_scores_as_the_dense_network_and_trains(interference: bool) -> None:
+    # The rollouts' and the learner's pass (skip_padding) against forward, the pass the exported files hold:
+    # the same scores, type scores and context where slots and types are padded, and gradients reach the heads.
+    torch.manual_seed(4)
+    for net in (PriorityNet(16), PlacingPriorityNet(16, interference)):
+        for head in (net.score, getattr(net, "place", net.score)):
+            torch.nn.init.normal_(head[-1].weight, std=0.5)
+        shapes = JobSetLayout(N=12, K=3, R=2, S=2, G=4, T=3, interference=interference).shapes()
+        keys = PLACING_INPUTS if isinstance(net, PlacingPriorityNet) else ("jobs", "parts")
+        x = {k: torch.rand(4, *shapes[k]) for k in keys}
+        x["jobs"][..., 0] = (torch.rand(4, 12) < 0.3).float()
+        x["jobs"][1, :, 0] = 0.0  # an agent with no job at all
+        if "cands" in x:
+            x["cands"][..., 0] = (torch.rand(4, 12, 3) < 0.5).float() * x["jobs"][..., :1]
+        if isinstance(net, PlacingPriorityNet):
+            dense, sparse = net.encode_all(*x.values()), net.encode_all(*x.values(), skip_padding=True)
+        else:
+            dense, sparse = net.encode(*x.values()), net.encode(*x.values(), skip_padding=True)
+        for a, b in zip(dense, sparse, strict=True):
+            torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+        sum(t.sum() for t in sparse).backward()
+        assert net.score[-1].weight.grad.abs().sum() > 0 and net.job[0].weight.grad.abs().sum() > 0
+
+
 def test_order_head_starts_from_a_priority_network_exactly() -> None:
     torch.manual_seed(2)
     old = PriorityNet(16)

@@ -49,7 +49,7 @@ def one_process(config: str, steps: int, seed: int = 0) -> dict[str, Any]:
     placing = env.layout.placing
     hidden = int(cfg["model"]["hidden"])
     net = PlacingPriorityNet(hidden, env.layout.interference) if placing else PriorityNet(hidden)
-    scorer = NetScorer(net, placing=placing)
+    scorer = NetScorer(net, placing=placing, skip_padding=True)  # as the env runners score
     keys = list(env.layout.shapes())
     t0 = time.perf_counter()
     obs, _ = env.reset(seed=seed)

@@ -3,7 +3,8 @@
 The action is one score per job slot, drawn from a diagonal Gaussian around the network's scores with one
 learned standard deviation (RLlib's default ``TorchDiagGaussian`` for a Box action space). Padded slots
 get mean 0 and log-std 0 as constants, so their (ignored) actions add nothing to the PPO ratio, the KL or
-the entropy gradient. Evaluation uses the mean: the deterministic scores of the exported network.
+the entropy gradient, and the network runs on the occupied slots only (``skip_padding``: at data-center scale
+most slots are padding). Evaluation uses the mean: the deterministic scores of the exported network.
 
 The value is the network's centralised critic plus a training-only term of the ``critic`` inputs (the
 reference schedule's state, :data:`marl.env.priority_features.CRITIC_FEATURES`): with a reward relative to
@@ -98,7 +99,7 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, Infere
         valid = obs["jobs"][..., 0] > 0
         with subnormals_flushed():  # env runners; the learner's backward pass: train_priority flushes
             if isinstance(net, PlacingPriorityNet):
-                scores, types, ctx = net.encode_all(*(obs[k] for k in PLACING_INPUTS))
+                scores, types, ctx = net.encode_all(*(obs[k] for k in PLACING_INPUTS), skip_padding=True)
                 means = torch.cat([scores, types.flatten(1)], dim=-1)
                 type_valid = (obs["cands"][..., 0] > 0).flatten(1)
                 log_std = torch.cat(
@@ -113,7 +114,7 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, Infere
                     dim=-1,
                 )
                 return means, log_std, ctx
-            scores, ctx = net.encode(obs["jobs"], obs["parts"])
+            scores, ctx = net.encode(obs["jobs"], obs["parts"], skip_padding=True)
         log_std = torch.where(valid, self.log_std.expand_as(scores), torch.zeros_like(scores))
         return scores, log_std, ctx
 
