@@ -166,7 +166,7 @@ def test_a_killed_env_runner_is_restarted_and_training_completes(ray_local, tmp_
                 title = (proc.cmdline() or [""])[0]
             except psutil.Error:
                 continue
-            if title.startswith("ray::MultiAgentEnvRunner"):
+            if title.startswith("ray::PartitionEnvRunner"):
                 proc.kill()
                 killed.append(proc.pid)
                 return
@@ -188,6 +188,46 @@ def test_a_killed_env_runner_is_restarted_and_training_completes(ray_local, tmp_
     assert rows[-1]["episodes_dropped"] == rows[-1]["runner_failures"]  # one environment per runner
     assert any("EnvRunner failure(s) so far" in line for line in lines)
     assert (tmp_path / "run" / "policy" / "metadata.json").is_file()
+
+
+@pytest.mark.parametrize("envs", [1, 2])
+def test_the_partition_env_runner_samples_and_counts_as_rllibs_own(envs: int) -> None:
+    """The training's EnvRunner logs per-agent step counts once per sample and passes observations uncopied: the
+    same episodes (observations, actions, rewards) and the same per-agent and per-module counts as RLlib's
+    MultiAgentEnvRunner, sample after sample, with one environment per runner and with two."""
+    import numpy as np
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+    from marl.training.env_runner import PartitionEnvRunner
+    from marl.training.priority_train import parse_config, ppo_config
+
+    raw = {**TINY_PPO, "ppo": {**TINY_PPO["ppo"], "num_env_runners": 0, "num_envs_per_env_runner": envs}}
+    config = ppo_config(parse_config(raw, "tiny"))
+    assert config.env_runner_cls is PartitionEnvRunner
+    runs = []
+    for cls in (MultiAgentEnvRunner, PartitionEnvRunner):
+        runner, episodes = cls(config=config), []
+        for _ in range(3):  # the counts of every sample, including across an episode's end
+            episodes += runner.sample(num_timesteps=40)
+        metrics = runner.get_metrics()
+        counts = {key: {k: v.peek() for k, v in metrics[key].items()}
+                  for key in ("num_agent_steps_sampled", "num_module_steps_sampled",
+                              "num_agent_steps_sampled_lifetime", "num_module_steps_sampled_lifetime")}  # fmt: skip
+        data = [
+            np.concatenate([np.ravel(getter(e)[a]) for a in sorted(e.agent_ids)])
+            for e in episodes
+            for getter in (lambda e: {a: o["jobs"] for a, o in e.get_observations(indices=slice(0, None)).items()},
+                           lambda e: e.get_actions(indices=slice(0, None)),
+                           lambda e: e.get_rewards(indices=slice(0, None)))
+        ]  # fmt: skip
+        runs.append((counts, data, metrics["num_env_steps_sampled"].peek()))
+        runner.stop()
+    (want, want_data, want_steps), (got, got_data, got_steps) = runs
+    assert got == want and got_steps == want_steps
+    assert sum(want["num_agent_steps_sampled"].values()) > want_steps  # several agents a step
+    assert len(got_data) == len(want_data) and all(
+        np.array_equal(a, b) for a, b in zip(got_data, want_data, strict=True)
+    )
 
 
 def test_every_agent_spec_names_code_that_exists() -> None:

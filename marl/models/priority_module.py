@@ -135,6 +135,15 @@ class PriorityRLModule(TorchRLModule, ValueFunctionAPI, TargetNetworkAPI, Infere
     def get_non_inference_attributes(self) -> list[str]:
         return ["_old_net"]  # APPO's target copy: the learner's only, never sent to the env runners
 
+    def forward_exploration(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """RLlib's, without switching every layer to eval mode and back at each step: no layer here depends on
+        the mode (no dropout, no batch norm), and the switch cost the env runners 0.2 ms a step at dc-1k."""
+        return self._forward_exploration(batch, **kwargs)
+
+    def forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """RLlib's, without the mode switch (see :meth:`forward_exploration`)."""
+        return self._forward_inference(batch, **kwargs)
+
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         inputs, _ = self._dist_inputs(batch)
         return {Columns.ACTION_DIST_INPUTS: inputs}

@@ -214,6 +214,7 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
 
     from marl.deploy.policy_files import network_file
     from marl.models.priority_module import priority_module_spec
+    from marl.training.env_runner import PartitionEnvRunner
 
     p = cfg["ppo"]
     layout = PriorityEnv(cfg["env"]).layout
@@ -232,6 +233,7 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
             clip_actions=False,
         )
         .env_runners(
+            env_runner_cls=PartitionEnvRunner,
             num_env_runners=p["num_env_runners"],
             num_cpus_per_env_runner=p["num_cpus_per_env_runner"],
             num_envs_per_env_runner=p["num_envs_per_env_runner"],
