@@ -124,6 +124,10 @@ def _hypothesis_profiles() -> None:
 _hypothesis_profiles()
 
 
+# Module fixtures that cost seconds (a training run, a local cluster): their tests share one worker.
+BUILT_ONCE = frozenset({"trained", "tiny_policy", "rows", "two_node_cluster"})
+
+
 def _xdist_group(item: pytest.Item, config: pytest.Config, name: str) -> None:
     """Put ``item`` in xdist's group ``name``: its ``xdist_group`` mark and, on a ``--dist loadgroup`` worker under a
     pytest with structured node ids (9.2), the ``@name`` suffix of its node id by which xdist's scheduler groups.
@@ -144,11 +148,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
       Ray starts once for them; the modules' groups spread over the workers, each worker with its own
       Ray (one group for all of them left a worker running Ray's tests alone for most of the run). Commands
       that start their own Ray in a subprocess run wherever a worker is free.
+    - The tests that share a module fixture of :data:`BUILT_ONCE` run on one worker, so that it is built once.
     - The long end-to-end tests (``slow``) start first, so that no worker is left with one at the end.
     """
     for item in items:
-        if "ray_local" in getattr(item, "fixturenames", ()):
-            _xdist_group(item, config, f"ray-{item.module.__name__.rpartition('.')[2]}")
+        module = item.module.__name__.rpartition(".")[2]
+        names = getattr(item, "fixturenames", ())
+        if "ray_local" in names:
+            _xdist_group(item, config, f"ray-{module}")
+        elif once := sorted(BUILT_ONCE.intersection(names)):
+            _xdist_group(item, config, f"{once[0]}-{module}")
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -387,7 +387,7 @@ def test_several_workloads_with_scheduler_options_and_published_figures(tmp_path
 # ---------------------------------------------------------------------------------------------- cluster
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one cluster for the module's tests (conftest.BUILT_ONCE: one worker)
 def two_node_cluster():
     from experiments.local_cluster import local_cluster, ray_command
 
