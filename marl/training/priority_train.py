@@ -48,8 +48,8 @@ PPO_DEFAULTS: dict[str, Any] = {
     "num_env_runners": 2,
     "num_cpus_per_env_runner": 0.5,
     "num_envs_per_env_runner": 1,  # environments stepped together per runner, scored in one pass
-    "train_batch_size": 4000,
-    "minibatch_size": 1000,
+    "train_batch_size": 4000,  # environment steps (each holds one step of every agent)
+    "minibatch_size": 1000,  # agent steps: rows of the shared module's batch (RLlib's unit for a minibatch)
     "num_epochs": 4,
     "lr": 3e-4,
     "gamma": 1.0,
