@@ -3,7 +3,8 @@
 Two commands writing one folder at once would both run the same work and interleave their files. Each
 command that writes a folder holds an exclusive ``flock`` on ``FOLDER/.lock`` while it runs; a second one
 is refused at once, naming the holder. The operating system releases the lock when the holder exits,
-however it exits (SIGKILL included), so a stale lock file never blocks anyone.
+however it exits (SIGKILL included), so a stale lock file never blocks anyone; a command that ends normally
+leaves the file empty (the file itself stays: removing it would let two commands lock two different files).
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ def folder_lock(folder: str | Path, command: str) -> Iterator[Path]:
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"marlsched {command} (pid {os.getpid()})\n".encode(), 0)
-        yield folder
+        try:
+            yield folder
+        finally:
+            os.ftruncate(fd, 0)  # still held: the file no longer names a process that has ended
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 

@@ -258,8 +258,9 @@ def test_sb3_example_trains_and_runs_in_marlsched_simulate(tmp_path: Path, capsy
 
 
 def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_results(tmp_path, capsys) -> None:
-    """A second command writing a held folder is refused at once, naming the holder; a simulate into its
-    own earlier --out replaces those results (no old file survives), into a folder of other files refuses."""
+    """A second command writing a held folder is refused at once, naming the holder (a finished one leaves the
+    lock file empty); a simulate into its own earlier --out replaces those results (no old file survives), into a
+    folder of other files refuses."""
     from cluster_sim.out_folder import folder_lock
 
     out = tmp_path / "out"
@@ -272,6 +273,7 @@ def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_r
     assert main([*args, "--policy", "tiresias"]) == 0
     assert {p.name for p in out.iterdir()} == {".lock", "jobs.csv", "metrics.json", "simulate.json"}
     assert json.loads((out / "metrics.json").read_text())["scheduler"] == "tiresias"
+    assert (out / ".lock").read_text() == ""  # a finished command's lock file names no process
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("keep me")

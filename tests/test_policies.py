@@ -583,3 +583,12 @@ def test_admitted_by_budget_is_the_greedy_pass_with_backfilling() -> None:
             if n <= left:
                 ref[i], left = True, left - n
         assert np.array_equal(admitted_by_budget(need.astype(np.int64), budget), ref)
+
+
+def test_a_misspelt_scheduler_name_is_refused_with_the_closest_name_and_the_forms() -> None:
+    with pytest.raises(ValueError, match=r"unknown scheduler 'tiresas'; did you mean 'tiresias'\? choose one of") as e:
+        get_policy("tiresas")
+    assert "NAME@ORDER" in str(e.value) and "PREFIX:DIR" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        get_policy("zzzz")
+    assert "did you mean" not in str(e.value)

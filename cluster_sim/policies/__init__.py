@@ -62,6 +62,7 @@ Named defaults:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 
 from cluster_sim.placement import PLACEMENTS, placement_names
@@ -211,10 +212,14 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
     ordering, plus, placement = name.partition("+")
     if plus and ordering in ORDERINGS and placement in PLACEMENTS:
         return make_scheduler(ordering, placement, seed=seed, **options)
+    close = difflib.get_close_matches(name, list(POLICIES), n=1)
     raise ValueError(
-        f"unknown scheduler {name!r}; choose one of: {', '.join(POLICIES)}, or ORDERING+PLACEMENT with "
-        f"ORDERING in {{{', '.join(ORDERINGS)}}} and PLACEMENT in {{{', '.join(placement_names())}}}, or PREFIX:DIR "
-        f"for a trained policy's folder (prefixes: {', '.join(folder_prefixes()) or 'none; pip install marlsched'})"
+        f"unknown scheduler {name!r}; {f'did you mean {close[0]!r}? ' if close else ''}choose one of: "
+        f"{', '.join(POLICIES)}, or ORDERING+PLACEMENT with ORDERING in {{{', '.join(ORDERINGS)}}} and PLACEMENT "
+        f"in {{{', '.join(placement_names())}}}, each optionally NAME@ORDER with ORDER in "
+        f"{{{', '.join(GPU_TYPE_ORDERS)}}} (the order of GPU types on a mixed cluster), or PREFIX:DIR for a trained "
+        f"policy's folder (prefixes: "
+        f"{', '.join(folder_prefixes()) or 'none; pip install marlsched'})"
     )
 
 
