@@ -148,7 +148,10 @@ def _priority_training_lines(section: PriorityTrainSection, train_info: Mapping[
     if env.placing and env.migrate is not None:
         what += f", moving a running job to a type whose score beats its own by ln {math.exp(env.migrate):.3g}"
     if env.decision != "partitions":
-        what = f"score their jobs and (job, GPU type) pairs, which lean one cluster-wide `{env.decision}` round"
+        what = (
+            "score their jobs and (job, GPU type) pairs, and the scores re-weight the pairs of one cluster-wide "
+            f"`{env.decision}` round"
+        )
     episodes = (
         f"workload `{env.workload}`"
         if env.workload
