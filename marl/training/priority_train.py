@@ -298,8 +298,8 @@ def progress_line(row: Mapping[str, Any], reference: str = "QSSF's scores") -> s
         return f"{head}  no episode finished in this iteration (a window outlasts one iteration's batch)"
     than = "shorter" if row["gain"] >= 0 else "longer"
     return (
-        f"{head}  training windows: avg JCT {row['avg_jct']:,.0f} s, {abs(100 * row['gain']):.2f}% {than} than "
-        f"{reference} (the reference schedule)"
+        f"{head}  training windows, exploring: avg JCT {row['avg_jct']:,.0f} s, {abs(100 * row['gain']):.2f}% "
+        f"{than} than {reference} on them (not held out)"
     )
 
 
