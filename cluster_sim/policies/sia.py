@@ -34,6 +34,7 @@ online from each job's first runs (no bootstrap period); jobs in the middle of a
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 import numpy as np
 import scipy.optimize
@@ -45,6 +46,15 @@ from cluster_sim.pollux_apps import consolidated
 from cluster_sim.protocol import RUNNING, SchedulerView
 
 BATCH_GRID = 8  # batch sizes tried per configuration, geometric over the allowed range
+
+
+@lru_cache(maxsize=65536)
+def batch_candidates(lo: int, hi: int) -> tuple[int, ...]:
+    """The batch sizes Sia tries for a configuration whose allowed range is ``[lo, hi]`` (a round asks for the
+    same few ranges thousands of times)."""
+    return tuple(np.unique(np.geomspace(lo, hi, BATCH_GRID).round().astype(np.int64)).tolist())
+
+
 CLIP = 3000.0  # the artifact's cap on a normalised goodput term
 
 
@@ -133,11 +143,8 @@ class Sia(ElasticPolicy):
                     good[c_i] = float(n)
                     continue
                 blo, bhi = view.batch_range(j, n)
-                if view.is_elastic(j):
-                    cand = np.unique(np.geomspace(blo, bhi, BATCH_GRID).round().astype(np.int64))
-                else:
-                    cand = np.array([int(view.batch_size(j))])
-                key = ("sia", name, n, epoch, tuple(cand.tolist()))
+                cand = batch_candidates(blo, bhi) if view.is_elastic(j) else (int(view.batch_size(j)),)
+                key = ("sia", name, n, epoch, cand)
                 hit = app._cache.get(key)
                 if hit is None:
                     place = consolidated(n, gpn)
