@@ -317,7 +317,7 @@ def test_brief_rllib_training_of_placing_agents_on_the_rounds_exports_a_placing_
         },
         "model": {"hidden": 16},
         "ppo": {"iterations": 1, "train_batch_size": 50, "minibatch_size": 25, "num_epochs": 1,
-                "num_env_runners": 1},  # a step is a round with two LPs (the agents' and gavel-las's)
+                "num_env_runners": 0},  # a step is a round with two LPs; sampled in the driver
     }  # fmt: skip
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))

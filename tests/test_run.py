@@ -28,10 +28,12 @@ TINY = {
     "baselines": ["fifo"],
     "timeline_points": 50,
 }
-TINY_TRAIN = {  # the priority agents on a fixed workload, one small PPO iteration
+# The priority agents on a fixed workload, one small PPO iteration, sampled in the driver (a remote EnvRunner's
+# start is about 4 s of CPU; the lost-node test below runs two).
+TINY_TRAIN = {
     "env": {"workload": "synthetic:30,load=0.9", "interference": "none", "interference_data": None},
     "model": {"hidden": 16},
-    "ppo": {"iterations": 1, "num_env_runners": 1, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1,
+    "ppo": {"iterations": 1, "num_env_runners": 0, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1,
             "snapshot_every": 0},
 }  # fmt: skip
 
@@ -178,7 +180,7 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(tmp_path: Pa
                         "placing": True, "migrate": migrate, "interference": "none", "interference_data": None},
                 "model": {"hidden": 16},
                 "ppo": {"iterations": 1, "train_batch_size": 200, "minibatch_size": 100, "num_epochs": 1,
-                        "num_env_runners": 1, "snapshot_every": 0},
+                        "num_env_runners": 0, "snapshot_every": 0},
             },
         },
         "placing.yaml",

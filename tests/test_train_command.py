@@ -13,10 +13,13 @@ from marl.agents import AGENTS
 from marl.training.recipes import load_recipe_config
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_PPO = {  # the priority agents on a fixed workload, one small PPO iteration
+# The priority agents on a fixed workload, small PPO iterations, sampled in the driver (num_env_runners 0:
+# a remote EnvRunner's start is about 4 s of CPU a test). The remote runners have their own tests here (APPO,
+# a killed runner, RLlib's own runner against ours) and in test_priority_agents and test_run.
+TINY_PPO = {
     "env": {"workload": "synthetic:30,load=0.9", "interference": "none", "interference_data": None},
     "model": {"hidden": 16},
-    "ppo": {"iterations": 3, "num_env_runners": 1, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1,
+    "ppo": {"iterations": 3, "num_env_runners": 0, "train_batch_size": 64, "minibatch_size": 32, "num_epochs": 1,
             "snapshot_every": 0},
 }  # fmt: skip
 
@@ -137,7 +140,7 @@ def test_appo_trains_the_same_agents_asynchronously_and_exports(ray_local, tmp_p
     from cluster_sim.policies import get_policy
 
     cfg = tmp_path / "appo.yaml"
-    cfg.write_text(yaml.safe_dump({"algo": "appo", **TINY_PPO}))
+    cfg.write_text(yaml.safe_dump({"algo": "appo", **TINY_PPO, "ppo": {**TINY_PPO["ppo"], "num_env_runners": 1}}))
     out = tmp_path / "run"
     assert main(["train", "--config", str(cfg), "--out", str(out), "--quiet", "--no-eval"]) == 0
     rows = [json.loads(line) for line in (out / "result.json").read_text().splitlines()]
