@@ -202,6 +202,25 @@ def test_gavel_lp_maximises_summed_throughput() -> None:
     assert (x * np.array([[2.0, 0.0], [2.0, 1.0], [2.0, 1.0]])).sum() == pytest.approx(3.0)
 
 
+def test_gavel_lp_solves_a_repeated_round_once(monkeypatch) -> None:
+    """A round that asks the LP of an earlier round (no job arrived, ended or was re-weighted) gets its
+    solution without solving it again; a caller that edits its copy changes no later answer, and other inputs
+    are solved."""
+    import cluster_sim.policies.gavel as gavel
+
+    solves = []
+    solve = gavel._solve_max_sum_throughput
+    monkeypatch.setattr(gavel, "_solve_max_sum_throughput", lambda *a: solves.append(1) or solve(*a))
+    monkeypatch.setattr(gavel, "_SOLVED", type(gavel._SOLVED)())
+    rates, asked, capacity = np.array([[4.0, 1.0], [3.0, 2.0]]), np.array([1, 1]), np.array([1, 1])
+    first = gavel.max_sum_throughput(rates, asked, capacity)
+    first[:] = -1.0
+    again = gavel.max_sum_throughput(rates.copy(), asked.copy(), capacity.copy())
+    assert len(solves) == 1 and np.allclose(again, [[1, 0], [0, 1]], atol=1e-6)
+    other = gavel.max_sum_throughput(rates, asked, np.array([1, 0]))  # type 1 gone: both want type 0
+    assert len(solves) == 2 and other[:, 1].sum() == 0 and other[:, 0].sum() == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize(
     "name", ["gavel", "gavel-oracle", "rounds-gavel", "gavel-las", "rounds-las", "rounds-oracle", "rounds-oracle-area"]
 )
