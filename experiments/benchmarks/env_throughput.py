@@ -5,7 +5,8 @@
    forward pass costs the same whatever the weights), with the share of time in the network and in the
    environment (simulation, observations, the agents' decisions, the reference schedule at each reset).
 2. RLlib: the same environment and network sampled by 1 and 2 EnvRunners at once (``--runners``), as PPO
-   samples them; the scaling from 1 to 2 runners is printed.
+   samples them; the scaling from 1 to 2 runners is printed. ``--envs 1 2 4``: one EnvRunner stepping that
+   many environments together (``ppo.num_envs_per_env_runner``; their agents scored in one network pass).
 
 3. Training (``--train N``): N iterations of the config's training with each RLlib algorithm of ``--algos``
    (``ppo``: sample a batch, then update; ``appo``: the runners sample while the learner updates), with env
@@ -15,10 +16,11 @@
 covers the same part of its episodes.
 
 ``--json FILE`` writes the figures: ``one_process`` (``env_steps_per_s``, ``first_reset_s``, ...) and ``rllib``
-keyed by runner count (``rllib["2"]["env_steps_per_s"]``), and ``training`` keyed by algorithm.
+keyed by runner count (``rllib["2"]["env_steps_per_s"]``), ``rllib_envs`` keyed by environments per runner, and
+``training`` keyed by algorithm.
 
     python experiments/benchmarks/env_throughput.py [--config FILE] [--steps 1000] [--runners 1 2]
-        [--train 4 --algos ppo appo] [--json FILE]
+        [--envs 1 2 4] [--train 4 --algos ppo appo] [--json FILE]
 """
 
 from __future__ import annotations
@@ -74,9 +76,11 @@ def one_process(config: str, steps: int, seed: int = 0) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def rllib_sampling(config: str, steps: int, runners: int, seed: int = 0, address: str | None = None) -> dict:
+def rllib_sampling(
+    config: str, steps: int, runners: int, seed: int = 0, address: str | None = None, envs: int | None = None
+) -> dict:
     """Env steps/s of ``runners`` EnvRunners sampling at once, ``steps`` each (in-process Ray, or the cluster
-    at ``address``)."""
+    at ``address``); ``envs``: environments per runner (None: the config's), ``steps`` over all of them."""
     import ray
 
     from marl.training.local_ray import stop_algorithm
@@ -85,6 +89,8 @@ def rllib_sampling(config: str, steps: int, runners: int, seed: int = 0, address
     cfg = load_config(config)
     cfg["seed"] = seed
     cfg["ppo"] = {**cfg["ppo"], "num_env_runners": runners, "num_cpus_per_env_runner": 1}
+    if envs is not None:
+        cfg["ppo"]["num_envs_per_env_runner"] = envs
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
@@ -110,8 +116,8 @@ def rllib_sampling(config: str, steps: int, runners: int, seed: int = 0, address
     if len(counts) < runners:
         raise RuntimeError(f"{runners - len(counts)} of {runners} EnvRunners failed (see Ray's worker logs)")
     total = int(sum(counts))
-    return {"runners": runners, "env_steps": total, "wall_s": wall, "env_steps_per_s": total / wall,
-            "runner_nodes": len(set(nodes))}  # fmt: skip
+    return {"runners": runners, "envs_per_runner": int(cfg["ppo"]["num_envs_per_env_runner"]), "env_steps": total,
+            "wall_s": wall, "env_steps_per_s": total / wall, "runner_nodes": len(set(nodes))}  # fmt: skip
 
 
 def training(config: str, iterations: int, algo: str, seed: int = 0) -> dict:
@@ -138,6 +144,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", default=str(REPO / "experiments" / "configs" / "marl_philly.yaml"))
     ap.add_argument("--steps", type=int, default=1000, help="steps of each environment per measurement")
     ap.add_argument("--runners", type=int, nargs="*", default=[1, 2], help="EnvRunner counts to sample with")
+    ap.add_argument(
+        "--envs", type=int, nargs="*", default=[], help="environments per EnvRunner to sample with (1 runner)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the figures to this file")
     ap.add_argument("--train", type=int, default=0, metavar="N", help="also train N iterations with each algorithm")
@@ -157,6 +166,13 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows[1:]:
             print(f"  {r['runners']} runners / {rows[0]['runners']}: "
                   f"{r['env_steps_per_s'] / rows[0]['env_steps_per_s']:.2f}x")  # fmt: skip
+    by_envs = []
+    for e in args.envs:
+        print(f"== RLlib, 1 EnvRunner stepping {e} environment(s), {args.steps} steps in all", flush=True)
+        by_envs.append(rllib_sampling(args.config, args.steps, 1, args.seed, envs=e))
+        rate, first = by_envs[-1]["env_steps_per_s"], by_envs[0]
+        ratio = f" ({rate / first['env_steps_per_s']:.2f}x with {first['envs_per_runner']})" if by_envs[1:] else ""
+        print(f"  env steps/s {rate:.1f}{ratio}", flush=True)
     trained = {}
     for algo in args.algos if args.train else []:
         print(f"== training, {algo}, {args.train} iterations", flush=True)
@@ -164,7 +180,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  env steps/s {trained[algo]['env_steps_per_s']:.1f} (after the first iteration)", flush=True)
     if args.json is not None:
         figures = {"config": args.config, "steps": args.steps, "one_process": one,
-                   "rllib": {str(r["runners"]): r for r in rows}, "training": trained}  # fmt: skip
+                   "rllib": {str(r["runners"]): r for r in rows},
+                   "rllib_envs": {str(r["envs_per_runner"]): r for r in by_envs}, "training": trained}  # fmt: skip
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
     sys.stdout.flush()
 
