@@ -121,12 +121,14 @@ class ClusterView:
 @dataclass(frozen=True)
 class IndexLists:
     """A view's GPU, server and rack index arrays as Python lists, for code that looks up a job's few
-    GPUs one by one (a list lookup costs a fraction of a numpy call). Built once per view."""
+    GPUs one by one (a list lookup costs a fraction of a numpy call), and each server's GPU ids, for code
+    that goes server by server. Built once per view."""
 
     gpu_server: list[int]
     gpu_socket: list[int]
     server_rack: list[int]
     rack_pod: list[int]
+    server_gpus: tuple[np.ndarray, ...]
 
 
 _LISTS: weakref.WeakKeyDictionary[ClusterView, IndexLists] = weakref.WeakKeyDictionary()
@@ -136,6 +138,10 @@ def index_lists(view: ClusterView) -> IndexLists:
     lists = _LISTS.get(view)
     if lists is None:
         lists = _LISTS[view] = IndexLists(
-            view.gpu_server.tolist(), view.gpu_socket.tolist(), view.server_rack.tolist(), view.rack_pod.tolist()
+            view.gpu_server.tolist(),
+            view.gpu_socket.tolist(),
+            view.server_rack.tolist(),
+            view.rack_pod.tolist(),
+            tuple(np.flatnonzero(view.gpu_server == s) for s in range(view.num_servers)),
         )
     return lists

@@ -28,6 +28,7 @@ import numpy as np
 from cluster_sim.goodput import GoodputFunction, fit_perf_params
 from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.protocol import DONE, RUNNING, Decision, JobReport, Preempt, Resize, SchedulerView, SetBatch, Start
+from topology.view import index_lists
 
 RESTART_DELAY = 30.0  # seconds a reallocation costs in Pollux's restart penalty
 PINNED = {"ncf": (1, 32768)}  # Pollux's simulator keeps ncf on one GPU at this batch size
@@ -225,7 +226,7 @@ class ElasticPolicy(PolicyScheduler):
         """GPUs for each job's count (None: none); ``job_types``: the GPU type index each job must run on
         (-1: any), for policies that choose the type (``sia``, ``gavel``)."""
         topo = view.topo
-        server_gpus = [np.flatnonzero(topo.gpu_server == s) for s in range(topo.num_servers)]
+        server_gpus = index_lists(topo).server_gpus
         taken = np.zeros(topo.num_gpus, dtype=bool)
         multi = np.zeros(topo.num_servers, dtype=bool)  # node holds a multi-node job
         # a job's nodes share one GPU type unless the simulation lets jobs mix types
@@ -246,7 +247,7 @@ class ElasticPolicy(PolicyScheduler):
             n = int(counts[i])
             if not n or out[i] is not None:
                 continue
-            free = np.array([int((~taken[g]).sum()) for g in server_gpus])
+            free = np.bincount(topo.gpu_server, weights=~taken, minlength=topo.num_servers).astype(np.int64)
             chosen = None
             while n >= max(int(least[i]), 1):
                 only = (
