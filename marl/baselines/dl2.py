@@ -39,13 +39,10 @@ from cluster_sim.policies.optimus_elastic import ElasticOptimus
 from cluster_sim.protocol import RUNNING, SchedulerView
 from marl.deploy.policy_files import (
     METADATA,
-    PROGRAM,
-    TORCHSCRIPT,
-    atomic_folder,
     load_network,
     read_json,
+    save_network_folder,
     save_program,
-    write_metadata,
 )
 
 KIND = "dl2"
@@ -361,21 +358,10 @@ def save_program_of(net: DL2Net, path: Path) -> float:
 def save_dl2_policy(net: DL2Net, folder: str | Path, meta: dict) -> Path:
     """``policy.pt`` (TorchScript), the same network as a ``torch.export`` program (``policy.pt2``) and
     ``metadata.json``, written atomically; each export's largest difference from the module is recorded."""
-    net = net.eval()
-    jobs, glob, mask = _example(2, 6, 0)
-    with torch.no_grad():
-        scripted = torch.jit.script(net)
-        diff = (scripted(jobs, glob, mask) - net(jobs, glob, mask)).abs()
-        err = float(diff[mask].max())
-    extra = meta.get("extra_files", [])
-    meta = {k: v for k, v in meta.items() if k != "extra_files"}
-    with atomic_folder(folder) as tmp:
-        scripted.save(str(tmp / TORCHSCRIPT))
-        program_err = save_program_of(net, tmp / PROGRAM)
-        doc = {"job_features": list(JOB_FEATURES), "global_features": list(GLOBAL_FEATURES), **meta}
-        doc["export_max_abs_diff"] = err
-        doc["program_max_abs_diff"] = program_err
-        write_metadata(tmp, KIND, doc, extra)
+    doc = {"job_features": list(JOB_FEATURES), "global_features": list(GLOBAL_FEATURES), **meta}
+    args = _example(2, 6, 0)
+    save_network_folder(net, folder, KIND, doc, args, save_program_of, mask=args[2],
+                        extra_files=meta.get("extra_files", []))  # fmt: skip
     return Path(folder)
 
 

@@ -38,13 +38,10 @@ from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, SchedulerView, Start
 from marl.deploy.policy_files import (
     METADATA,
-    PROGRAM,
-    TORCHSCRIPT,
-    atomic_folder,
     load_network,
     read_json,
+    save_network_folder,
     save_program,
-    write_metadata,
 )
 
 KIND = "topdrl"
@@ -281,26 +278,15 @@ def save_topdrl_policy(net: TopDRLNet, folder: str | Path, meta: dict) -> Path:
     """``policy.pt`` (TorchScript, any cluster size), the same network as a ``torch.export`` program
     (``policy.pt2``) and ``metadata.json``, written atomically; each export's largest difference from the
     module is recorded."""
-    net = net.eval()
+    doc = {
+        "cluster_channels": list(CLUSTER_CHANNELS),
+        "job_features": list(JOB_FEATURES),
+        "global_features": list(GLOBAL_FEATURES),
+        **meta,
+    }
     args = _example(2, 12, 5, 0)
-    with torch.no_grad():
-        scripted = torch.jit.script(net)
-        diff = (scripted(*args) - net(*args)).abs()
-        err = float(diff[args[3]].max())
-    extra = meta.get("extra_files", [])
-    meta = {k: v for k, v in meta.items() if k != "extra_files"}
-    with atomic_folder(folder) as tmp:
-        scripted.save(str(tmp / TORCHSCRIPT))
-        program_err = save_program_of(net, tmp / PROGRAM)
-        doc = {
-            "cluster_channels": list(CLUSTER_CHANNELS),
-            "job_features": list(JOB_FEATURES),
-            "global_features": list(GLOBAL_FEATURES),
-            **meta,
-            "export_max_abs_diff": err,
-            "program_max_abs_diff": program_err,
-        }
-        write_metadata(tmp, KIND, doc, extra)  # and the files written beside the policy (progress, learning curve)
+    extra = meta.get("extra_files", [])  # the files written beside the policy (progress, learning curve)
+    save_network_folder(net, folder, KIND, doc, args, save_program_of, mask=args[3], extra_files=extra)
     return Path(folder)
 
 

@@ -16,7 +16,7 @@ import platform
 import shutil
 import subprocess
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +226,50 @@ def atomic_folder(folder: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, folder)
+
+
+def _largest_difference(got: Any, want: Any, mask: Any = None) -> float:
+    """The largest absolute difference of two outputs (tensors or tuples of them), on ``mask`` where given (the
+    first output's entries that mean something: a padded slot's score is no output)."""
+    got, want = (got, want) if isinstance(got, tuple | list) else ((got,), (want,))
+    diffs = [(a - b).abs() for a, b in zip(got, want, strict=True)]
+    if mask is not None:
+        diffs[0] = diffs[0][mask]
+    return max(float(d.max()) for d in diffs)
+
+
+def save_network_folder(
+    net: Any,
+    folder: str | Path,
+    agent: str,
+    meta: Mapping[str, Any],
+    example: tuple,
+    program_of: Callable[[Any, Path], float],
+    *,
+    mask: Any = None,
+    extra_files: Iterable[str] = (),
+    also: Callable[[Path, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """The one writer of a learned network's policy folder, whatever its agent: ``policy.pt`` (TorchScript),
+    ``policy.pt2`` (the same network as a ``torch.export`` program, written by ``program_of``), ``metadata.json``
+    (:func:`write_metadata`, with each export's largest difference from the module: on ``example``, ``mask``
+    selecting the first output's entries that count) and ``extra_files``; ``also(tmp, doc)`` writes what else
+    the folder holds (progress, plots, a predictor). All of it atomically (:func:`atomic_folder`). Returns the
+    metadata written."""
+    import torch
+
+    net = net.eval()
+    with torch.no_grad():
+        scripted = torch.jit.script(net)
+        err = _largest_difference(scripted(*example), net(*example), mask)
+    doc = {k: v for k, v in meta.items() if k not in ("format", "format_version", "agent", "extra_files")}
+    with atomic_folder(folder) as tmp:
+        scripted.save(str(tmp / TORCHSCRIPT))
+        doc |= {"export_max_abs_diff": err, "program_max_abs_diff": program_of(net, tmp / PROGRAM)}
+        doc = write_metadata(tmp, agent, doc, extra_files)
+        if also is not None:
+            also(tmp, doc)
+    return doc
 
 
 def write_metadata(folder: Path, agent: str, meta: Mapping[str, Any], extra_files: Iterable[str] = ()) -> dict:

@@ -19,13 +19,10 @@ from torch.export import Dim
 
 from marl.deploy.policy_files import (
     METADATA,
-    PROGRAM,
-    TORCHSCRIPT,
-    atomic_folder,
     load_network,
     read_json,
+    save_network_folder,
     save_program,
-    write_metadata,
 )
 from marl.env.interference_obs import PREDICTOR_FILE, parse_inputs, resolve_inputs
 from marl.env.priority_agents import PriorityAgents
@@ -85,31 +82,26 @@ def save_priority_policy(net: PriorityNet, folder: str | Path, meta: Mapping[str
     if bool(inputs) != bool(getattr(net, "interference", False)):
         raise ValueError(f"agents.interference_inputs {inputs!r} does not match the network (interference columns: "
                          f"{getattr(net, 'interference', False)})")  # fmt: skip
-    predictor = None
+    predictor, mode = None, None
     if inputs:
         mode, predictor = parse_inputs(inputs)
         if mode == "learned":
             meta = {**meta, "agents": {**meta["agents"], "interference_inputs": f"learned:{PREDICTOR_FILE}"}}
-    with torch.no_grad():
-        scripted = torch.jit.script(net)
-        example = _example(net)
-        err = max(float((a - b).abs().max()) for a, b in zip(scripted(*example), net(*example), strict=True))
     full = {
         "placing": placing,
         "hidden": net.hidden,
         "job_features": list(JOB_FEATURES),
         "part_features": list(PART_FEATURES),
         **({key: list(cols) for key, cols in topology_features(bool(inputs)).items()} if placing else {}),
-        "export_max_abs_diff": err,
         "torch": torch.__version__,
         **dict(meta),
     }
-    with atomic_folder(folder) as tmp:
-        scripted.save(str(tmp / TORCHSCRIPT))
-        full["program_max_abs_diff"] = save_program_of(net, tmp / PROGRAM)
-        if inputs and parse_inputs(inputs)[0] == "learned":
-            shutil.copyfile(predictor, tmp / PREDICTOR_FILE)
-        write_metadata(tmp, KIND, full)
+
+    def copy_predictor(tmp: Path, doc: dict) -> None:
+        shutil.copyfile(predictor, tmp / PREDICTOR_FILE)
+
+    also = copy_predictor if mode == "learned" else None
+    save_network_folder(net, folder, KIND, full, _example(net), save_program_of, also=also)
     return folder
 
 

@@ -26,13 +26,10 @@ from cluster_sim.protocol import SchedulerView
 from cluster_sim.results import write_dict_rows
 from marl.deploy.policy_files import (
     METADATA,
-    PROGRAM,
-    TORCHSCRIPT,
-    atomic_folder,
     load_network,
     read_json,
+    save_network_folder,
     save_program,
-    write_metadata,
 )
 from marl.models.inference import subnormals_flushed
 from marl.models.remaining_work import FEATURES, RemainingWorkNet, job_features
@@ -84,18 +81,13 @@ def save_remaining_policy(
     """``policy.pt`` (TorchScript), ``policy.pt2`` (the same as a ``torch.export`` program), ``metadata.json``
     (with each export's largest difference from the module), ``progress.csv`` (one row per training round)
     and, with ``plot``, the figure it draws as ``plot(meta, path)``; written atomically."""
-    net = net.eval()
-    x = torch.randn(7, len(FEATURES))
-    with torch.no_grad():
-        scripted = torch.jit.script(net)
-        err = float((scripted(x) - net(x)).abs().max())
-    with atomic_folder(folder) as tmp:
-        scripted.save(str(tmp / TORCHSCRIPT))
-        full = {**meta, "export_max_abs_diff": err, "program_max_abs_diff": save_program_of(net, tmp / PROGRAM)}
-        full = write_metadata(tmp, KIND, {k: v for k, v in full.items() if k not in ("format", "agent")})
+
+    def progress(tmp: Path, doc: dict) -> None:
         write_dict_rows(meta.get("progress", []), tmp / "progress.csv")
         if plot is not None:
-            plot(full, tmp / "estimates.png")
+            plot(doc, tmp / "estimates.png")
+
+    save_network_folder(net, folder, KIND, meta, (torch.randn(7, len(FEATURES)),), save_program_of, also=progress)
     return Path(folder)
 
 

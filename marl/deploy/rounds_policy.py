@@ -14,13 +14,10 @@ from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.results import write_dict_rows
 from marl.deploy.policy_files import (
     METADATA,
-    PROGRAM,
-    TORCHSCRIPT,
-    atomic_folder,
     load_network,
     read_json,
+    save_network_folder,
     save_program,
-    write_metadata,
 )
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
 
@@ -33,19 +30,15 @@ def save_rounds_policy(
     """``policy.pt`` (TorchScript, any job and type count), ``policy.pt2`` (the same as a ``torch.export``
     program), ``metadata.json``, ``progress.csv`` and, with
     ``plot``, the learning curve it draws as ``plot(rows, path, teacher)``."""
-    net = net.eval()
-    x, m = torch.rand(5, 3, len(FEATURES)), torch.rand(5, 3) > 0.3
-    with torch.no_grad():
-        scripted = torch.jit.script(net)
-        err = float((scripted(x, m) - net(x, m)).abs().max())
-    with atomic_folder(folder) as tmp:
-        scripted.save(str(tmp / TORCHSCRIPT))
-        full = {**meta, "export_max_abs_diff": err, "program_max_abs_diff": save_program_of(net, tmp / PROGRAM)}
-        write_metadata(tmp, KIND, {k: v for k, v in full.items() if k not in ("format", "agent")})
-        rows = meta.get("progress", [])
+    rows = meta.get("progress", [])
+
+    def progress(tmp: Path, doc: dict) -> None:
         write_dict_rows(rows, tmp / "progress.csv")
         if rows and plot is not None:
             plot(rows, tmp / "learning_curve.png", meta.get("teacher", "rounds-oracle"))
+
+    example = (torch.rand(5, 3, len(FEATURES)), torch.rand(5, 3) > 0.3)
+    save_network_folder(net, folder, KIND, meta, example, save_program_of, also=progress)
     return Path(folder)
 
 
