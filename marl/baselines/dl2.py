@@ -38,9 +38,8 @@ from torch.export import Dim
 from cluster_sim.policies.optimus_elastic import ElasticOptimus
 from cluster_sim.protocol import RUNNING, SchedulerView
 from marl.deploy.policy_files import (
-    METADATA,
     load_network,
-    read_json,
+    read_network_metadata,
     save_network_folder,
     save_program,
 )
@@ -368,19 +367,8 @@ def save_dl2_policy(net: DL2Net, folder: str | Path, meta: dict) -> Path:
 def load_dl2_policy(policy_dir: str | Path, *, name: str = KIND) -> DL2:
     """The DL2 policy exported in ``policy_dir`` as a cluster_sim scheduler (TorchScript, or its
     ``torch.export`` program where TorchScript cannot be read; no RLlib)."""
-    meta_path = Path(policy_dir) / METADATA
-    meta = read_json(meta_path)
-    if meta.get("agent") != KIND:
-        raise ValueError(
-            f"{meta_path}: agent is {meta.get('agent')!r}, not {KIND!r}; "
-            "give a folder written by `marlsched train` with a DL2 config"
-        )
-    for key, want in (("job_features", JOB_FEATURES), ("global_features", GLOBAL_FEATURES)):
-        if meta.get(key) != list(want):
-            raise ValueError(
-                f"{meta_path}: {key} {meta.get(key)} differ from this version's {list(want)}; "
-                "retrain it with `marlsched train`"
-            )
+    columns = {"job_features": JOB_FEATURES, "global_features": GLOBAL_FEATURES}
+    read_network_metadata(policy_dir, KIND, columns, "retrain it with `marlsched train` and a DL2 config")
     return DL2(load_network(policy_dir), name=name)
 
 

@@ -37,9 +37,8 @@ from cluster_sim.policies.base import PolicyScheduler
 from cluster_sim.policies.run_history import TenantHistory
 from cluster_sim.protocol import Decision, SchedulerView, Start
 from marl.deploy.policy_files import (
-    METADATA,
     load_network,
-    read_json,
+    read_network_metadata,
     save_network_folder,
     save_program,
 )
@@ -293,23 +292,8 @@ def save_topdrl_policy(net: TopDRLNet, folder: str | Path, meta: dict) -> Path:
 def load_topdrl_policy(policy_dir: str | Path, *, name: str = KIND, gpu_type: str | None = None) -> TopDRL:
     """The TopDRL policy exported in ``policy_dir`` as a cluster_sim scheduler (TorchScript, or its
     ``torch.export`` program where TorchScript cannot be read; no RLlib)."""
-    meta_path = Path(policy_dir) / METADATA
-    meta = read_json(meta_path)
-    if meta.get("agent") != KIND:
-        raise ValueError(
-            f"{meta_path}: agent is {meta.get('agent')!r}, not {KIND!r}; "
-            f"give a folder written by `marlsched train` with a TopDRL config"
-        )
-    for key, want in (
-        ("cluster_channels", CLUSTER_CHANNELS),
-        ("job_features", JOB_FEATURES),
-        ("global_features", GLOBAL_FEATURES),
-    ):
-        if meta.get(key) != list(want):
-            raise ValueError(
-                f"{meta_path}: {key} {meta.get(key)} differ from this version's {list(want)}; "
-                "retrain it with `marlsched train`"
-            )
+    columns = {"cluster_channels": CLUSTER_CHANNELS, "job_features": JOB_FEATURES, "global_features": GLOBAL_FEATURES}
+    meta = read_network_metadata(policy_dir, KIND, columns, "retrain it with `marlsched train` and a TopDRL config")
     net = load_network(policy_dir)
     return TopDRL(net, slots=int(meta["slots"]), gpu_type=gpu_type or meta.get("gpu_type", "any"), name=name)
 

@@ -228,6 +228,28 @@ def atomic_folder(folder: str | Path) -> Iterator[Path]:
         os.replace(tmp, folder)
 
 
+def read_network_metadata(
+    folder: str | Path,
+    agent: str,
+    columns: Mapping[str, Iterable[str]] | Callable[[dict[str, Any]], Mapping[str, Iterable[str]]],
+    retrain: str,
+) -> dict[str, Any]:
+    """``folder``'s metadata, checked to be ``agent``'s (a folder written before kinds were recorded passes) with
+    this version's input ``columns`` (key -> names, or a function of the metadata giving them: inputs that depend
+    on the agent's settings); else an error naming the file, what differs and ``retrain``, what makes the folder
+    again. The one check every network policy's loader makes."""
+    path = Path(folder) / METADATA
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} is not a policy folder (no {METADATA})")
+    meta = read_json(path)
+    if meta.get("agent", agent) != agent:
+        raise ValueError(f"{path}: agent {meta.get('agent')!r} is not {agent!r}; {retrain}")
+    for key, names in (columns(meta) if callable(columns) else columns).items():
+        if list(meta.get(key, ())) != list(names):
+            raise ValueError(f"{path}: {key} {meta.get(key)} differ from this version's {list(names)}; {retrain}")
+    return meta
+
+
 def _largest_difference(got: Any, want: Any, mask: Any = None) -> float:
     """The largest absolute difference of two outputs (tensors or tuples of them), on ``mask`` where given (the
     first output's entries that mean something: a padded slot's score is no output)."""

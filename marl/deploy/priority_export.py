@@ -18,9 +18,8 @@ import torch
 from torch.export import Dim
 
 from marl.deploy.policy_files import (
-    METADATA,
     load_network,
-    read_json,
+    read_network_metadata,
     save_network_folder,
     save_program,
 )
@@ -120,18 +119,12 @@ def _agents(meta: Mapping[str, Any]) -> dict[str, Any]:
 def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:
     """``policy_dir``'s metadata, checked to be a priority policy with this version's features (else an error
     naming the file and the fix)."""
-    path = Path(policy_dir) / METADATA
-    if not path.is_file():
-        raise FileNotFoundError(f"{policy_dir} is not a policy folder (no {METADATA})")
-    meta = read_json(path)
-    if meta.get("agent") != KIND:
-        raise ValueError(f"{path}: agent {meta.get('agent')!r} is not {KIND!r}")
-    columns = {"job_features": JOB_FEATURES, "part_features": PART_FEATURES}
-    topology = topology_features(bool(_agents(meta).get("interference_inputs")))
-    for key, cols in (columns | (topology if meta.get("placing") else {})).items():
-        if tuple(meta.get(key, ())) != cols:
-            raise ValueError(f"{path}: {key} differ from this marlsched's {list(cols)}; retrain or re-export")
-    return meta
+
+    def columns(meta: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+        topology = topology_features(bool(_agents(meta).get("interference_inputs"))) if meta.get("placing") else {}
+        return {"job_features": JOB_FEATURES, "part_features": PART_FEATURES} | topology
+
+    return read_network_metadata(policy_dir, KIND, columns, "retrain it (marlsched train) or re-export it")
 
 
 def load_priority_policy(

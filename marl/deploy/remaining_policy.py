@@ -25,9 +25,8 @@ from cluster_sim.policies.sia import Sia
 from cluster_sim.protocol import SchedulerView
 from cluster_sim.results import write_dict_rows
 from marl.deploy.policy_files import (
-    METADATA,
     load_network,
-    read_json,
+    read_network_metadata,
     save_network_folder,
     save_program,
 )
@@ -106,13 +105,8 @@ def network_of(meta: dict[str, Any]) -> tuple[RemainingWorkNet, Callable[[Remain
 
 def load_remaining_policy(policy_dir: str | Path, *, name: str = "marl") -> LearnedWeightSia:
     """The policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
-    path = Path(policy_dir) / METADATA
-    meta = read_json(path)
-    if meta.get("features") != list(FEATURES):
-        raise ValueError(
-            f"{path}: features {meta.get('features')} differ from this version's {list(FEATURES)}; retrain it "
-            "(marlsched train, agent: sia-remaining)"
-        )
+    retrain = "retrain it (marlsched train, agent: sia-remaining)"
+    meta = read_network_metadata(policy_dir, KIND, {"features": FEATURES}, retrain)
     net = load_network(policy_dir)
     sia = meta.get("sia", {})
     return LearnedWeightSia(net, power=float(meta.get("power", 0.5)), name=name, **sia)

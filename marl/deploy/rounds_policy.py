@@ -13,9 +13,8 @@ from torch.export import Dim
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.results import write_dict_rows
 from marl.deploy.policy_files import (
-    METADATA,
     load_network,
-    read_json,
+    read_network_metadata,
     save_network_folder,
     save_program,
 )
@@ -61,11 +60,7 @@ def network_of(meta: dict[str, Any]) -> tuple[PairScorer, Callable[[PairScorer, 
 
 def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredRounds:
     """The policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
-    meta = read_json(Path(policy_dir) / METADATA)
-    if meta.get("features") != list(FEATURES):
-        raise ValueError(
-            f"{Path(policy_dir) / METADATA}: features {meta.get('features')} differ from this version's "
-            f"{list(FEATURES)}; retrain it (marlsched train, agent: rounds)"
-        )
+    retrain = "retrain it (marlsched train, agent: rounds)"
+    meta = read_network_metadata(policy_dir, KIND, {"features": FEATURES}, retrain)
     net = load_network(policy_dir)
     return ScoredRounds(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)
