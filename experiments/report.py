@@ -194,7 +194,8 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "",
         "Time waiting: queued seconds per job (before its start and after preemptions). GPU util: busy GPU-seconds "
         "over (GPUs × makespan); it is low when a few long jobs run on alone long after the last arrival, which "
-        "`plots/timeline.png` shows. Slowdown: JCT over the job's run time placed ideally and alone.",
+        "`plots/timeline.png` shows. Slowdown: JCT over the job's run time placed ideally and alone on the GPUs it "
+        "asked for; below 1 where an elastic scheduler (Pollux, Sia) gave jobs more GPUs or a larger batch.",
     ]
     return [*lines, ""]
 
@@ -348,4 +349,6 @@ def _console_table(cfg: ExperimentConfig, rows: Runs) -> str:
         m["jobs_completed"] = int(m["jobs_completed"])
         means.append(m)
     means.sort(key=lambda m: m["avg_jct"])
-    return summary_table(means, title=f"{cfg.name}: means over seeds {cfg.seeds}")
+    n = len(cfg.workload_specs)
+    over = f"{n} workloads x seeds {cfg.seeds}" if n > 1 else f"seeds {cfg.seeds}"
+    return summary_table(means, title=f"{cfg.name}: means over {over} (jobs done, too, is a mean)")
