@@ -37,7 +37,10 @@ def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
     """The kind and metadata of a policy folder; an error naming the folder or file and the fix otherwise."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"no policy folder {str(folder)!r}; make one with e.g. {AGENTS['priority'].made_by}")
+        raise FileNotFoundError(
+            f"no policy folder {str(folder)!r}; make one with e.g. {AGENTS['priority'].made_by} (then OUT/policy), "
+            "or run a shipped one (experiments/policies/*, e.g. marl:experiments/policies/default-imitation)"
+        )
     path = folder / METADATA
     if not path.is_file():
         raise FileNotFoundError(f"{folder} is not a policy folder (no {METADATA})")
