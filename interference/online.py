@@ -16,8 +16,10 @@ towards the model while evidence is scarce and towards the observations as it ac
 the descriptor itself (its facts, not its name). No randomness: the same observations in the same order
 give the same corrections, bit for bit.
 
-Only GPU-sharing queries with a single neighbour are corrected (what a pair observation measures);
-everything else is the wrapped model's answer.
+Only queries with a single neighbour at the corrector's sharing level are corrected (what a pair observation
+measures): ``level`` GPU (the default) for jobs that share a GPU, SERVER for jobs on different GPUs of one
+server (what the placing agents' inputs ask, :mod:`marl.env.interference_obs`); everything else is the wrapped
+model's answer.
 """
 
 from __future__ import annotations
@@ -37,11 +39,18 @@ class OnlineCorrection:
     pure = False  # answers change as observations arrive
 
     def __init__(
-        self, base: InterferenceModel, *, prior_type: float = 0.3, prior_pair: float = 1.0, noise: float = 0.25
+        self,
+        base: InterferenceModel,
+        *,
+        prior_type: float = 0.3,
+        prior_pair: float = 1.0,
+        noise: float = 0.25,
+        level: Sharing = Sharing.GPU,
     ) -> None:
         if min(prior_type, prior_pair, noise) <= 0:
             raise ValueError("prior_type, prior_pair and noise must be > 0 (standard deviations on a log scale)")
         self.base = base
+        self.level = Sharing(level)
         self.name = f"{getattr(base, 'name', 'model')}+online"
         self.prior_type, self.prior_pair, self.noise = float(prior_type), float(prior_pair), float(noise)
         self._types: dict[JobDescriptor, int] = {}
@@ -63,10 +72,11 @@ class OnlineCorrection:
         return (ta, tb, pair) if pair is not None else (ta, tb)
 
     def observe(self, job: JobDescriptor, partner: JobDescriptor, factor: float) -> None:
-        """``job`` ran at ``factor`` of its solo throughput while sharing its GPU with ``partner``."""
+        """``job`` ran at ``factor`` of its solo throughput next to ``partner`` alone (sharing its GPU, or its
+        server at ``level`` SERVER)."""
         if not 0.0 < factor <= 1.0 + 1e-9:
             raise ValueError(f"an observed throughput factor lies in (0, 1], got {factor}")
-        predicted = float(self.base.throughput_factors([CoLocation(job, ((partner, Sharing.GPU),))])[0])
+        predicted = float(self.base.throughput_factors([CoLocation(job, ((partner, self.level),))])[0])
         y = np.log(_slowdown(min(factor, 1.0))) - np.log(_slowdown(predicted))
         self._rows.append((self._terms(job, partner, create=True), float(y)))
         self._solution = None
@@ -107,10 +117,10 @@ class OnlineCorrection:
 
     # -- answers ---------------------------------------------------------------------------------------
     def predict(self, job: JobDescriptor, partner: JobDescriptor) -> tuple[float, float]:
-        """(factor, standard deviation) of ``job`` sharing its GPU with ``partner``, corrected."""
-        base = float(self.base.throughput_factors([CoLocation(job, ((partner, Sharing.GPU),))])[0])
+        """(factor, standard deviation) of ``job`` next to ``partner`` at the corrector's level, corrected."""
+        base = float(self.base.throughput_factors([CoLocation(job, ((partner, self.level),))])[0])
         mu, sd = self.correction(job, partner)
-        slow = _slowdown(base) * np.exp(mu)
+        slow = _slowdown(base, floor=0.0) * np.exp(mu)
         factor = 1.0 / (1.0 + slow)
         # delta method: d f / d log s = −s / (1 + s)²
         return float(factor), float(slow / (1.0 + slow) ** 2 * sd)
@@ -120,14 +130,16 @@ class OnlineCorrection:
         if not self.history:
             return out
         for i, q in enumerate(queries):
-            if len(q.neighbours) == 1 and q.neighbours[0][1] == Sharing.GPU:
+            if len(q.neighbours) == 1 and q.neighbours[0][1] == self.level:
                 mu, _ = self.correction(q.job, q.neighbours[0][0])
-                out[i] = 1.0 / (1.0 + _slowdown(out[i]) * np.exp(mu))
+                out[i] = 1.0 / (1.0 + _slowdown(out[i], floor=0.0) * np.exp(mu))
         return out
 
 
-def _slowdown(factor: float) -> float:
-    return max(1.0 / max(factor, 1e-9) - 1.0, MIN_SLOWDOWN)
+def _slowdown(factor: float, floor: float = MIN_SLOWDOWN) -> float:
+    """``1/f − 1``, at least ``floor``: the observations' log needs one; a corrected answer does not (with no
+    evidence it is the model's own, however close to 1.0)."""
+    return max(1.0 / max(factor, 1e-9) - 1.0, floor)
 
 
 def _columns(terms: tuple[int, ...], types: int) -> list[int]:

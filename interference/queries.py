@@ -126,14 +126,16 @@ class KeyedFactors:
 
     Descriptors get small codes (:meth:`code`; a trace has a few dozen distinct ones). A key is
     ``(job code, *sorted(neighbour code * 3 + sharing level))``, so equal neighbour sets are one key and
-    the model sees neighbours in that order. A ``pure`` model's answers are memoised by key; misses go
-    to the model as :class:`FlatQueries` when it offers ``flat_factors``, else as :class:`CoLocation`s.
+    the model sees neighbours in that order. A ``pure`` model's answers are memoised by key (``memoise``: also
+    another's, whose owner calls :meth:`forget` whenever its answers change); misses go to the model as
+    :class:`FlatQueries` when it offers ``flat_factors``, else as :class:`CoLocation`s.
     """
 
-    def __init__(self, model, max_entries: int = 1_000_000) -> None:
+    def __init__(self, model, max_entries: int = 1_000_000, memoise: bool | None = None) -> None:
         self.model = model
         self._flat = getattr(model, "flat_factors", None)
-        self._memo: dict[tuple[int, ...], float] | None = {} if getattr(model, "pure", False) else None
+        memoise = getattr(model, "pure", False) if memoise is None else memoise
+        self._memo: dict[tuple[int, ...], float] | None = {} if memoise else None
         self._codes: dict[JobDescriptor, int] = {}
         self.descriptors: list[JobDescriptor] = []
         self.max_entries = max_entries
@@ -144,6 +146,11 @@ class KeyedFactors:
             c = self._codes[descriptor] = len(self.descriptors)
             self.descriptors.append(descriptor)
         return c
+
+    def forget(self) -> None:
+        """Drop the memoised answers (the model's answers changed); the codes stay."""
+        if self._memo is not None:
+            self._memo.clear()
 
     def __call__(self, keys: Sequence[tuple[int, ...]]) -> np.ndarray:
         out = np.empty(len(keys), dtype=np.float64)

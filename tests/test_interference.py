@@ -693,6 +693,63 @@ def test_online_correction_shrinks_towards_what_it_observes_and_is_deterministic
         model.observe(a, b, 1.5)
 
 
+def test_server_level_correction_leaves_gpu_pairs_and_unseen_answers_as_the_model_gives_them(small_model: Path) -> None:
+    """A corrector at the server level (what the placing agents' inputs ask) moves the server-level answers of
+    what it saw and passes GPU-level queries through; a query with no evidence is the model's answer exactly,
+    even next to 1.0 (the log scale's floor is for observations only)."""
+    from interference.online import OnlineCorrection
+
+    base = LearnedInterference.load(small_model)
+    a = JobDescriptor(25.0, 12.3, 64, 400.0, False, "V100")
+    b = JobDescriptor(110.0, 253.0, 12, 95.0, False, "V100")
+    c = JobDescriptor(1.6, 0.5, 512, 9000.0, False, "P100")
+    model = OnlineCorrection(base, level=Sharing.SERVER)
+    near_one = [CoLocation(c, ((c, Sharing.SERVER),)), CoLocation(a, ((b, Sharing.GPU),))]
+    model.observe(b, a, 0.999)  # evidence, but none on c
+    assert list(model.throughput_factors(near_one)) == list(base.throughput_factors(near_one))
+    start = float(base.throughput_factors([CoLocation(a, ((b, Sharing.SERVER),))])[0])
+    for _ in range(40):
+        model.observe(a, b, 0.6)
+    q = [CoLocation(a, ((b, Sharing.SERVER),)), CoLocation(a, ((b, Sharing.GPU),))]
+    got = model.throughput_factors(q)
+    assert abs(got[0] - 0.6) < 0.02 < abs(start - 0.6)
+    assert got[1] == base.throughput_factors(q[1:])[0]
+
+
+def test_placing_agents_with_online_inputs_observe_server_pairs_and_schedule_as_the_predictor_does(
+    small_model: Path, gavel_dir: Path
+) -> None:
+    """interference_online: pairs of jobs alone together on a server are observed (both jobs), with the factor
+    the simulator gives each; where the predictor already gives that factor the schedule is the one
+    without correction, job for job, and the same run twice observes the same history."""
+    from cluster_sim.build import build_simulator
+    from interference.online import OnlineCorrection
+    from marl.env.priority_agents import PriorityAgents
+
+    spec = "synthetic:200,load=3,model_rule=gavel"
+    data = f"gavel:{gavel_dir}"
+    runs, histories = [], []
+    for online in (False, True, True):
+        sim = build_simulator("small-hetero", spec, seed=1, interference="oracle", interference_data=data)
+        agents = PriorityAgents(None, placing=True, interference_inputs=f"learned:{small_model}",
+                                interference_online=online)  # fmt: skip
+        res = sim.run(agents)
+        runs.append((res.jct.tolist(), res.metrics()["jobs_completed"]))
+        if online:
+            assert isinstance(agents.inputs.model, OnlineCorrection)
+            histories.append(agents.inputs.model.history)
+    history = histories[0]
+    assert len(history) >= 10 and len(history) % 2 == 0 and history == histories[1]
+    pairs = [(a, b) for a, b, _ in history]
+    truth = load_interference_model("oracle", data)
+    observed = np.array([f for _, _, f in history])
+    told = truth.throughput_factors([CoLocation(a, ((b, Sharing.SERVER),)) for a, b in pairs])
+    assert np.allclose(observed, told, atol=1e-6)  # what the simulator ran them at, alone together on a server
+    assert runs[0] == runs[1] == runs[2]
+    with pytest.raises(ValueError, match="interference_inputs too"):
+        PriorityAgents(None, placing=True, interference_online=True)
+
+
 def test_packing_scheduler_corrects_its_predictor_from_the_pairs_it_runs(small_model: Path, gavel_dir: Path) -> None:
     """pack-aware with online=True observes every pair it co-locates (both jobs) and its corrected predictor
     then matches the ground truth on those pairs better than the predictor alone; two runs, one history."""

@@ -128,11 +128,17 @@ def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:
 
 
 def load_priority_policy(
-    policy_dir: str | Path, *, num_agents: int | None = None, name: str = "marl", num_threads: int | None = 1
+    policy_dir: str | Path,
+    *,
+    num_agents: int | None = None,
+    name: str = "marl",
+    num_threads: int | None = 1,
+    interference_online: bool | None = None,
 ) -> PriorityAgents:
     """The policy in ``policy_dir`` as a cluster_sim scheduler; ``num_agents`` None: as many as it was trained
     with when its metadata says (placing policies: an agent must hold several GPU types to choose among
-    them), else one per rack."""
+    them), else one per rack. ``interference_online`` (None: as trained): agents with interference inputs
+    correct their predictor from the co-locations they observe (:mod:`marl.env.interference_obs`)."""
     meta = read_priority_metadata(policy_dir)
     net = load_network(policy_dir)
     agents = meta.get("agents", {})
@@ -145,6 +151,9 @@ def load_priority_policy(
         placing=placing,
         migrate=agents.get("migrate"),
         interference_inputs=resolve_inputs(agents.get("interference_inputs"), policy_dir),
+        interference_online=bool(
+            agents.get("interference_online") if interference_online is None else interference_online
+        ),
         hysteresis=float(agents.get("hysteresis", PriorityAgents.__init__.__kwdefaults__["hysteresis"])),
         name=name,
     )

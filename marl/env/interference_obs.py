@@ -12,6 +12,12 @@ Jobs on different GPUs of one server slow each other (PCIe, host memory, CPU: :c
   A job that needs whole servers, or finds no server with room, reads 1.0.
 
 Only descriptors enter (model facts, batch size, solo speed on the type), never a job's duration.
+
+``online``: the agents correct the predictor as they go (:class:`interference.online.OnlineCorrection` at the
+server level), as a deployed scheduler can: every round, each pair of jobs that are alone together on a server
+(each on that server only, no GPU shared) is observed once per pairing with the throughput factor each runs
+at, and every later estimate of a job next to one other job on a server is the corrected one. Each episode
+(each :meth:`InterferenceInputs.reset`) learns from its own observations only.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import numpy as np
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.protocol import SchedulerView
 from interference.base import Sharing
+from interference.online import OnlineCorrection
 from interference.queries import KeyedFactors
 
 GPU_INTERFERENCE_FEATURES: tuple[str, ...] = ("holder_factor",)
@@ -58,9 +65,10 @@ def resolve_inputs(spec: str | None, folder: str | Path) -> str | None:
 
 class InterferenceInputs:
     """The predictor the agents consult (``spec``: ``MODE[:PATH]``, see :func:`parse_inputs`), memoised by
-    co-location key (:class:`~interference.queries.KeyedFactors`)."""
+    co-location key (:class:`~interference.queries.KeyedFactors`); ``online``: corrected from what the agents
+    observe (see the module docstring)."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, online: bool = False) -> None:
         from interference.loader import load_interference_model
 
         mode, path = parse_inputs(spec)
@@ -70,8 +78,10 @@ class InterferenceInputs:
                 "train --data gavel:../shared/traces/gavel/simulation_throughputs.json --seed 0 --out MODEL`"
             )
         self.spec = spec
-        self.model = load_interference_model(mode, path)
+        self.online = bool(online)
+        self.base = self.model = load_interference_model(mode, path)
         self._keyed = KeyedFactors(self.model)
+        self._observed: set[tuple[int, int]] = set()
         self._desc: DescriptorCache | None = None
         self._codes: dict[tuple[int, int], int] = {}
         self._by_server: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}
@@ -81,8 +91,54 @@ class InterferenceInputs:
         self._desc = DescriptorCache(view.jobs, view.topo, getattr(view, "perf", None))
         self._gpu_type = np.asarray(view.topo.server_gpu_type)[np.asarray(view.topo.gpu_server)].tolist()
         self._codes.clear()
+        self._forget()
+        if self.online:  # each episode learns from its own observations only
+            self.model = OnlineCorrection(self.base, level=Sharing.SERVER)
+            self._keyed = KeyedFactors(self.model, memoise=True)  # forgotten at every observation
+            self._observed.clear()
+
+    def _forget(self) -> None:
+        """Drop every kept answer (the model's answers changed)."""
+        self._keyed.forget()
         self._by_server.clear()
         self._last_holders = None
+
+    def learn(self, view: SchedulerView) -> int:
+        """Online: observe each pair of jobs alone together on a server (each on that server only, no GPU
+        shared), once per pairing, with the factor each runs at; returns how many pairs were new."""
+        if not self.online:
+            return 0
+        gpu_job = np.asarray(view.gpu_job)
+        held = np.flatnonzero(gpu_job >= 0)
+        if not len(held):
+            return 0
+        guest = getattr(view, "gpu_guest", None)
+        server = np.asarray(view.topo.gpu_server)[held]
+        n = len(view.jobs)
+        pairs = np.unique(server * n + gpu_job[held])  # (server, job), by server
+        srv, job = pairs // n, pairs % n
+        alone = np.bincount(job, minlength=n)[job] == 1  # the job runs on this server only
+        count = np.bincount(srv)[srv]
+        if guest is not None and (np.asarray(guest) >= 0).any():  # a server with a shared GPU is no pair
+            shared = np.asarray(view.topo.gpu_server)[np.flatnonzero(np.asarray(guest) >= 0)]
+            alone &= ~np.isin(srv, shared)
+        two = np.flatnonzero((count == 2) & alone)
+        first = two[:-1][(srv[two[:-1]] == srv[two[1:]])]  # the first job of each server with a pair
+        factor = view.job_factor
+        new = 0
+        for i in first.tolist():
+            a, b, s = int(job[i]), int(job[i + 1]), int(srv[i])
+            if (a, b) in self._observed:
+                continue
+            self._observed.add((a, b))
+            gpu = int(view.topo.server_gpus(s)[0])
+            da, db = self._desc.get(a, gpu), self._desc.get(b, gpu)
+            self.model.observe(da, db, float(np.clip(factor[a], 1e-6, 1.0)))
+            self.model.observe(db, da, float(np.clip(factor[b], 1e-6, 1.0)))
+            new += 1
+        if new:
+            self._forget()
+        return new
 
     def _code(self, job: int, gpu: int) -> int:
         key = (job, self._gpu_type[gpu])

@@ -108,6 +108,7 @@ class PriorityAgents(PolicyScheduler):
         gpu_type: str = "fastest",
         migrate: float | None = None,
         interference_inputs: str | None = None,
+        interference_online: bool = False,
         order_only: bool = False,
         **kw,
     ) -> None:
@@ -133,7 +134,13 @@ class PriorityAgents(PolicyScheduler):
         self.speeds = SpeedCache()
         if interference_inputs is not None and not self.placing:
             raise ValueError("interference_inputs are columns of the placing agents' topology: set placing too")
-        self.inputs = InterferenceInputs(interference_inputs) if interference_inputs is not None else None
+        if interference_online and interference_inputs is None:
+            raise ValueError("interference_online corrects the interference inputs: set interference_inputs too")
+        self.inputs = (
+            InterferenceInputs(interference_inputs, online=interference_online)
+            if interference_inputs is not None
+            else None
+        )
         if order_only and self.placing:
             raise ValueError("order_only observations have no placing inputs: a reference does not place by scores")
         self.order_only = bool(order_only)
@@ -195,6 +202,8 @@ class PriorityAgents(PolicyScheduler):
         """Learn finished jobs, dispatch arrivals and return every agent's observation; None when no
         agent has a choice (nothing waits, or nothing waiting could start even by preemption)."""
         self.history.learn(view)
+        if self.inputs is not None:
+            self.inputs.learn(view)  # online inputs: the co-locations seen so far correct the predictor
         queue = np.asarray(view.queue, dtype=np.int64)
         owned = self.agent_of[queue] >= 0
         arrived = view.num_arrived > self._next_job

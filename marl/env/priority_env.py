@@ -80,6 +80,7 @@ class PriorityEnvConfig:
     placing: bool = False  # the agents also choose each started job's GPU type (type scores in the action)
     migrate: float | None = None  # move a running job to a type whose score beats its own by this (None: never)
     interference_inputs: str | None = None  # placing agents also read this predictor's estimates (MODE[:PATH])
+    interference_online: bool = False  # ... corrected from the co-locations each episode observes
     decision: str = "partitions"  # or "gavel-las": the agents lean one cluster-wide gavel-las round (rounds_agents)
 
     @classmethod
@@ -229,6 +230,7 @@ class PriorityEnv(MultiAgentEnv):
             placing=cfg.placing,
             migrate=cfg.migrate,
             interference_inputs=cfg.interference_inputs,
+            interference_online=cfg.interference_online,
         )
         self.possible_agents = [f"p{k}" for k in range(cfg.num_agents)]
         self.agents = list(self.possible_agents)

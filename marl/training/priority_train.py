@@ -476,6 +476,8 @@ def _exporter(
                       "migrate": env.get("migrate"), "interference_inputs": env.get("interference_inputs")}  # fmt: skip
         if env.get("decision", "partitions") != "partitions":  # the agents lean a cluster-wide round
             agents["decision"] = env["decision"]
+        if env.get("interference_online"):  # they correct their predictor as they go, as in training
+            agents["interference_online"] = True
         meta = {
             "agents": agents,
             "warm_start": cfg["model"]["init_policy"] or f"{reference_name(env)} (the untrained network)",
