@@ -37,7 +37,7 @@ import numpy as np
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
 from cluster_sim.protocol import SchedulerView
-from marl.deploy.policy_files import METADATA, atomic_folder, read_json, write_metadata
+from marl.deploy.policy_files import atomic_folder, read_json, read_network_metadata, write_metadata
 
 KIND = "metaplace"
 FEATURES = (
@@ -230,18 +230,8 @@ def save_metaplace_policy(weights: MetaPlaceWeights, folder: str | Path, meta: d
 
 
 def load_metaplace_weights(policy_dir: str | Path) -> tuple[MetaPlaceWeights, dict[str, Any]]:
-    meta_path = Path(policy_dir) / METADATA
-    meta = read_json(meta_path)
-    if meta.get("agent") != KIND:
-        raise ValueError(
-            f"{meta_path}: agent is {meta.get('agent')!r}, not {KIND!r}; "
-            "give a folder written by `marlsched train` with a metaplace config"
-        )
-    if meta.get("features") != list(FEATURES):
-        raise ValueError(
-            f"{meta_path}: features {meta.get('features')} differ from this version's {list(FEATURES)}; "
-            "retrain it with `marlsched train`"
-        )
+    retrain = "retrain it with `marlsched train` and a metaplace config"
+    meta = read_network_metadata(policy_dir, KIND, {"features": FEATURES}, retrain)
     return MetaPlaceWeights.from_json(read_json(Path(policy_dir) / WEIGHTS)), meta
 
 
