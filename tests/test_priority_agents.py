@@ -301,6 +301,54 @@ def test_brief_rllib_training_is_seeded_and_exports_a_policy_with_its_tuned_marg
     assert _run(spec, sched).jct.mean() == pytest.approx(table[1, tuned["factors"].index(tuned["factor"])], abs=0.1)
 
 
+def test_the_select_stage_ships_the_best_iterate_on_select_windows_and_its_start_when_none_beats_it(
+    tmp_path: Path, traces_dir: Path
+) -> None:
+    """After training, ``select:`` runs the warm start, each snapshot and the last iterate on the select period's
+    windows and makes the best, paired against the warm start, ``OUT/policy`` with the table in its metadata; a
+    tie keeps the earlier iterate, so iterates that are only as good leave the warm start in place."""
+    import json
+
+    from marl.deploy.priority_export import save_priority_policy
+    from marl.training.priority_select import _run, select_iterate
+
+    cluster = tmp_path / "tiny.yaml"  # 32 GPUs in 4 racks: a quarter-day window at load 0.9 queues, and briefly
+    cluster.write_text("name: tiny\npods: 1\nracks_per_pod: 4\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n")
+    env = {"cluster": str(cluster), "trace": f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv",
+           "interference": "none", "interference_data": None, "restart_cost": 30.0}  # fmt: skip
+    out = tmp_path / "run"
+    nets = {"warm_start": PriorityNet(8)}
+    for k, name in enumerate(("snapshots/iter-001", "policy")):
+        torch.manual_seed(k)
+        nets[name] = net = PriorityNet(8)
+        for param in net.score.parameters():  # scores that differ from QSSF's, so the schedules differ
+            torch.nn.init.normal_(param, std=2.0)
+    for name, net in nets.items():
+        save_priority_policy(net, out / name, {"agents": {"hysteresis": float(np.log(8))}})
+    settings = {"days": 0.25, "stride": 6.0, "load": 0.9, "workers": 1}
+    logs: list[str] = []
+    record = select_iterate(out, env, **settings, command="the command", log=logs.append)
+    assert record["candidates"] == ["warm start", "iter-001", "last"] and len(record["windows"]) == 3
+    assert all(spec.startswith(env["trace"]) for spec in record["windows"])
+    table = np.array(record["avg_jct"])
+    ratio = (table / table[:, :1]).mean(axis=0)
+    assert record["chosen"] == record["candidates"][int(np.argmin(ratio))] and ratio[0] == 1.0
+    assert len({tuple(col) for col in table.T}) == 3  # three different schedules were compared
+    chosen = {"warm start": "warm_start", "iter-001": "snapshots/iter-001", "last": "policy"}[record["chosen"]]
+    shipped = torch.jit.load(str(out / "policy" / "policy.pt")).state_dict()
+    want = nets[chosen].state_dict()
+    assert all(torch.equal(shipped[k], want[k]) for k in want)
+    meta = json.loads((out / "policy" / "metadata.json").read_text())
+    assert meta["selected"]["chosen"] == record["chosen"] and meta["selected"]["command"] == "the command"
+    # the recorded figure is what the shipped policy does on that window
+    assert _run((str(out / "policy"), env, record["windows"][2])) == pytest.approx(table[2, np.argmin(ratio)], abs=0.1)
+    # every iterate as good as the warm start: the warm start is shipped
+    for name in ("snapshots/iter-001", "policy"):
+        save_priority_policy(nets["warm_start"], out / name, {"agents": {"hysteresis": float(np.log(8))}})
+    again = select_iterate(out, env, **settings, log=logs.append)
+    assert again["chosen"] == "warm start" and again["mean_ratio"] == [1.0, 1.0, 1.0]
+
+
 @pytest.mark.slow
 def test_training_starts_from_a_policy_folder(ray_local, tmp_path: Path, traces_dir: Path) -> None:
     # PPO fine-tuning of a trained policy (the DAgger stage's): every module copy starts from its weights and

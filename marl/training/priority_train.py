@@ -7,8 +7,10 @@ where to deviate. The reward is relative to QSSF's schedule of the same window
 learning-curve PNG; the network is exported to ``OUT/policy`` (:mod:`marl.deploy.priority_export`), and every
 ``snapshot_every`` iterations to ``OUT/snapshots/iter-NNN``, so that a policy can be selected on held-out
 windows (``experiments/benchmarks/heuristic_spread.py --policies marl:OUT/snapshots/iter-NNN``). A
-``tune:`` section then selects the exported policy's preemption margin on the training period
-(:mod:`marl.training.priority_tune`), so the one command ends with the policy as deployed.
+``select:`` section then makes the best of the warm start, the snapshots and the last iterate on the select
+period's windows the exported policy (:mod:`marl.training.priority_select`), and a ``tune:`` section selects its
+preemption margin on the training period (:mod:`marl.training.priority_tune`), so the one command ends with the
+policy as deployed.
 
 Every ``checkpoint_every`` iterations the algorithm (network, optimizer, connectors) and the progress so far
 are saved to ``OUT/checkpoint``; ``resume=True`` (``--resume``; ``marlsched run`` always) continues a killed
@@ -71,7 +73,7 @@ PPO_DEFAULTS: dict[str, Any] = {
 # init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
 # init_type_log_std: the placing agents' type-score noise (None: init_log_std); a move needs only ln 1.2
 MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0, "init_policy": None, "init_type_log_std": None}
-CONFIG_SECTIONS = frozenset({"name", "seed", "env", "model", "ppo", "ray", "tune"})
+CONFIG_SECTIONS = frozenset({"name", "seed", "env", "model", "ppo", "ray", "select", "tune"})
 WARM_START_DIR = "warm_start"  # OUT/warm_start: the network before any update (the paired reference)
 CHECKPOINT_DIR = "checkpoint"  # OUT/checkpoint: the algorithm and progress after the last saved iteration
 
@@ -111,11 +113,13 @@ def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
     """Every section and key known, else its path, line and the allowed keys (the values: :func:`parse_config`)."""
     from dataclasses import fields as dc_fields
 
+    from marl.training.priority_select import SELECT_DEFAULTS
     from marl.training.priority_tune import TUNE_DEFAULTS
 
     allowed = {
         "env": [f.name for f in dc_fields(PriorityEnvConfig) if f.name != "envs_per_runner"],
         "model": list(MODEL_DEFAULTS), "ppo": list(PPO_DEFAULTS), "tune": list(TUNE_DEFAULTS), "ray": list(RAY_KEYS),
+        "select": list(SELECT_DEFAULTS),
     }  # fmt: skip
     if not isinstance(data, Mapping):
         raise chk.fail((), f"expected a mapping with the sections {', '.join(sorted(CONFIG_SECTIONS))}")
@@ -136,6 +140,7 @@ def parse_config(
     """Plain data (a YAML file's, or an experiment's ``train:`` section) into a training config with defaults
     filled in; ``path`` names where it came from in the errors (``chk``: with the lines of its keys)."""
     check_keys(raw, chk or ConfigChecker(path, {}))
+    from marl.training.priority_select import SELECT_DEFAULTS
     from marl.training.priority_tune import TUNE_DEFAULTS
 
     envs = (raw.get("ppo") or {}).get("num_envs_per_env_runner", 1)
@@ -163,6 +168,8 @@ def parse_config(
         "model": model,
         "ppo": {**PPO_DEFAULTS, **(raw.get("ppo") or {})},
         "ray": {"num_cpus": 2, "object_store_mb": 100, "address": None, **(raw.get("ray") or {})},
+        # None: the last iterate is exported (no selection on the select period's windows)
+        "select": {**SELECT_DEFAULTS, **raw["select"]} if raw.get("select") is not None else None,
         # None: no margin selection after training (``marlsched tune-priority`` can run it later)
         "tune": {**TUNE_DEFAULTS, **raw["tune"]} if raw.get("tune") is not None else None,
     }
@@ -442,6 +449,14 @@ def train_priority(
     summary: dict[str, Any] = {
         "iterations": len(rows), "rows": rows, "policy": str(out / "policy"), "resumed_after": resumed,
     }  # fmt: skip
+    if cfg.get("select") is not None:
+        from marl.training.priority_select import select_iterate
+
+        s = cfg["select"]
+        summary["selected"] = select_iterate(
+            out, cfg["env"], days=s["days"], stride=s["stride"], load=s["load"], workers=s["workers"],
+            command=command, log=log,
+        )  # fmt: skip
     if cfg["tune"] is not None:
         from marl.training.priority_tune import tune_hysteresis
 

@@ -1,0 +1,116 @@
+"""Select the exported iterate on the select period, after training: a policy no better than its start ships its start.
+
+PPO's last iterate is not always its best, and on a cluster where the untrained agents already are the best
+heuristic (``gavel-las`` on mixed GPUs) a few iterations can leave the agents worse than where they started.
+This step replays fixed windows of the select period (:data:`cluster_sim.traces.periods.PERIODS`, 2017-10-15 ..
+2017-11-01: never trained on, never reported on) with every candidate: the warm start (``OUT/warm_start``),
+each snapshot (``OUT/snapshots/iter-NNN``, ``ppo.snapshot_every``) and the last iterate (``OUT/policy``). The
+criterion is paired, since the window dominates a run's average JCT: each candidate's average JCT over the warm
+start's on the same window, averaged over the windows. The lowest wins, ties to the earlier iterate, so the warm
+start stays unless an iterate beats it. The winner becomes ``OUT/policy`` with the table in its ``metadata.json``
+(``selected``), so the choice can be checked.
+
+A training config with a ``select:`` section (keys of :data:`SELECT_DEFAULTS`) runs this step at the end of
+``marlsched train``, before the margin selection of a ``tune:`` section.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cluster_sim.traces.periods import PERIODS
+from marl.deploy.policy_files import METADATA, atomic_folder
+from marl.env.priority_env import PriorityEnvConfig
+from marl.training.worker_map import worker_map
+
+SELECT_DEFAULTS: dict[str, Any] = {"days": 2.0, "stride": 2.0, "load": 0.9, "workers": None}
+Log = Callable[[str], None]
+
+
+def candidates_of(out: str | Path) -> dict[str, Path]:
+    """The iterates a training in ``out`` left, in training order: label (``warm start``, ``iter-NNN``,
+    ``last``) -> policy folder."""
+    out = Path(out)
+    found = {"warm start": out / "warm_start"}
+    found |= {p.name: p for p in sorted((out / "snapshots").glob("iter-*")) if (p / METADATA).is_file()}
+    found["last"] = out / "policy"
+    missing = [str(p) for p in found.values() if not (p / METADATA).is_file()]
+    if missing:
+        raise FileNotFoundError(f"no policy folder at {', '.join(missing)}; select after a training that wrote them")
+    return found
+
+
+def _run(task: tuple[str, Mapping[str, Any], str]) -> float:
+    """Average JCT of the policy in a folder on one window, under the training environment's settings."""
+    from cluster_sim.build import build_simulator
+    from marl.deploy.priority_export import load_priority_policy
+
+    policy_dir, env, spec = task
+    cfg = PriorityEnvConfig.from_dict(env)
+    sim = build_simulator(cfg.cluster, spec, seed=0, interference=cfg.interference,
+                          interference_data=cfg.interference_data, restart_cost=cfg.restart_cost)  # fmt: skip
+    return float(sim.run(load_priority_policy(policy_dir, num_agents=cfg.num_agents)).jct.mean())
+
+
+def select_iterate(
+    out: str | Path,
+    env: Mapping[str, Any],
+    *,
+    days: float = 2.0,
+    stride: float = 2.0,
+    load: float = 0.9,
+    workers: int | None = None,
+    command: str = "",
+    log: Log = print,
+) -> dict[str, Any]:
+    """Run every candidate of the training in ``out`` on the select period's windows and make the best
+    ``OUT/policy`` (see the module docstring); returns the record written into its metadata."""
+    out = Path(out)
+    found = candidates_of(out)
+    cfg = PriorityEnvConfig.from_dict(env)
+    specs = PERIODS["select"].windows(cfg.trace, days, stride, load)
+    labels = list(found)
+    tasks = [(str(found[c]), dict(env), s) for s in specs for c in labels]
+    t0 = time.perf_counter()
+    log(f"selecting the iterate: {len(specs)} select windows x {len(labels)} candidates = {len(tasks)} simulations")
+    jct = np.empty(len(tasks))
+    # spawned, not forked: this runs at the end of training, in a process whose Ray threads a fork would copy
+    with worker_map(workers or os.cpu_count() or 1) as run:
+        for i, v in enumerate(run(_run, tasks)):
+            jct[i] = v
+            w, c = divmod(i, len(labels))
+            log(f"[{i + 1}/{len(tasks)}] window {w} {labels[c]}: avg JCT {v:,.0f} s")
+    table = jct.reshape(len(specs), len(labels))
+    ratio = (table / table[:, :1]).mean(axis=0)
+    best = int(np.argmin(ratio))  # the first of equals: the earlier iterate
+    chosen = labels[best]
+    record = {
+        "command": command,
+        "criterion": "mean over the select windows of avg JCT / the warm start's on the window; ties: earlier",
+        "windows": specs,
+        "candidates": labels,
+        "avg_jct": table.round(1).tolist(),
+        "mean_ratio": ratio.round(5).tolist(),
+        "chosen": chosen,
+        "minutes": round((time.perf_counter() - t0) / 60.0, 2),
+    }
+    log("  ".join(f"{c} {r - 1:+.2%}" for c, r in zip(labels, ratio, strict=True)) + f"  -> {chosen}")
+    policy = out / "policy"
+    with atomic_folder(policy) as tmp:
+        for item in found[chosen].iterdir():
+            (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
+        meta = json.loads((tmp / METADATA).read_text())
+        meta["selected"] = record
+        (tmp / METADATA).write_text(json.dumps(meta, indent=2) + "\n")
+    return record
+
+
+__all__ = ["SELECT_DEFAULTS", "candidates_of", "select_iterate"]
