@@ -310,7 +310,8 @@ def test_the_select_stage_ships_the_best_iterate_on_select_windows_and_its_start
     import json
 
     from marl.deploy.priority_export import save_priority_policy
-    from marl.training.priority_select import _run, select_iterate
+    from marl.training.priority_select import select_iterate
+    from marl.training.priority_tune import run_window
 
     cluster = tmp_path / "tiny.yaml"  # 32 GPUs in 4 racks: a quarter-day window at load 0.9 queues, and briefly
     cluster.write_text("name: tiny\npods: 1\nracks_per_pod: 4\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n")
@@ -341,7 +342,8 @@ def test_the_select_stage_ships_the_best_iterate_on_select_windows_and_its_start
     meta = json.loads((out / "policy" / "metadata.json").read_text())
     assert meta["selected"]["chosen"] == record["chosen"] and meta["selected"]["command"] == "the command"
     # the recorded figure is what the shipped policy does on that window
-    assert _run((str(out / "policy"), env, record["windows"][2])) == pytest.approx(table[2, np.argmin(ratio)], abs=0.1)
+    shipped_jct = run_window((str(out / "policy"), env, record["windows"][2], None))
+    assert shipped_jct == pytest.approx(table[2, np.argmin(ratio)], abs=0.1)
     # every iterate as good as the warm start: the warm start is shipped
     for name in ("snapshots/iter-001", "policy"):
         save_priority_policy(nets["warm_start"], out / name, {"agents": {"hysteresis": float(np.log(8))}})

@@ -17,7 +17,6 @@ A training config with a ``select:`` section (keys of :data:`SELECT_DEFAULTS`) r
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +28,7 @@ import numpy as np
 from cluster_sim.traces.periods import PERIODS
 from marl.deploy.policy_files import METADATA, atomic_folder
 from marl.env.priority_env import PriorityEnvConfig
-from marl.training.worker_map import worker_map
+from marl.training.priority_tune import run_window, window_table
 
 SELECT_DEFAULTS: dict[str, Any] = {"days": 2.0, "stride": 2.0, "load": 0.9, "workers": None}
 Log = Callable[[str], None]
@@ -46,18 +45,6 @@ def candidates_of(out: str | Path) -> dict[str, Path]:
     if missing:
         raise FileNotFoundError(f"no policy folder at {', '.join(missing)}; select after a training that wrote them")
     return found
-
-
-def _run(task: tuple[str, Mapping[str, Any], str]) -> float:
-    """Average JCT of the policy in a folder on one window, under the training environment's settings."""
-    from cluster_sim.build import build_simulator
-    from marl.deploy.priority_export import load_priority_policy
-
-    policy_dir, env, spec = task
-    cfg = PriorityEnvConfig.from_dict(env)
-    sim = build_simulator(cfg.cluster, spec, seed=0, interference=cfg.interference,
-                          interference_data=cfg.interference_data, restart_cost=cfg.restart_cost)  # fmt: skip
-    return float(sim.run(load_priority_policy(policy_dir, num_agents=cfg.num_agents)).jct.mean())
 
 
 def select_iterate(
@@ -78,17 +65,10 @@ def select_iterate(
     cfg = PriorityEnvConfig.from_dict(env)
     specs = PERIODS["select"].windows(cfg.trace, days, stride, load)
     labels = list(found)
-    tasks = [(str(found[c]), dict(env), s) for s in specs for c in labels]
+    tasks = [(str(found[c]), dict(env), s, None) for s in specs for c in labels]
     t0 = time.perf_counter()
     log(f"selecting the iterate: {len(specs)} select windows x {len(labels)} candidates = {len(tasks)} simulations")
-    jct = np.empty(len(tasks))
-    # spawned, not forked: this runs at the end of training, in a process whose Ray threads a fork would copy
-    with worker_map(workers or os.cpu_count() or 1) as run:
-        for i, v in enumerate(run(_run, tasks)):
-            jct[i] = v
-            w, c = divmod(i, len(labels))
-            log(f"[{i + 1}/{len(tasks)}] window {w} {labels[c]}: avg JCT {v:,.0f} s")
-    table = jct.reshape(len(specs), len(labels))
+    table = window_table(run_window, tasks, labels, workers, log)
     ratio = (table / table[:, :1]).mean(axis=0)
     best = int(np.argmin(ratio))  # the first of equals: the earlier iterate
     chosen = labels[best]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,9 @@ def training_windows(env: PriorityEnvConfig, days: float, stride: float, load: f
     return [window_spec(env.trace, t, t + length, load) for t in starts]
 
 
-def _run(task: tuple[str, dict[str, Any], str, float]) -> float:
-    """Average JCT of the policy in ``policy_dir`` with hysteresis ``ln factor`` on one window."""
+def run_window(task: tuple[str, Mapping[str, Any], str, float | None]) -> float:
+    """Average JCT of the policy in a folder on one window, under the training environment's settings, with
+    hysteresis ``ln factor`` (None: the folder's own margin)."""
     from cluster_sim.build import build_simulator
     from marl.deploy.priority_export import load_priority_policy
 
@@ -64,8 +65,24 @@ def _run(task: tuple[str, dict[str, Any], str, float]) -> float:
         restart_cost=cfg.restart_cost,
     )
     sched = load_priority_policy(policy_dir, num_agents=cfg.num_agents)
-    sched.hysteresis = float(np.log(factor))
+    if factor is not None:
+        sched.hysteresis = float(np.log(factor))
     return float(sim.run(sched).jct.mean())
+
+
+def window_table(
+    fn: Callable[[Any], float], tasks: Sequence[Any], columns: Sequence[str], workers: int | None, log: Log
+) -> np.ndarray:
+    """``fn`` (one simulation's average JCT) over ``tasks``, window by window and ``columns`` within each, in worker
+    processes, each result logged; the (windows, columns) table. Spawned, not forked: it runs at the end of
+    training, in a process whose Ray threads a fork would copy."""
+    jct = np.empty(len(tasks))
+    with worker_map(workers or os.cpu_count() or 1) as run:
+        for i, v in enumerate(run(fn, tasks)):
+            jct[i] = v
+            w, c = divmod(i, len(columns))
+            log(f"[{i + 1}/{len(tasks)}] window {w} {columns[c]}: avg JCT {v:,.0f} s")
+    return jct.reshape(-1, len(columns))
 
 
 def tune_hysteresis(
@@ -92,14 +109,7 @@ def tune_hysteresis(
     tasks = [(str(policy_dir), env, s, float(f)) for s in specs for f in factors]
     t0 = time.perf_counter()
     log(f"{len(specs)} windows x {len(factors)} factors = {len(tasks)} simulations")
-    jct = np.empty(len(tasks))
-    # spawned, not forked: this runs at the end of training, in a process whose Ray threads a fork would copy
-    with worker_map(workers or os.cpu_count() or 1) as run:
-        for i, v in enumerate(run(_run, tasks)):
-            jct[i] = v
-            w, f = divmod(i, len(factors))
-            log(f"[{i + 1}/{len(tasks)}] window {w} factor {factors[f]:g}: avg JCT {v:,.0f} s")
-    table = jct.reshape(len(specs), len(factors))
+    table = window_table(run_window, tasks, [f"factor {f:g}" for f in factors], workers, log)
     ratio = (table / table.mean(axis=1, keepdims=True)).mean(axis=0)
     best = int(np.argmin(ratio))
     record = {
