@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +47,7 @@ from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_conf
 from marl.training.dagger import Chunk, Round, dagger
 from marl.training.learning_curve import Series, plot_learning_curve
 from marl.training.policy_gradient import REWARDS, clipped_step, leave_one_out_advantages, returns_at
+from marl.training.worker_map import WorkerPool
 
 Log = Callable[[str], None]
 TEACHER = "optimus"
@@ -241,12 +240,11 @@ class Trainer:
         self.env = {"cluster": env.cluster, "restart_cost": env.restart_cost, "start_cost": env.start_cost}
         self.train_specs = env.train.specs(env.trace, env.load)
         self.val_specs = env.validation.specs(env.trace, env.load)
-        ctx = multiprocessing.get_context("spawn")
-        self.pool = ProcessPoolExecutor(cfg.train.workers, mp_context=ctx, initializer=_worker_init)
+        self.pool = WorkerPool(cfg.train.workers, _worker_init)
         self.spans = list(self.pool.map(_span, [self.env] * len(self.train_specs), self.train_specs))
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        self.pool.close()
 
     def state(self) -> dict:
         return {k: v.clone() for k, v in self.net.state_dict().items()}

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +47,7 @@ from marl.baselines.training import (
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.es import Step, evolve
 from marl.training.learning_curve import Series, plot_learning_curve
+from marl.training.worker_map import WorkerPool
 
 Log = Callable[[str], None]
 SERVERS = {"V100": "nvswitch-8", "A100": "nvswitch-8"}  # other types: 8 GPUs on PCIe
@@ -277,7 +276,7 @@ class Trainer:
         self.train_specs = {x: env.train.specs(env.trace, x) for x in self.loads}
         self.val_specs = {x: env.validation.specs(env.trace, x) for x in self.loads}
         self.weights = MetaPlaceWeights.initial(cfg.model.hidden, np.random.default_rng(cfg.seed))
-        self.pool = ProcessPoolExecutor(cfg.train.workers, mp_context=multiprocessing.get_context("spawn"))
+        self.pool = WorkerPool(cfg.train.workers)
         vrng = np.random.default_rng(cfg.seed + 1)
         self.val_trials = [
             [self._episode(self.val_specs[x][i], cluster, seed), self._episode(self.val_specs[x][i + 1], cluster, seed)]
@@ -286,7 +285,7 @@ class Trainer:
         ]
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        self.pool.close()
 
     def _draw(self, rng: np.random.Generator) -> tuple[dict[str, Any], int, float]:
         """A cluster (drawn mix, types in a random order), a tenant mix and a load."""

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +44,7 @@ from marl.baselines.training import (
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.learning_curve import Series, plot_learning_curve
 from marl.training.policy_gradient import REWARDS, clipped_step, leave_one_out_advantages, returns_at
+from marl.training.worker_map import WorkerPool
 
 Log = Callable[[str], None]
 
@@ -255,11 +254,10 @@ class Trainer:
         self.val_specs = env.validation.specs(env.trace, env.load)
         self.model = asdict(cfg.model)
         self.spans = [_arrival_span(cfg.env.cluster, spec) for spec in self.train_specs]
-        ctx = multiprocessing.get_context("spawn")
-        self.pool = ProcessPoolExecutor(cfg.train.workers, mp_context=ctx, initializer=_worker_init)
+        self.pool = WorkerPool(cfg.train.workers, _worker_init)
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        self.pool.close()
 
     def _jobs(
         self, state: dict, specs: list[str], seeds: list[int], sample: bool, segment: tuple | None = None

@@ -9,19 +9,42 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+
+class WorkerPool:
+    """``workers`` spawned processes kept for a trainer's life (each started by ``initializer``), or this
+    process for ``workers <= 1`` (``initializer`` is for worker processes only: it is not run here)."""
+
+    def __init__(self, workers: int, initializer: Callable[[], None] | None = None) -> None:
+        self.workers = int(workers)
+        self._pool = (
+            ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=initializer)
+            if self.workers > 1
+            else None
+        )
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any]) -> Iterator[Any]:
+        """``fn`` over the items, results in order, as the builtin ``map`` returns them."""
+        return self._pool.map(fn, *iterables) if self._pool is not None else map(fn, *iterables)
+
+    def close(self) -> None:
+        """Stop the processes; calls not started yet are cancelled."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
 
 
 @contextlib.contextmanager
 def worker_map(workers: int) -> Iterator[Callable]:
     """A ``map`` whose calls run on ``workers`` spawned processes (in order, as ``map`` returns them), or
     the builtin ``map`` for ``workers <= 1``."""
-    if workers <= 1:
-        yield map
-        return
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    pool = WorkerPool(workers)
+    try:
         yield pool.map
+    finally:
+        pool.close()
 
 
-__all__ = ["worker_map"]
+__all__ = ["WorkerPool", "worker_map"]
