@@ -244,7 +244,9 @@ def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> 
     data["env"] = env
     check_keys(data, chk)
     try:
-        parsed = parse_config(data, f"{source}: train", default_name=f"{cfg.name}-marl")
+        parsed = parse_config(data, f"{source}: train", default_name=f"{cfg.name}-marl", chk=chk)
+    except ExperimentConfigError:
+        raise
     except (TypeError, ValueError) as err:
         raise chk.fail((), str(err)) from None
     return PriorityTrainSection(parsed)

@@ -460,7 +460,13 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="factor"):
         load_config(path)
     path.write_text("ppo:\n  num_envs_per_env_runner: 0\n")
-    with pytest.raises(ValueError, match=r"bad\.yaml: ppo\.num_envs_per_env_runner must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"bad\.yaml, line 2: ppo\.num_envs_per_env_runner: must be an integer >= 1"):
+        load_config(path)
+    path.write_text("env:\n  load: 0.9\n  window_days: half\n")  # a value of the wrong type: its key and line
+    with pytest.raises(ValueError, match=r"bad\.yaml, line 3: env\.window_days: expected a finite number, got 'half'"):
+        load_config(path)
+    path.write_text("model:\n  hidden: 6.5\n")
+    with pytest.raises(ValueError, match=r"line 2: model\.hidden: expected an integer, got 6\.5"):
         load_config(path)
     path.write_text("tune:\n  factors: [4, 8]\n")  # given keys replace the defaults, the rest stay
     assert load_config(path)["tune"] == {"factors": [4, 8], "days": 7.0, "stride": 3.5, "load": 0.9, "workers": None}

@@ -134,18 +134,45 @@ def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
                     raise chk.fail((key, str(sub)), f"unknown key; allowed keys here: {', '.join(allowed[key])}")
 
 
+# the types of the ppo and model keys (env: PriorityEnvConfig's annotations)
+PPO_TYPES: dict[str, Any] = {k: float if isinstance(v, float) else int for k, v in PPO_DEFAULTS.items()} | {
+    "sample_timeout_s": float
+}
+MODEL_TYPES: dict[str, Any] = {"hidden": int, "init_log_std": float, "init_policy": str | None,
+                               "init_type_log_std": float | None}  # fmt: skip
+SEED_TYPES: dict[str, Any] = {"seed": int, "name": str}
+
+
+def check_value_types(raw: Mapping[str, Any], chk: ConfigChecker) -> None:
+    """Every value of the known keys of the wrong type is named by its path and line, with the type it takes
+    (``window_days: half`` is refused here, not met later as a Python error)."""
+    import typing
+
+    checked_apart = ("load", "train_start", "train_end")  # a pair, and dates: read by parse_config itself
+    env_types = {k: v for k, v in typing.get_type_hints(PriorityEnvConfig).items() if k not in checked_apart}
+    for key, hint in SEED_TYPES.items():
+        if key in raw:
+            chk.check_type((key,), raw[key], hint)
+    for section, types in (("env", env_types), ("ppo", PPO_TYPES), ("model", MODEL_TYPES)):
+        for key, value in (raw.get(section) or {}).items():
+            if key in types:
+                chk.check_type((section, str(key)), value, types[key])
+
+
 def parse_config(
     raw: Mapping[str, Any], path: str, default_name: str = "priority", chk: ConfigChecker | None = None
 ) -> dict[str, Any]:
     """Plain data (a YAML file's, or an experiment's ``train:`` section) into a training config with defaults
     filled in; ``path`` names where it came from in the errors (``chk``: with the lines of its keys)."""
-    check_keys(raw, chk or ConfigChecker(path, {}))
+    chk = chk or ConfigChecker(path, {})
+    check_keys(raw, chk)
     from marl.training.priority_select import SELECT_DEFAULTS
     from marl.training.priority_tune import TUNE_DEFAULTS
 
+    check_value_types(raw, chk)
     envs = (raw.get("ppo") or {}).get("num_envs_per_env_runner", 1)
-    if isinstance(envs, bool) or not isinstance(envs, int) or envs < 1:
-        raise ValueError(f"{path}: ppo.num_envs_per_env_runner must be an integer >= 1, got {envs!r}")
+    if envs < 1:
+        raise chk.fail(("ppo", "num_envs_per_env_runner"), f"must be an integer >= 1, got {envs!r}")
     env = dict(raw.get("env") or {})
     env.setdefault("seed", int(raw.get("seed", 0)))
     for key in ("train_start", "train_end"):  # dates as seconds: the config is recorded as JSON
@@ -153,14 +180,14 @@ def parse_config(
             try:
                 env[key] = trace_seconds(env[key])
             except ValueError as err:
-                raise (chk or ConfigChecker(path, {})).fail(("env", key), str(err)) from None
+                raise chk.fail(("env", key), str(err)) from None
     model = {**MODEL_DEFAULTS, **(raw.get("model") or {})}
     if model["init_policy"]:
         _start_from_policy(path, model, env, "hidden" in (raw.get("model") or {}))
     try:
         PriorityEnvConfig.from_dict(env)  # validates, names the bad key
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{path}: env: {e}") from None
+        raise chk.fail(("env",), str(e)) from None
     return {
         "name": raw.get("name", default_name),
         "seed": int(raw.get("seed", 0)),
