@@ -131,10 +131,17 @@ def timelines(series: Mapping[str, Mapping[str, np.ndarray]], path: Path, worklo
     busy_end = max((float(np.asarray(s["t"])[np.asarray(s["queue"]) > 0].max(initial=0.0)) for s in series.values()),
                    default=0.0)  # fmt: skip
     t_end = max((float(np.asarray(s["t"]).max(initial=0.0)) for s in series.values()), default=0.0)
-    for name, s in series.items():
+    drawn: list[tuple[str, Mapping[str, np.ndarray]]] = []
+    for k, (name, s) in enumerate(series.items()):
         t = np.asarray(s["t"]) / 3600.0
-        ax_q.plot(t, s["queue"], label=short_label(name), color=colors[name], **_style(name))
-        ax_u.plot(t, 100.0 * np.asarray(s["utilization"]), label=short_label(name), color=colors[name], **_style(name))
+        # a line equal to one drawn before hides it: the legend says so and the dash pattern differs (as jct_cdf)
+        same = next((other for other, o in drawn if all(np.array_equal(o[key], s[key]) for key in
+                                                        ("t", "queue", "utilization"))), None)  # fmt: skip
+        label = short_label(name) + (f", identical to {short_label(same)}" if same else "")
+        style = {**_style(name), "linestyle": LINESTYLES[1 + k % (len(LINESTYLES) - 1)] if same else "-"}
+        ax_q.plot(t, s["queue"], label=label, color=colors[name], **style)
+        ax_u.plot(t, 100.0 * np.asarray(s["utilization"]), label=label, color=colors[name], **style)
+        drawn.append((name, s))
     what = f"{workload}, seed {seed}" if workload else f"seed {seed}"
     ax_q.set_ylabel("queued jobs")
     _log_if_spiky(ax_q, series)

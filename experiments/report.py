@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from cluster_sim.policies import reads_true_durations
 from cluster_sim.results import METRIC_KEYS, write_atomic
+from cluster_sim.traces.periods import philly_date
 from experiments.plots import Runs, improvement
 from experiments.run_config import MARL_WARM_START, ExperimentConfig, PriorityTrainSection
 
@@ -109,6 +111,10 @@ def write_report(
     return path
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | None) -> list[str]:
     cluster = cfg.cluster if isinstance(cfg.cluster, str) else cfg.cluster.get("name", "inline cluster")
     work = cfg.workload_specs
@@ -117,8 +123,8 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
     )
     over = "seeds" if len(work) == 1 else "workloads and seeds"
     lines = [
-        f"# {cfg.name}: {len(cfg.schedulers)} schedulers x {len(work)} workload(s) x {len(cfg.seeds)} seeds "
-        f"on {cluster}",
+        f"# {cfg.name}: {_count(len(cfg.schedulers), 'scheduler')} x {_count(len(work), 'workload')} x "
+        f"{_count(len(cfg.seeds), 'seed')} on {cluster}",
         "",
         f"{what} (seeds {cfg.seeds}), interference `{cfg.interference}`, restart cost {cfg.restart_cost:g} s, "
         f"start cost {cfg.start_cost:g} s"
@@ -138,6 +144,16 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
     return lines
 
 
+def _trace_span(env: Any) -> str:
+    """Where the training windows lie: dates on Philly's trace (with the seconds the spec holds), else seconds."""
+    if not env.trace.startswith("philly:"):
+        return f"between {env.train_start:,.0f} s and {env.train_end:,.0f} s"
+    return (
+        f"between {philly_date(env.train_start)} and {philly_date(env.train_end)} ({env.train_start:,.0f}–"
+        f"{env.train_end:,.0f} s from the trace's start)"
+    )
+
+
 def _priority_training_lines(section: PriorityTrainSection, train_info: Mapping[str, Any]) -> list[str]:
     """What the priority agents were trained on, so that the table below reads as held out or not."""
     from marl.env.priority_env import PriorityEnvConfig
@@ -155,8 +171,8 @@ def _priority_training_lines(section: PriorityTrainSection, train_info: Mapping[
     episodes = (
         f"workload `{env.workload}`"
         if env.workload
-        else f"random {env.window_days:g}-day windows of `{env.trace}` between {env.train_start:,.0f} s and "
-        f"{env.train_end:,.0f} s at loads {env.load[0]:g}-{env.load[1]:g}"
+        else f"random {env.window_days:g}-day windows of `{env.trace}` {_trace_span(env)} at loads "
+        f"{env.load[0]:g}-{env.load[1]:g}"
     )
     return [
         f"`marl` is the policy this run trained (`train/`): {env.num_agents} priority agents that {what}, "
@@ -197,6 +213,17 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "`plots/timeline.png` shows. Slowdown: JCT over the job's run time placed ideally and alone on the GPUs it "
         "asked for; below 1 where an elastic scheduler (Pollux, Sia) gave jobs more GPUs or a larger batch.",
     ]
+    oracles = [name for name in order if reads_true_durations(name)]
+    if oracles:
+        verb = "reads" if len(oracles) == 1 else "read"
+        lines += [
+            "",
+            f"{', '.join(f'`{n}`' for n in oracles)} {verb} each job's true duration, which no deployed scheduler "
+            "has: references, not baselines. Each shows what exact durations buy inside its own rule, not a bound "
+            "on the others: an SRTF ranks jobs by true remaining time but places each where it starts "
+            "(`@fastest`: its fastest GPU type with room, kept there), so on mixed GPUs long jobs left on slow "
+            "types can raise its mean while its median and slowdown lead.",
+        ]
     return [*lines, ""]
 
 

@@ -189,6 +189,14 @@ def policy_names() -> list[str]:
     return [*POLICIES, f"ORDERING+PLACEMENT ({'|'.join(ORDERINGS)} + {'|'.join(placement_names())})"]
 
 
+def reads_true_durations(name: str) -> bool:
+    """Whether the policy ``name`` reads jobs' true durations (``sjf``, ``srtf`` and every ``*-oracle``, with
+    any ``@type`` or ``+placement``): a reference of what exact durations buy inside its own rule, which no
+    deployed scheduler has, and so never a baseline."""
+    base = name.split("@")[0].split("+")[0]
+    return base in ("sjf", "srtf") or "oracle" in base.split("-")
+
+
 def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
     """A fresh scheduler for a named policy or an ``ORDERING+PLACEMENT`` combination. ``options`` go to
     its constructor (``thresholds``, ``interval``, ``name`` ...; a named policy's own settings are the

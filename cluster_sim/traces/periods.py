@@ -30,6 +30,14 @@ def philly_seconds(date: str) -> float:
     return seconds_since(PHILLY_START, date)
 
 
+def philly_date(seconds: float) -> str:
+    """The date of ``seconds`` from the Philly trace's first arrival (the inverse of :func:`philly_seconds`):
+    ``2017-11-01`` at midnight, else ``2017-09-24T10:30:41``; a fraction of a second is dropped."""
+    when = PHILLY_START + np.timedelta64(int(seconds), "s")
+    text = str(when)
+    return text.removesuffix("T00:00:00")
+
+
 def seconds_since(origin: np.datetime64 | str, date: str) -> float:
     """Seconds from ``origin`` to ``date`` (both ISO dates or date-times without a zone)."""
     try:
