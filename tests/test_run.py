@@ -99,7 +99,7 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"seeds": "1,2"}, ["seeds:", "expected a list"]),
         ({"ray": {"num_cpus": 0}}, ["ray.num_cpus:", "must be >= 1"]),
         ({"workload": "trace.csv"}, ["workload:", "synthetic:N_JOBS", "philly:PATH"]),
-        ({"train": {**TINY_TRAIN, "env": {"load": [1.0, 0.5]}}}, ["train.env:", "load must be a number or [low"]),
+        ({"train": {**TINY_TRAIN, "env": {"load": [1.0, 0.5]}}}, ["train.env.load:", "load must be a number or [low"]),
         ({"train": {**TINY_TRAIN, "env": {"window_days": "half"}}}, ["train.env.window_days:", "got 'half'"]),
         (
             {"train": {**TINY_TRAIN, "ppo": {"num_envs_per_env_runner": 0}}},

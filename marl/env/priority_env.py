@@ -56,6 +56,14 @@ MAX_DRAWS = 100  # quiet windows in a row before the settings themselves are bla
 MEMO_SIZE = 8  # finished reference schedules kept per process (by window and settings)
 
 
+class EnvConfigError(ValueError):
+    """A bad ``env_config``; ``key`` is the setting at fault (a config checker names its line)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 @dataclass(frozen=True)
 class PriorityEnvConfig:
     """Settings of :class:`PriorityEnv` (``env_config`` keys)."""
@@ -89,7 +97,7 @@ class PriorityEnvConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"priority env_config: unknown keys {unknown}; allowed: {sorted(known)}")
+            raise EnvConfigError(unknown[0], f"priority env_config: unknown keys {unknown}; allowed: {sorted(known)}")
         for key in ("train_start", "train_end"):  # seconds from the trace's start, or a date (2017-10-15)
             if key in data:
                 data[key] = trace_seconds(data[key])
@@ -97,14 +105,17 @@ class PriorityEnvConfig:
             load = data["load"]
             data["load"] = (float(load), float(load)) if np.isscalar(load) else tuple(float(x) for x in load)
             if len(data["load"]) != 2 or not 0 < data["load"][0] <= data["load"][1]:
-                raise ValueError(f"priority env_config.load must be a number or [low, high] > 0, got {load!r}")
+                raise EnvConfigError("load", f"priority env_config.load must be a number or [low, high] with 0 < low "
+                                     f"<= high, got {load!r}")  # fmt: skip
         cfg = cls(**data)
         if cfg.decision not in DECISIONS:
-            raise ValueError(f"priority env_config.decision {cfg.decision!r}: choose one of {', '.join(DECISIONS)}")
+            raise EnvConfigError("decision", f"priority env_config.decision {cfg.decision!r}: choose one of "
+                                 f"{', '.join(DECISIONS)}")  # fmt: skip
         if cfg.workload is None and cfg.train_end - cfg.train_start < cfg.window_days * 86400.0:
-            raise ValueError(
+            raise EnvConfigError(
+                "window_days",
                 f"priority env_config: train_end - train_start ({cfg.train_end - cfg.train_start:.0f} s) is shorter "
-                f"than one window of window_days={cfg.window_days}; widen the range or shorten the windows"
+                f"than one window of window_days={cfg.window_days}; widen the range or shorten the windows",
             )
         return cfg
 

@@ -34,7 +34,7 @@ from typing import Any
 from cluster_sim.results import write_dict_rows
 from cluster_sim.traces.periods import trace_seconds
 from marl.deploy.policy_files import code_version
-from marl.env.priority_env import PriorityEnv, PriorityEnvConfig
+from marl.env.priority_env import EnvConfigError, PriorityEnv, PriorityEnvConfig
 from marl.models.inference import intra_op_threads, subnormals_flushed
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.learning_curve import Series, plot_learning_curve
@@ -186,6 +186,8 @@ def parse_config(
         _start_from_policy(path, model, env, "hidden" in (raw.get("model") or {}))
     try:
         PriorityEnvConfig.from_dict(env)  # validates, names the bad key
+    except EnvConfigError as e:
+        raise chk.fail(("env", e.key), str(e)) from None
     except (TypeError, ValueError) as e:
         raise chk.fail(("env",), str(e)) from None
     return {
