@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if argv is None and args.command in SEEDED_COMMANDS and "PYTHONHASHSEED" not in os.environ:
         # string hashing is salted per process; the trainer orders agents and batches through str sets and
-        # dicts, so the command restarts itself, unsalted, to repeat bit for bit (workers: marl.training.local_ray)
+        # dicts, so the command restarts itself, unsalted, to repeat bit for bit (workers: marl.deploy.local_ray)
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
     try:
         if args.plugin:

@@ -50,7 +50,7 @@ from experiments.tasks import (
     task_id,
     write_task,
 )
-from marl.training.local_ray import init_ray as start_or_connect
+from marl.deploy.local_ray import init_ray as start_or_connect
 
 Log = Callable[[str], None]
 

@@ -82,8 +82,8 @@ def _placing(cfg: ExperimentConfig) -> bool:
 
 def rollout_throughput(cfg: ExperimentConfig, agents: int) -> dict[str, float]:
     """Env and agent steps per second of ``env_runners`` RLlib EnvRunners sampling in parallel."""
+    from marl.deploy.local_ray import stop_algorithm, without_known_noise
     from marl.env.priority_env import PriorityEnv
-    from marl.training.local_ray import stop_algorithm, without_known_noise
     from marl.training.priority_train import ppo_config
 
     sc = cfg.scaling_config

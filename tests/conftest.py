@@ -105,7 +105,7 @@ def ray_local(_ray_session):
     it and shared by every test that asks (a start costs seconds; tests leave no actors behind)."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
-        from marl.training.local_ray import start_local_ray
+        from marl.deploy.local_ray import start_local_ray
 
         start_local_ray(2, 100 * 1024**2)  # as the commands start it: seeded training repeats
     return ray

@@ -83,7 +83,7 @@ def rllib_sampling(
     at ``address``); ``envs``: environments per runner (None: the config's), ``steps`` over all of them."""
     import ray
 
-    from marl.training.local_ray import stop_algorithm
+    from marl.deploy.local_ray import stop_algorithm
     from marl.training.priority_train import load_config, ppo_config
 
     cfg = load_config(config)
@@ -95,7 +95,7 @@ def rllib_sampling(
         ray.init(address=address, log_to_driver=False)
     else:
         ray.init(
-            num_cpus=max(2, runners), object_store_memory=int(cfg["ray"]["object_store_mb"]) * 1024**2,
+            address="local", num_cpus=max(2, runners), object_store_memory=int(cfg["ray"]["object_store_mb"]) * 1024**2,
             include_dashboard=False, log_to_driver=False,
         )  # fmt: skip
     try:

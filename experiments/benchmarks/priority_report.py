@@ -229,7 +229,7 @@ def dc1k(policy_dir: str, spec: str, agents: int) -> dict[str, Any]:
     data = f"gavel:{GAVEL}" if GAVEL.is_file() else None
     started = not ray.is_initialized()
     if started:
-        ray.init(include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024**2)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024**2)
     try:
         sched, actors = deploy_policy(policy_dir, num_agents=agents, name=POLICY)
         sim = build_simulator("dc-1k", spec, seed=0, interference="oracle", interference_data=data)

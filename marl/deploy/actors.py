@@ -23,6 +23,7 @@ import numpy as np
 import ray
 import torch
 
+from marl.deploy.local_ray import init_ray, without_known_noise
 from marl.deploy.policy_files import TORCHSCRIPT, network_file, network_from_bytes
 from marl.env.priority_agents import PriorityAgents
 from marl.models.inference import cpu_inference, subnormals_flushed
@@ -101,9 +102,13 @@ class RayActorScorer:
         self.num_agents = int(num_agents)
         self.keys = PLACING_INPUTS if read_priority_metadata(policy_dir).get("placing") else PRIORITY_KEYS
         path = network_file(self.policy_dir)
-        self._blob, self.groups, self.actors = _start_actors(
-            path.read_bytes(), self.num_agents, num_actors, num_cpus, num_threads, keys=self.keys, file_name=path.name
-        )
+        # no Ray yet: start it in-process (or connect to RAY_ADDRESS), as the commands do; shutdown() stops it
+        self._started_ray = init_ray(None, None, 100 * 1024**2, log=lambda line: None)
+        with without_known_noise():  # Ray's caveat on restarting actors with stored arguments (KNOWN_NOISE)
+            self._blob, self.groups, self.actors = _start_actors(
+                path.read_bytes(), self.num_agents, num_actors, num_cpus, num_threads, keys=self.keys,
+                file_name=path.name,
+            )  # fmt: skip
         self.calls = 0
         self.agent_calls = 0
 
@@ -122,9 +127,13 @@ class RayActorScorer:
         return ray.get([a.info.remote() for a in self.actors])
 
     def shutdown(self) -> None:
+        """Stop the actors, and Ray too where this scorer started it."""
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
 
     def scheduler(self, *, name: str = "marl-ray", **kwargs: Any) -> PriorityAgents:
         """The priority agents asking these actors (settings from the policy's metadata)."""

@@ -33,12 +33,12 @@ from typing import Any
 
 from cluster_sim.results import write_dict_rows
 from cluster_sim.traces.periods import trace_seconds
+from marl.deploy.local_ray import QUIET_LEVEL, init_ray, stop_algorithm, without_known_noise
 from marl.deploy.policy_files import code_version
 from marl.env.priority_env import EnvConfigError, PriorityEnv, PriorityEnvConfig
 from marl.models.inference import intra_op_threads, subnormals_flushed
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
 from marl.training.learning_curve import Series, plot_learning_curve
-from marl.training.local_ray import QUIET_LEVEL, init_ray, stop_algorithm, without_known_noise
 from marl.training.ppo_iteration import train_iteration
 from marl.training.result_log import ResultLog
 

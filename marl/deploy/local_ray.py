@@ -114,8 +114,10 @@ def start_local_ray(num_cpus: int | None, object_store_bytes: int) -> None:
     # batches through sets and dicts of strings, so unsalted workers are what makes seeded training repeat
     os.environ.setdefault("PYTHONHASHSEED", "0")
     quiet_ray_output()
-    ray.init(num_cpus=num_cpus, object_store_memory=object_store_bytes, include_dashboard=False, log_to_driver=False,
-             logging_level=QUIET_LEVEL)  # fmt: skip
+    # address "local": a new Ray here, never a cluster that `ray start` left in /tmp/ray/ray_current_cluster
+    # (Ray's default would connect to it, or fail when that cluster is gone or num_cpus is given)
+    ray.init(address="local", num_cpus=num_cpus, object_store_memory=object_store_bytes, include_dashboard=False,
+             log_to_driver=False, logging_level=QUIET_LEVEL)  # fmt: skip
     reap_on_exit()
 
 
