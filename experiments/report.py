@@ -213,6 +213,13 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "`plots/timeline.png` shows. Slowdown: JCT over the job's run time placed ideally and alone on the GPUs it "
         "asked for; below 1 where an elastic scheduler (Pollux, Sia) gave jobs more GPUs or a larger batch.",
     ]
+    jcts = {n: [m["avg_jct"] for _, m in sorted(rows[n].items())] for n in order}
+    if len(order) > 1 and all(jcts[n] == jcts[order[0]] for n in order):
+        lines += [
+            "",
+            "Every scheduler gave the same average JCT on every run: at this load their choices made no "
+            "difference (jobs hardly wait); offer more load to compare them.",
+        ]
     oracles = [name for name in order if reads_true_durations(name)]
     if oracles:
         verb = "reads" if len(oracles) == 1 else "read"

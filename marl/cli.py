@@ -46,7 +46,11 @@ def add_train_commands(subparsers) -> None:
             "else Ray in-process); algo ppo",
         )
         p.add_argument("--resume", action="store_true", help="continue a killed training in --out (algo ppo)")
-        p.add_argument("--no-eval", action="store_true", help="skip the final evaluation against the heuristics")
+        p.add_argument(
+            "--no-eval", action="store_true",
+            help="skip what runs after training, for a quick try: the final evaluation against the heuristics and "
+            "(ppo, appo) the config's select and tune stages",
+        )  # fmt: skip
         p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
         p.set_defaults(func=run_train)
 
@@ -90,6 +94,8 @@ def run_train(args: argparse.Namespace) -> int:
     command = f"marlsched train --config {args.config} --out {args.out}"
     if args.iterations is not None:
         command += f" --iterations {args.iterations}"
+    if args.no_eval:
+        command += " --no-eval"
     request = TrainRequest(
         config=Path(args.config), out=Path(args.out), iterations=args.iterations, address=args.address,
         resume=args.resume, evaluate=False if args.no_eval else None, command=command,

@@ -580,10 +580,10 @@ def test_eval_cli_writes_metrics_and_parity_plot(small_model: Path, gavel_dir: P
     args = ["interference", "eval", "--model", str(small_model), "--data", f"gavel:{gavel_dir}"]
     assert cli_main([*args, "--split", "random", "--steps", "40", "--out", str(out)]) == 0
     res = json.loads((out / "eval.json").read_text())
-    for key in ("mae", "mape", "spearman", "n", "mean_predictor_mae", "issue_mean_predictor_mae"):
+    for key in ("mae", "mape", "spearman", "n", "mean_predictor_mae", "reference_mean_predictor_mae"):
         assert key in res, key
     assert 0.5 < res["pairwise_order_accuracy"] <= 1 and res["ranked_pairs"] > 1000
-    assert res["n"] == 2 * 976 and res["issue_mean_predictor_mae"] == 0.144
+    assert res["n"] == 2 * 976 and res["reference_mean_predictor_mae"] == 0.144
     assert res["mae"] < res["mean_predictor_mae"]
     assert (out / "parity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

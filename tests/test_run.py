@@ -535,3 +535,22 @@ def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Pa
     config = _write(tmp_path, yaml.safe_dump(TINY), "tiny.yaml")
     with pytest.raises(ExperimentConfigError, match="this config has none"):
         load_experiment_config(config, workloads=["a"])
+
+
+def test_the_metrics_notes_name_oracle_references_and_say_when_no_choice_mattered() -> None:
+    """Under the metrics table: schedulers that read true durations are named as references (``sjf`` here, not
+    ``fifo``), and equal average JCTs on every run are said to be so (a load at which the comparison is empty)."""
+    from experiments.report import _metric_table
+
+    cfg = parse_experiment_config(TINY, "tiny.yaml")
+    runs = [("w", seed) for seed in cfg.seeds]
+
+    def notes(jct: dict[str, list[float]]) -> str:
+        rows = {name: {run: {"avg_jct": v} for run, v in zip(runs, vals, strict=True)} for name, vals in jct.items()}
+        return "\n".join(_metric_table(cfg, rows))
+
+    same = notes({"fifo": [10.0, 20.0, 30.0], "sjf": [10.0, 20.0, 30.0]})
+    assert "`sjf` reads each job's true duration" in same and "`fifo`" not in same
+    assert "Every scheduler gave the same average JCT on every run" in same
+    differ = notes({"fifo": [10.0, 20.0, 30.0], "sjf": [10.0, 20.0, 29.0]})
+    assert "Every scheduler gave the same" not in differ and "`sjf` reads" in differ

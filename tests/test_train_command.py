@@ -140,14 +140,18 @@ def test_appo_trains_the_same_agents_asynchronously_and_exports(ray_local, tmp_p
     from cluster_sim.policies import get_policy
 
     cfg = tmp_path / "appo.yaml"
-    cfg.write_text(yaml.safe_dump({"algo": "appo", **TINY_PPO, "ppo": {**TINY_PPO["ppo"], "num_env_runners": 1}}))
+    tune = {"factors": [1.5, 31], "days": 0.25, "stride": 6.0, "load": 0.3, "workers": 1}
+    raw = {"algo": "appo", **TINY_PPO, "ppo": {**TINY_PPO["ppo"], "num_env_runners": 1}, "tune": tune}
+    cfg.write_text(yaml.safe_dump(raw))
     out = tmp_path / "run"
+    # --no-eval: the quick try stops at training, the config's tune stage skipped and the flag recorded
     assert main(["train", "--config", str(cfg), "--out", str(out), "--quiet", "--no-eval"]) == 0
     rows = [json.loads(line) for line in (out / "result.json").read_text().splitlines()]
     assert len(rows) == 3 and all(r["env_runners"]["num_env_steps_sampled"] > 0 for r in rows)
     assert any(r.get("learners", {}).get("shared", {}).get("num_module_steps_trained", 0) > 0 for r in rows)
     meta = json.loads((out / "policy" / "metadata.json").read_text())
     assert meta["agent"] == "priority" and meta["trained"]["config"]["algo"] == "appo"
+    assert "tuned" not in meta and meta["trained"]["command"].endswith(" --no-eval")
     result = build_simulator("small", "synthetic:30,load=0.9", seed=0).run(get_policy(f"marl:{out / 'policy'}"))
     assert result.metrics()["jobs_completed"] == 30
 

@@ -115,6 +115,8 @@ def run_recipe(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainReques
     trainer = resolve(algorithm.trainer)
     if rllib:
         cfg["ray"]["address"] = req.address or cfg["ray"].get("address") or os.environ.get("RAY_ADDRESS") or None
+        if req.evaluate is False:  # --no-eval: a quick try stops at training (the last iterate, the config's margin)
+            cfg["select"] = cfg["tune"] = None
         return trainer(cfg, req.out, log=req.log, command=req.command, resume=req.resume)
     if algorithm.settings is not None:  # the flat loops write the policy folder they are given
         return trainer(cfg, req.out / POLICY, command=req.command, log=req.log)
