@@ -98,6 +98,8 @@ def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(tiny, tmp_p
         ("cluster_sim.placement:FreePool", "does not speak the scheduler protocol (no reset, schedule)"),
         (f"{SMALLEST_FIRST},colour=red", "unexpected keyword argument 'colour'"),
         (f"{SMALLEST_FIRST},oops", "unknown scheduler 'oops'"),  # a second name, not an option
+        ("fifo+nowhere", "unknown placement 'nowhere'; placements: best-fit"),  # the part that is wrong
+        (str(EXAMPLES / "smallest_first.py"), "a scheduler of your own is named FILE:Class"),
         ("", "--policy '' names no scheduler"),
         (" , ", "names no scheduler"),
     ],
@@ -109,6 +111,19 @@ def test_bad_policy_spec_gets_a_one_line_error(tiny, capsys, policy: str, expect
     assert code == 2
     assert len(err.splitlines()) == 1, err
     assert err.startswith("marlsched simulate: error:") and expected in err, err
+
+
+def test_get_policy_builds_a_scheduler_of_your_own_from_its_spec(tiny) -> None:
+    """``get_policy("FILE:Class,key=value")`` in Python, as ``--policy`` takes it: the same hand-computed JCTs."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    cluster, jobs = tiny
+    sched = get_policy(f"{SMALLEST_FIRST},placement=spread")
+    result = build_simulator(str(cluster), f"philly:{jobs}", seed=0, perf_model=False).run(sched)
+    np.testing.assert_allclose(np.sort(result.jct), np.sort(HAND_JCT["smallest-first"]))
+    with pytest.raises(TypeError, match="give its options in the spec"):
+        get_policy(SMALLEST_FIRST, placement="spread")
 
 
 def test_bad_custom_scheduler_in_a_run_config_names_its_entry() -> None:

@@ -225,6 +225,12 @@ BAD_SPECS = [
         "mix[0].fraction",
         "(0, 1]",
     ),
+    (  # a top-level default that no mix entry takes: the entries' own types were meant, or the default
+        "racks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-8\ngpu_type: V100\n"
+        "mix:\n  - {gpu_type: A100, fraction: 1}\n",
+        "gpu_type",
+        "every mix entry gives its own",
+    ),
     ("racks_per_pod: 2\nservers_per_rack: 2\nserver: nvswitch-8\ngpu_type: K80\n", "server", "no NVLink"),
     ("racks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: X200\n", "gpu_type", "A100"),
     (

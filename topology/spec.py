@@ -215,6 +215,12 @@ def parse_spec(data: Any, source: str = "<spec>", default_name: str = "cluster")
                 missing = "gpu_type" if gtype is None else "server"
                 raise ClusterSpecError(source, f"{path}.{missing}", "missing (and no top-level default)")
             groups.append(_group(gtype, server, fraction, path, source))
+        for key, default in (("server", default_server), ("gpu_type", default_type)):
+            if default is not None and all(key in entry for entry in mix if isinstance(entry, dict)):
+                raise ClusterSpecError(
+                    source, key, "is the default of mix entries without their own, and every mix entry gives its own:"
+                    f" drop the top-level {key}, or leave it out of the entries that should take it",
+                )  # fmt: skip
         total = sum(g.fraction for g in groups)
         if abs(total - 1.0) > 1e-6:
             raise ClusterSpecError(source, "mix", f"the mix[*].fraction values sum to {total:g}", "a sum of 1")

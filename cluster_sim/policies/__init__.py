@@ -217,9 +217,22 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
         return POLICIES[name](seed, **options) if options else POLICIES[name](seed)
     if split_folder_name(name):
         return load_folder_policy(name, **options)
+    from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
+
+    if is_custom_spec(name):  # FILE_OR_MODULE:Class[,key=value...]: a scheduler of your own
+        if options:
+            raise TypeError(f"scheduler {name!r}: give its options in the spec (FILE:Class,key=value), not here")
+        return load_custom_scheduler(name, seed)
     ordering, plus, placement = name.partition("+")
     if plus and ordering in ORDERINGS and placement in PLACEMENTS:
         return make_scheduler(ordering, placement, seed=seed, **options)
+    if plus and ordering in ORDERINGS:
+        raise ValueError(
+            f"scheduler {name!r}: unknown placement {placement!r}; placements: {', '.join(placement_names())} (a "
+            "placement of your own: register it in a file given to --plugin FILE before the command)"
+        )
+    if name.endswith(".py") or "/" in name:
+        raise ValueError(f"scheduler {name!r}: a scheduler of your own is named FILE:Class (e.g. mysched.py:Mine)")
     close = difflib.get_close_matches(name, list(POLICIES), n=1)
     raise ValueError(
         f"unknown scheduler {name!r}; {f'did you mean {close[0]!r}? ' if close else ''}choose one of: "
@@ -227,7 +240,7 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
         f"in {{{', '.join(placement_names())}}}, each optionally NAME@ORDER with ORDER in "
         f"{{{', '.join(GPU_TYPE_ORDERS)}}} (the order of GPU types on a mixed cluster), or PREFIX:DIR for a trained "
         f"policy's folder (prefixes: "
-        f"{', '.join(folder_prefixes()) or 'none; pip install marlsched'})"
+        f"{', '.join(folder_prefixes()) or 'none; pip install marlsched'}), or FILE_OR_MODULE:Class for your own"
     )
 
 

@@ -5,7 +5,7 @@ of its throughput (default 5%; ``--interference-model 0.1`` sets 10%), compoundi
 crude model, but the shape every model has: queries in, throughput factors in (0, 1] out.
 
     marlsched --plugin experiments/examples/neighbour_count_interference.py simulate --cluster small \
-        --workload synthetic:500,load=0.9 --policy gandiva,fifo --interference per-neighbour
+        --workload synthetic:2000,window_load=1.0 --policy gandiva,fifo --interference per-neighbour
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 emptier racks for larger jobs), consolidated inside that rack; a job that fits no single rack falls back
 to the built-in ``consolidate``. It then works wherever a built-in placement name does:
 
-    marlsched --plugin experiments/examples/rack_local_placement.py simulate --cluster small \
-        --workload synthetic:500,load=0.9 --policy fifo+rack-local,fifo+consolidate
+    marlsched --plugin experiments/examples/rack_local_placement.py simulate --cluster small-mixed \
+        --workload synthetic:2000,window_load=1.0 --policy fifo+rack-local,fifo+consolidate
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Run it beside the built-in ones, from the command line or in a run config's ``schedulers:``:
 
-    marlsched simulate --cluster small --workload synthetic:500,load=0.9 \
+    marlsched simulate --cluster small --workload synthetic:2000,window_load=1.0 \
         --policy experiments/examples/smallest_first.py:SmallestRequestFirst,fifo,tiresias
 """
 
