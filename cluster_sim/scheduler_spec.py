@@ -71,8 +71,9 @@ def load_custom_scheduler(spec: str, seed: int = 0) -> Scheduler:
         kwargs["seed"] = seed
     try:
         sched = cls(**kwargs)
-    except TypeError as err:
-        raise PluginError(f"--policy {spec!r}: {cls_name}({_show(kwargs)}) failed: {err}") from None
+    except (TypeError, ValueError) as err:  # a keyword it does not take, or a value it refuses (a placement)
+        hint = " (a placement of your own: --plugin FILE before the command)" if "placement" in str(err) else ""
+        raise PluginError(f"--policy {spec!r}: {cls_name}({_show(kwargs)}) failed: {err}{hint}") from None
     if not isinstance(getattr(sched, "name", None), str):
         raise PluginError(f"--policy {spec!r}: {cls_name} has no `name` string; {PROTOCOL_HINT}")
     return sched

@@ -97,6 +97,7 @@ def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(tiny, tmp_p
         (f"{EXAMPLES / 'smallest_first.py'}:Nope", "has no class 'Nope'; schedulers it defines: SmallestRequestFirst"),
         ("cluster_sim.placement:FreePool", "does not speak the scheduler protocol (no reset, schedule)"),
         (f"{SMALLEST_FIRST},colour=red", "unexpected keyword argument 'colour'"),
+        (f"{SMALLEST_FIRST},placement=nowhere", "SmallestRequestFirst(placement='nowhere') failed: unknown placement"),
         (f"{SMALLEST_FIRST},oops", "unknown scheduler 'oops'"),  # a second name, not an option
         ("fifo+nowhere", "unknown placement 'nowhere'; placements: best-fit"),  # the part that is wrong
         (str(EXAMPLES / "smallest_first.py"), "a scheduler of your own is named FILE:Class"),
