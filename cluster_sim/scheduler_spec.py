@@ -28,6 +28,18 @@ def is_custom_spec(spec: str) -> bool:
     return bool(colon) and prefix not in folder_prefixes()  # PREFIX:DIR names a policy folder, not a module
 
 
+def custom_spec_form(spec: str) -> bool:
+    """Whether ``spec`` has the form ``TARGET:Class`` (:func:`is_custom_spec` with a class name after the colon):
+    ``PREFIX:DIR`` of an unknown prefix is not one, and is reported as an unknown scheduler instead."""
+    if not is_custom_spec(spec):
+        return False
+    try:
+        parse_custom_spec(spec)
+    except PluginError:
+        return False
+    return True
+
+
 def parse_custom_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     """``(target, class name, options)`` of a ``TARGET:Class[,key=value...]`` spec."""
     head, *items = spec.split(",")

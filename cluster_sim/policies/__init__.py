@@ -217,9 +217,9 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
         return POLICIES[name](seed, **options) if options else POLICIES[name](seed)
     if split_folder_name(name):
         return load_folder_policy(name, **options)
-    from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
+    from cluster_sim.scheduler_spec import custom_spec_form, load_custom_scheduler
 
-    if is_custom_spec(name):  # FILE_OR_MODULE:Class[,key=value...]: a scheduler of your own
+    if custom_spec_form(name):  # FILE_OR_MODULE:Class[,key=value...]: a scheduler of your own
         if options:
             raise TypeError(f"scheduler {name!r}: give its options in the spec (FILE:Class,key=value), not here")
         return load_custom_scheduler(name, seed)
@@ -231,7 +231,7 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
             f"scheduler {name!r}: unknown placement {placement!r}; placements: {', '.join(placement_names())} (a "
             "placement of your own: register it in a file given to --plugin FILE before the command)"
         )
-    if name.endswith(".py") or "/" in name:
+    if ":" not in name and (name.endswith(".py") or "/" in name):
         raise ValueError(f"scheduler {name!r}: a scheduler of your own is named FILE:Class (e.g. mysched.py:Mine)")
     close = difflib.get_close_matches(name, list(POLICIES), n=1)
     raise ValueError(
