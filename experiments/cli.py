@@ -22,8 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="MODULE_OR_FILE",
-        help="import this module first (repeatable): it may register schedulers, placements, workload kinds "
-        "or interference models (see experiments/examples/)",
+        help="import this module first (repeatable; before or after the command): it may register schedulers, "
+        "placements, workload kinds or interference models (see experiments/examples/)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     add_simulate_command(sub)
@@ -36,9 +36,25 @@ def build_parser() -> argparse.ArgumentParser:
 SEEDED_COMMANDS = ("run", "train", "train-priority")  # commands whose results must repeat for a seed
 
 
+def plugins_first(argv: list[str]) -> list[str]:
+    """``argv`` with every ``--plugin X`` (or ``--plugin=X``) moved before the command, where the parser takes it:
+    no command has an option of that name, so ``marlsched simulate --plugin FILE ...`` means the same."""
+    plugins: list[str] = []
+    rest: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--plugin":
+            plugins += [arg, next(it, "")]
+        elif arg.startswith("--plugin="):
+            plugins.append(arg)
+        else:
+            rest.append(arg)
+    return [*plugins, *rest]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(plugins_first(sys.argv[1:] if argv is None else argv))
     if argv is None and args.command in SEEDED_COMMANDS and "PYTHONHASHSEED" not in os.environ:
         # string hashing is salted per process; the trainer orders agents and batches through str sets and
         # dicts, so the command restarts itself, unsalted, to repeat bit for bit (workers: marl.deploy.local_ray)

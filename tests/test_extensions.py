@@ -139,12 +139,13 @@ def test_bad_custom_scheduler_in_a_run_config_names_its_entry() -> None:
 def test_plugins_register_a_placement_a_workload_kind_and_an_interference_model(tmp_path: Path) -> None:
     (tmp_path / "my.csv").write_text("arrival_s,gpus,duration_s,tenant\n0,8,100,a\n5,4,50,b\n6,1,10,a\n")
     plugins = [f"--plugin={EXAMPLES / n}.py" for n in ("rack_local_placement", "jobs_csv_workload")]
-    plugins.append(f"--plugin={EXAMPLES / 'neighbour_count_interference.py'}")
+    after = ["--plugin", str(EXAMPLES / "neighbour_count_interference.py")]  # after the command: the same
     out = tmp_path / "out"
     code = main(
-        [*plugins, "simulate", "--cluster", "small", "--workload", f"jobs:{tmp_path / 'my.csv'},model=bert-squad",
-         "--policy", "fifo+rack-local,gandiva", "--interference", "per-neighbour", "--interference-model", "0.1",
-         "--no-perf-model", "--quiet", "--out", str(out)]
+        [*plugins, "simulate", *after, "--cluster", "small",
+         "--workload", f"jobs:{tmp_path / 'my.csv'},model=bert-squad", "--policy", "fifo+rack-local,gandiva",
+         "--interference", "per-neighbour", "--interference-model", "0.1", "--no-perf-model", "--quiet",
+         "--out", str(out)]
     )  # fmt: skip
     assert code == 0
     # rack-local keeps every job on its own servers: nobody shares, nobody slows down
