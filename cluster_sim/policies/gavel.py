@@ -30,9 +30,8 @@ import scipy.optimize
 import scipy.sparse
 
 from cluster_sim.policies.rigid_rounds import (
-    RigidRounds,
+    ScoredRounds,
     attained_hours,
-    ran_types,
     remaining_steps,
     type_capacity,
 )
@@ -178,8 +177,38 @@ class GavelPriorityScore:
         return score
 
 
-class Gavel(RigidRounds):
-    """Max-sum-throughput time shares per GPU type (an LP), realised by priorities every ``interval``."""
+class GavelOrder:
+    """Gavel's own round order as a :class:`~cluster_sim.policies.rigid_rounds.ScoredRounds` score: the pairs
+    the LP gives a share, by priority (share over share received), then by share; the pairs it gives none are
+    left out (``gavel``; ``rounds-gavel`` ranks them last instead). Keeps the LP's solve times."""
+
+    def __init__(self, interval: float = 360.0, objective: str = "throughput") -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"gavel: unknown objective {objective!r}; choose one of {OBJECTIVES}")
+        self.interval, self.objective = float(interval), objective
+        self.shares: GavelShares | None = None
+        self.solve_seconds: list[float] = []
+
+    def reset(self, view: SchedulerView) -> None:
+        self.shares = GavelShares(len(view.jobs), len(view.topo.gpu_types), self.interval)
+        self.solve_seconds = []
+
+    def ran(self, jobs: np.ndarray, types: np.ndarray) -> None:
+        self.shares.ran(jobs, types)
+
+    def __call__(self, view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
+        t0 = time.perf_counter()
+        if self.objective == "oracle-completions":  # each job's throughput as a share of its true remaining work
+            rates = rates / np.maximum(remaining_steps(view, jobs, rates, current), 1e-9)[:, None]
+        x = max_sum_throughput(rates, np.asarray(view.jobs.num_gpus[jobs], dtype=np.int64), type_capacity(view.topo))
+        self.solve_seconds.append(time.perf_counter() - t0)
+        priority = self.shares.priority(jobs, x)
+        return np.stack([np.where(x > 0, priority, -np.inf), x])
+
+
+class Gavel(ScoredRounds):
+    """Max-sum-throughput time shares per GPU type (an LP), realised by priorities every ``interval``: the
+    rounds' ordering stage is :class:`GavelOrder`."""
 
     ordering = "gavel"
 
@@ -192,34 +221,17 @@ class Gavel(RigidRounds):
         seed: int = 0,
         name: str = "gavel",
     ) -> None:
-        if objective not in OBJECTIVES:
-            raise ValueError(f"gavel: unknown objective {objective!r}; choose one of {OBJECTIVES}")
-        super().__init__(interval=interval, max_nodes=max_nodes, pinned={}, seed=seed, name=name)
+        order = GavelOrder(interval, objective)
+        super().__init__(order, interval=interval, stay=0.0, max_nodes=max_nodes, seed=seed, name=name)
         self.objective = objective
-        self.solve_seconds: list[float] = []
 
-    def reset(self, view: SchedulerView) -> None:
-        super().reset(view)
-        self.shares = GavelShares(len(view.jobs), len(view.topo.gpu_types), self.interval)
-        self.solve_seconds = []
+    @property
+    def shares(self) -> GavelShares | None:
+        return self.scorer.shares
 
-    def _allocate_placed(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, least: np.ndarray):
-        t0 = time.perf_counter()
-        rates, asked, capacity = self.throughputs(view, jobs)
-        if self.objective == "oracle-completions":  # each job's throughput as a share of its true remaining work
-            rates = (
-                rates / np.maximum(remaining_steps(view, jobs, rates, self.current_types(view, jobs)), 1e-9)[:, None]
-            )
-        x = max_sum_throughput(rates, asked, capacity)
-        self.solve_seconds.append(time.perf_counter() - t0)
-        priority = self.shares.priority(jobs, x)
-        # (job, type) pairs by decreasing priority, then allocation; ties: the jobs' order (least service)
-        i_idx, t_idx = np.nonzero(x > 0)
-        order = np.lexsort((i_idx, -x[i_idx, t_idx], -priority[i_idx, t_idx]))
-        types, counts = self.assign(order, i_idx, t_idx, asked, capacity)
-        placement = self._place(view, jobs, cur, counts, np.where(counts > 0, counts, least), job_types=types)
-        self.shares.ran(jobs, ran_types(types, placement))
-        return placement, [None] * len(jobs)
+    @property
+    def solve_seconds(self) -> list[float]:
+        return self.scorer.solve_seconds
 
 
-__all__ = ["LAS_WEIGHT", "Gavel", "GavelPriorityScore", "GavelShares", "max_sum_throughput"]
+__all__ = ["LAS_WEIGHT", "Gavel", "GavelOrder", "GavelPriorityScore", "GavelShares", "max_sum_throughput"]

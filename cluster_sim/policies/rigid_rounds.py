@@ -166,7 +166,9 @@ SCORERS: dict[str, Scorer] = {
 
 
 class ScoredRounds(RigidRounds):
-    """Rigid jobs placed every ``interval`` by a score per (job, GPU type), higher first.
+    """Rigid jobs placed every ``interval`` by a score per (job, GPU type), higher first: three stages, the
+    ordering (:meth:`pair_order`, from the scorer), the admission (:meth:`assign`: each job takes its first pair
+    whose type still has its GPU count) and the placement (the elastic frame's best fit on the type).
 
     ``stay`` (>= 0) is added to a running job's score on the type it runs on, so a job is moved or
     preempted only for a pair that beats it by that much (the scores are log-scale: 0.1 ~ 10%).
@@ -202,14 +204,23 @@ class ScoredRounds(RigidRounds):
         if hook is not None:
             hook(view)
 
+    def pair_order(self, view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray):
+        """The ordering stage: (order, job index, type index) of the (job, type) pairs the round walks, best
+        first. The scorer gives one score per pair, or a stack of keys ``(k, jobs, types)`` (the first decides,
+        the next break its ties); a pair whose first key is -inf, or whose type cannot hold the job, is left
+        out; the job's index breaks the last ties. ``stay`` is added to the first key of the pair a job runs on."""
+        score = np.asarray(self.scorer(view, jobs, rates, current), dtype=np.float64)
+        keys = score if score.ndim == 3 else score[None]
+        on = current >= 0
+        keys[0][np.flatnonzero(on), current[on]] += self.stay
+        i_idx, t_idx = np.nonzero((rates > 0) & (keys[0] > -np.inf))
+        order = np.lexsort((i_idx, *(-k[i_idx, t_idx] for k in keys[::-1])))
+        return order, i_idx, t_idx
+
     def _allocate_placed(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray, least: np.ndarray):
         rates, asked, capacity = self.throughputs(view, jobs)
         current = self.current_types(view, jobs)
-        score = np.asarray(self.scorer(view, jobs, rates, current), dtype=np.float64)
-        on = current >= 0
-        score[np.flatnonzero(on), current[on]] += self.stay
-        i_idx, t_idx = np.nonzero(rates > 0)
-        order = np.lexsort((i_idx, -score[i_idx, t_idx]))
+        order, i_idx, t_idx = self.pair_order(view, jobs, rates, current)
         types, counts = self.assign(order, i_idx, t_idx, asked, capacity)
         placement = self._place(view, jobs, cur, counts, np.where(counts > 0, counts, least), job_types=types)
         hook = getattr(self.scorer, "ran", None)
