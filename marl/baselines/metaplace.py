@@ -136,33 +136,17 @@ def job_models(view: SchedulerView) -> list[str]:
     return out
 
 
-class MetaPlace(ScoredRounds):
-    """Rigid jobs on GPU types by a learned score over measured speeds (see the module doc).
+class MetaPlaceScore:
+    """The learned (job, GPU type) score over measured speeds (see the module doc), the ordering stage of
+    :class:`MetaPlace`'s rounds. ``context``: the measurements it starts from (default: none), updated in
+    place while ``adapt`` (False: frozen, the unadapted policy)."""
 
-    ``context``: the measurements it starts from (default: none), updated in place while ``adapt`` (False:
-    frozen, the unadapted policy). Pass the same object to consecutive episodes to adapt across them."""
-
-    ordering = "metaplace"
-
-    def __init__(
-        self,
-        weights: MetaPlaceWeights,
-        *,
-        context: SpeedContext | None = None,
-        adapt: bool = True,
-        interval: float = 360.0,
-        stay: float = 0.1,
-        max_nodes: int = 16,
-        seed: int = 0,
-        name: str = KIND,
-    ) -> None:
-        super().__init__(self._score, interval=interval, stay=stay, max_nodes=max_nodes, seed=seed, name=name)
+    def __init__(self, weights: MetaPlaceWeights, context: SpeedContext | None = None, adapt: bool = True) -> None:
         self.weights = weights
         self.context = context if context is not None else SpeedContext()
         self.adapt = adapt
 
     def reset(self, view: SchedulerView) -> None:
-        super().reset(view)
         self._models = job_models(view)
         self._measured: set[tuple[int, int]] = set()
 
@@ -210,9 +194,36 @@ class MetaPlace(ScoredRounds):
         f[..., 9] = np.log1p(att)[:, None]
         return f
 
-    def _score(self, view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
+    def __call__(self, view: SchedulerView, jobs: np.ndarray, rates: np.ndarray, current: np.ndarray) -> np.ndarray:
         f = self.features(view, jobs, rates, current)
         return -f[..., 9] + self.weights(f)
+
+
+class MetaPlace(ScoredRounds):
+    """Rigid jobs on GPU types by :class:`MetaPlaceScore` in the scored rounds. Pass the same ``context`` to
+    consecutive episodes to adapt across them."""
+
+    ordering = "metaplace"
+
+    def __init__(
+        self,
+        weights: MetaPlaceWeights,
+        *,
+        context: SpeedContext | None = None,
+        adapt: bool = True,
+        interval: float = 360.0,
+        stay: float = 0.1,
+        max_nodes: int = 16,
+        seed: int = 0,
+        name: str = KIND,
+    ) -> None:
+        score = MetaPlaceScore(weights, context, adapt)
+        super().__init__(score, interval=interval, stay=stay, max_nodes=max_nodes, seed=seed, name=name)
+
+    @property
+    def context(self) -> SpeedContext:
+        """The measurements so far (the scorer's)."""
+        return self.scorer.context
 
 
 def save_metaplace_policy(weights: MetaPlaceWeights, folder: str | Path, meta: dict[str, Any]) -> Path:
@@ -250,6 +261,7 @@ __all__ = [
     "FEATURES",
     "KIND",
     "MetaPlace",
+    "MetaPlaceScore",
     "MetaPlaceWeights",
     "SpeedContext",
     "load_metaplace_policy",
