@@ -155,6 +155,33 @@ def test_env_with_qssf_actions_has_zero_relative_return(window: str) -> None:
     assert total == pytest.approx(-(info["p0"]["avg_jct"] - info["p0"]["reference_jct"]) * info["p0"]["jobs"] / 360000)
 
 
+def test_env_labels_each_slot_with_its_true_remaining_time_in_the_info_never_in_the_observation(
+    window: str,
+) -> None:
+    """``imitation_label`` (set by training for PPO's imitation term): every agent's info carries ln(true
+    remaining s) of the job in each of its slots, 0 on padding; the observations are those without it."""
+    from marl.env.priority_env import LABEL, PriorityEnv
+
+    cfg = {"workload": window, "interference": "none", "interference_data": None}
+    plain, labelled = PriorityEnv(cfg), PriorityEnv({**cfg, "imitation_label": True})
+    (obs_a, info_a), (obs_b, info_b) = plain.reset(), labelled.reset()
+    checked = 0
+    for _ in range(15):
+        assert info_a.keys() <= {"p0", "p1", "p2", "p3"} and not any(LABEL in i for i in info_a.values())
+        assert all(np.array_equal(obs_a[a][k], obs_b[a][k]) for a in obs_a for k in obs_a[a])
+        ids = labelled._obs.job_ids
+        for k, agent in enumerate(labelled.agents):
+            label, ok = info_b[agent][LABEL], ids[k] >= 0
+            assert label.shape == (labelled.layout.N,) and np.all(label[~ok] == 0.0)
+            want = np.log(np.maximum([labelled.sim.remaining_time(int(j)) for j in ids[k][ok]], 1.0))
+            assert np.allclose(label[ok], want, rtol=1e-6)
+            checked += int(ok.sum())
+        actions = {a: qssf_scores({"jobs": o["jobs"]}) for a, o in obs_a.items()}
+        obs_a, _, _, _, info_a = plain.step(actions)
+        obs_b, _, _, _, info_b = labelled.step(actions)
+    assert checked > 50
+
+
 def test_env_runs_with_the_learned_predictor_which_matters_only_on_shared_gpus(
     window: str, traces_dir: Path, small_predictor: Path
 ) -> None:
@@ -467,6 +494,15 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
         load_config(path)
     path.write_text("model:\n  hidden: 6.5\n")
     with pytest.raises(ValueError, match=r"line 2: model\.hidden: expected an integer, got 6\.5"):
+        load_config(path)
+    path.write_text("ppo:\n  imitation_coef: -1\n")
+    with pytest.raises(ValueError, match=r"line 2: ppo\.imitation_coef: must be >= 0, got -1"):
+        load_config(path)
+    path.write_text("env:\n  imitation_label: true\n")  # training decides it, from ppo.imitation_coef
+    with pytest.raises(ValueError, match=r"line 2: env\.imitation_label: unknown key"):
+        load_config(path)
+    path.write_text("algo: appo\nppo:\n  imitation_coef: 1.0\n")
+    with pytest.raises(ValueError, match=r"line 3: ppo\.imitation_coef: imitation in the learner is PPO's"):
         load_config(path)
     path.write_text("tune:\n  factors: [4, 8]\n")  # given keys replace the defaults, the rest stay
     assert load_config(path)["tune"] == {"factors": [4, 8], "days": 7.0, "stride": 3.5, "load": 0.9, "workers": None}

@@ -90,6 +90,7 @@ class PriorityEnvConfig:
     interference_inputs: str | None = None  # placing agents also read this predictor's estimates (MODE[:PATH])
     interference_online: bool = False  # ... corrected from the co-locations each episode observes
     decision: str = "partitions"  # or "gavel-las": the agents lean one cluster-wide gavel-las round (rounds_agents)
+    imitation_label: bool = False  # set by training: each agent's info carries the privileged LABEL (slot_labels)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PriorityEnvConfig:
@@ -224,6 +225,19 @@ class ReferenceSchedule(InSystemIntegral):
                 self._known += new
 
 
+LABEL = "imitation_label"  # the info key of the label that PPO's imitation term fits (marl.training.imitation)
+
+
+def slot_labels(sim: Any, job_ids: np.ndarray) -> np.ndarray:
+    """Privileged, training only: ln(max(true remaining s, 1)) of the job in each slot of ``job_ids``, 0 on
+    padding (-1). The label DAgger records and PPO's imitation term fits; no observation holds it."""
+    out = np.zeros(job_ids.shape, dtype=np.float32)
+    ok = job_ids >= 0
+    if ok.any():
+        out[ok] = np.log(np.maximum(sim.remaining_times(job_ids[ok]), 1.0))
+    return out
+
+
 REFERENCE_MEMO: OrderedDict[Hashable, ReferenceSchedule] = OrderedDict()
 
 
@@ -285,7 +299,7 @@ class PriorityEnv(MultiAgentEnv):
         self._reward = 0.0
         self._obs = None
         self._done = self._advance()
-        return self._observations(), {}
+        return self._observations(), self._labels({})
 
     def step(self, action_dict: Mapping[str, np.ndarray]):
         if self.sim is None:
@@ -307,7 +321,7 @@ class PriorityEnv(MultiAgentEnv):
                 self._keep_reference()
             summary = {"avg_jct": float(jct.mean()), "reference_jct": self.reference_jct, "jobs": len(jct)}
             infos = {a: dict(summary) for a in self.agents}
-        return self._observations(), rewards, {"__all__": self._done}, {"__all__": False}, infos
+        return self._observations(), rewards, {"__all__": self._done}, {"__all__": False}, self._labels(infos)
 
     # ------------------------------------------------------------ internals
     def draw_simulator(self):
@@ -373,6 +387,16 @@ class PriorityEnv(MultiAgentEnv):
             return {a: {**zeros, "critic": critic} for a in self.agents}
         arrays = self._obs.arrays
         return {a: {**{key: arrays[key][k] for key in arrays}, "critic": critic} for k, a in enumerate(self.agents)}
+
+    def _labels(self, infos: dict[str, dict]) -> dict[str, dict]:
+        """``infos`` with each agent's :func:`slot_labels` where training asks for them (``imitation_label``)."""
+        if not self.config.imitation_label:
+            return infos
+        if self._obs is None:
+            labels = np.zeros((len(self.agents), self.layout.N), dtype=np.float32)
+        else:
+            labels = slot_labels(self.sim, self._obs.job_ids)
+        return {a: {**infos.get(a, {}), LABEL: labels[k]} for k, a in enumerate(self.agents)}
 
     def _critic(self) -> np.ndarray:
         """:data:`~marl.env.priority_features.CRITIC_FEATURES` now (no deficit without a reference)."""

@@ -48,6 +48,22 @@ def _head_of_gathered(head: nn.Sequential, pieces: list[tuple[torch.Tensor, torc
     return head[1:](out + first.bias)
 
 
+def score_regression_loss(
+    scores: torch.Tensor, label: torch.Tensor, valid: torch.Tensor, rank_weight: float = 0.0
+) -> torch.Tensor:
+    """The imitation loss of the order scores: mean squared error of ``scores`` against ``-label`` (a
+    privileged ln remaining time) over the ``valid`` slots (``(B, N)`` each, valid as 0/1), plus
+    ``rank_weight`` times the error's spread within each row: an agent only orders its own jobs, so an
+    error shared by all of them costs nothing there. DAgger's fit and PPO's imitation term both use it."""
+    err = (scores + label) * valid
+    loss = (err**2).sum() / valid.sum().clamp(min=1.0)
+    if rank_weight > 0:
+        per = valid.sum(dim=1, keepdim=True).clamp(min=1.0)
+        centred = (err - err.sum(dim=1, keepdim=True) / per) * valid
+        loss = loss + rank_weight * (centred**2).sum() / valid.sum().clamp(min=1.0)
+    return loss
+
+
 class PriorityNet(nn.Module):
     """``forward(jobs (B, N, Fj), parts (B, K, Fp)) -> (scores (B, N), value (B,))``; padded slots score 0."""
 

@@ -42,10 +42,10 @@ from cluster_sim.traces.periods import HELD_OUT_START, TraceTime
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.priority_export import save_priority_policy
 from marl.env.priority_agents import PriorityAgents
-from marl.env.priority_env import PriorityEnvConfig
+from marl.env.priority_env import PriorityEnvConfig, slot_labels
 from marl.env.priority_features import JobSetLayout
 from marl.models.inference import subnormals_flushed
-from marl.models.priority_net import NetScorer, PriorityNet
+from marl.models.priority_net import NetScorer, PriorityNet, score_regression_loss
 from marl.training.dagger import dagger
 from marl.training.priority_tune import training_windows, tune_hysteresis
 from marl.training.remaining_work import plot_holdout
@@ -153,11 +153,8 @@ class Recorder(PriorityAgents):
             return obs
         self.calls += 1
         if self.calls % self.every == 0:
-            ids = obs.job_ids
-            ok = ids >= 0
-            label = np.zeros(ids.shape, dtype=np.float32)
-            label[ok] = np.log(np.maximum(view.remaining_times(ids[ok]), 1.0))  # privileged: training only
-            keep = ok.any(axis=1)
+            label = slot_labels(view, obs.job_ids)  # privileged: training only
+            keep = (obs.job_ids >= 0).any(axis=1)
             self.rows["jobs"].append(obs.arrays["jobs"][keep].copy())
             self.rows["parts"].append(obs.arrays["parts"][keep].copy())
             self.rows["label"].append(label[keep])
@@ -226,12 +223,7 @@ def fit_priority(
                     j = j[:, :n]
                     valid = j[..., 0]
                     scores, _ = net.encode(j, parts[idx])
-                    err = (scores + label[idx, :n]) * valid
-                    loss = (err**2).sum() / valid.sum().clamp(min=1.0)
-                    if rank_weight > 0:  # the error's spread within each agent's set: what orders its jobs
-                        per = valid.sum(dim=1, keepdim=True).clamp(min=1.0)
-                        centred = (err - err.sum(dim=1, keepdim=True) / per) * valid
-                        loss = loss + rank_weight * (centred**2).sum() / valid.sum().clamp(min=1.0)
+                    loss = score_regression_loss(scores, label[idx, :n], valid, rank_weight)
                     opt.zero_grad()
                     loss.backward()
                     opt.step()

@@ -69,6 +69,11 @@ PPO_DEFAULTS: dict[str, Any] = {
     "runner_wait_s": 180.0,  # how long an iteration whose every runner failed waits for restarted ones
     "runner_probe_timeout_s": 5.0,  # each iteration's wait for a failed runner to answer (RLlib: 30 s)
     "learner_threads": 1,  # the learner's intra-op threads: more update faster, but not bit for bit
+    # imitation inside the learner (marl.training.imitation): coef x DAgger's regression of the order scores
+    # on the privileged ln remaining time, added to PPO's loss for the first imitation_iterations (0: all)
+    "imitation_coef": 0.0,
+    "imitation_iterations": 0,
+    "imitation_rank_weight": 3.0,
 }
 # init_policy: a priority policy folder to start from (e.g. the DAgger-trained one) instead of QSSF's scores
 # init_type_log_std: the placing agents' type-score noise (None: init_log_std); a move needs only ln 1.2
@@ -78,6 +83,7 @@ WARM_START_DIR = "warm_start"  # OUT/warm_start: the network before any update (
 CHECKPOINT_DIR = "checkpoint"  # OUT/checkpoint: the algorithm and progress after the last saved iteration
 
 
+SET_BY_TRAINING = ("envs_per_runner", "imitation_label")  # env settings that the ppo section decides
 RAY_KEYS = ("num_cpus", "object_store_mb", "address")  # address: a Ray cluster (None: Ray starts in-process)
 
 
@@ -106,7 +112,11 @@ def parse_checked_appo(
     data: Any, source: str, lines: dict[tuple[str, ...], int], chk: ConfigChecker | None = None
 ) -> dict[str, Any]:
     """:func:`parse_checked` for ``algo: appo``: the same sections, trained with RLlib's APPO."""
-    return {**parse_checked(data, source, lines, chk), "algo": "appo"}
+    chk = chk or ConfigChecker(source, lines)
+    cfg = parse_checked(data, source, lines, chk)
+    if cfg["ppo"]["imitation_coef"] > 0:
+        raise chk.fail(("ppo", "imitation_coef"), "imitation in the learner is PPO's (algo: ppo); APPO has none")
+    return {**cfg, "algo": "appo"}
 
 
 def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
@@ -117,7 +127,7 @@ def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
     from marl.training.priority_tune import TUNE_DEFAULTS
 
     allowed = {
-        "env": [f.name for f in dc_fields(PriorityEnvConfig) if f.name != "envs_per_runner"],
+        "env": [f.name for f in dc_fields(PriorityEnvConfig) if f.name not in SET_BY_TRAINING],
         "model": list(MODEL_DEFAULTS), "ppo": list(PPO_DEFAULTS), "tune": list(TUNE_DEFAULTS), "ray": list(RAY_KEYS),
         "select": list(SELECT_DEFAULTS),
     }  # fmt: skip
@@ -173,6 +183,10 @@ def parse_config(
     envs = (raw.get("ppo") or {}).get("num_envs_per_env_runner", 1)
     if envs < 1:
         raise chk.fail(("ppo", "num_envs_per_env_runner"), f"must be an integer >= 1, got {envs!r}")
+    ppo = {**PPO_DEFAULTS, **(raw.get("ppo") or {})}
+    for key in ("imitation_coef", "imitation_iterations", "imitation_rank_weight"):
+        if ppo[key] < 0:
+            raise chk.fail(("ppo", key), f"must be >= 0, got {ppo[key]!r}")
     env = dict(raw.get("env") or {})
     env.setdefault("seed", int(raw.get("seed", 0)))
     for key in ("train_start", "train_end"):  # dates as seconds: the config is recorded as JSON
@@ -195,7 +209,7 @@ def parse_config(
         "seed": int(raw.get("seed", 0)),
         "env": env,
         "model": model,
-        "ppo": {**PPO_DEFAULTS, **(raw.get("ppo") or {})},
+        "ppo": ppo,
         "ray": {"num_cpus": 2, "object_store_mb": 100, "address": None, **(raw.get("ray") or {})},
         # None: the last iterate is exported (no selection on the select period's windows)
         "select": {**SELECT_DEFAULTS, **raw["select"]} if raw.get("select") is not None else None,
@@ -259,11 +273,12 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
         model["init_policy"] = str(network_file(model["init_policy"]).resolve())
     spec = priority_module_spec(layout, **model)
     appo = cfg.get("algo", "ppo") == "appo"
+    imitation = float(p["imitation_coef"]) > 0
     config = (
         (APPOConfig() if appo else PPOConfig())
         .environment(
             PriorityEnv,
-            env_config={**cfg["env"], "envs_per_runner": p["num_envs_per_env_runner"]},
+            env_config={**cfg["env"], "envs_per_runner": p["num_envs_per_env_runner"], "imitation_label": imitation},
             disable_env_checking=True,
             normalize_actions=False,
             clip_actions=False,
@@ -299,9 +314,18 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
         ).reporting(  # an iteration: a batch's worth of new steps, as PPO's (RLlib's APPO: 10 s)
             min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=p["train_batch_size"]
         )  # fmt: skip
-    return config.training(
+    config = config.training(
         minibatch_size=p["minibatch_size"], num_epochs=p["num_epochs"], vf_clip_param=p["vf_clip_param"]
     )
+    if imitation:  # DAgger's regression in PPO's learner, on the labels the env adds to each agent's info
+        from marl.training.imitation import ImitationPPOLearner, imitation_connector
+
+        settings = {"coef": float(p["imitation_coef"]), "iterations": int(p["imitation_iterations"]),
+                    "rank_weight": float(p["imitation_rank_weight"]), "batch": int(p["train_batch_size"])}  # fmt: skip
+        config = config.training(learner_class=ImitationPPOLearner, learner_connector=imitation_connector).learners(
+            learner_config_dict={"imitation": settings}
+        )
+    return config
 
 
 def runner_faults(result: Mapping[str, Any], runners: int, envs_per_runner: int) -> dict[str, int]:
@@ -330,6 +354,8 @@ def progress_line(row: Mapping[str, Any], reference: str = "QSSF's scores") -> s
     if failed:
         dropped = int(row["episodes_dropped"])
         head += f"  [{failed} EnvRunner failure(s) so far, {dropped} unfinished episode(s) dropped]"
+    if math.isfinite(row.get("imitation_loss", math.nan)):
+        head += f"  imitation loss {row['imitation_loss']:.3f}"
     if not math.isfinite(row["avg_jct"]):
         return f"{head}  no episode finished in this iteration (a window outlasts one iteration's batch)"
     than = "shorter" if row["gain"] >= 0 else "longer"
@@ -453,6 +479,11 @@ def train_priority(
                 "return": float(runners.get("episode_return_mean", float("nan"))),
                 **runner_faults(res, int(p["num_env_runners"]), int(p["num_envs_per_env_runner"])),
             }
+            if float(p["imitation_coef"]) > 0:  # the learner's imitation loss (nan once it is off)
+                from marl.training.imitation import mean_loss
+
+                on = int(p["imitation_iterations"]) == 0 or it <= int(p["imitation_iterations"])
+                row["imitation_loss"] = mean_loss(res.get("learners", {}).get(POLICY_ID, {})) if on else math.nan
             seconds = 60.0 * (row["minutes"] - (rows[-1]["minutes"] if rows else 0.0))
             row["env_steps_per_s"] = (row["env_steps"] - (rows[-1]["env_steps"] if rows else 0)) / max(seconds, 1e-9)
             rows.append(row)
