@@ -39,6 +39,17 @@ def test_help_lists_every_agent_and_algorithm_and_each_example_config_checks(cap
         assert (got.name, got_algo.name) == (spec.name, algo.name) and cfg is not None
 
 
+def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch) -> None:
+    """Each config of experiments/configs that names an ``agent:`` is a config of one of its algorithms."""
+    monkeypatch.chdir(REPO)
+    configs = [p for p in sorted((REPO / "experiments" / "configs").glob("*.yaml")) if "agent" in yaml.safe_load(
+        p.read_text())]  # fmt: skip
+    assert len(configs) >= 15
+    for path in configs:
+        spec, algo, cfg = load_recipe_config(path)
+        assert spec.name in AGENTS and algo in spec.algorithms and cfg is not None, path
+
+
 @pytest.mark.parametrize(
     ("text", "where"),
     [

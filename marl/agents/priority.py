@@ -15,7 +15,8 @@
 The default agent, the system marlsched describes, is this agent placing with the predictor's estimates, warm
 started by imitation (``dagger``) and then trained with ``ppo``: ``experiments/configs/default_imitation.yaml``,
 then ``default_small.yaml``; on mixed GPUs, on gavel-las's rounds from the untrained network,
-``default_hetero.yaml``.
+``default_hetero.yaml``. ``ppo`` can also run the imitation itself, in RLlib's learner
+(``marl.training.imitation``: ``default_small_one_pipeline.yaml``).
 """
 
 from marl.agents.spec import AgentSpec, Algorithm
@@ -28,7 +29,8 @@ SPEC = AgentSpec(
     observes="marl.env.priority_features:JOB_FEATURES",
     loader="marl.deploy.priority_export:load_priority_policy",
     algorithms=(
-        Algorithm("ppo", "per-partition agents, shared RLModule, RLlib PPO",
+        Algorithm("ppo", "per-partition agents, shared RLModule, RLlib PPO (ppo.imitation_coef: DAgger's label in "
+                  "its learner first)",
                   "marl.training.priority_train:train_priority", "ppo.iterations",
                   "experiments/configs/default_small.yaml", parse="marl.training.priority_train:parse_checked"),
         Algorithm("appo", "the same agents and module, RLlib APPO (asynchronous: runners sample while it learns)",
