@@ -376,6 +376,33 @@ def test_heuristics_keep_a_job_on_one_type_in_their_stated_order() -> None:
         get_policy("fifo", gpu_type="newest")
 
 
+def test_a_round_score_of_your_own_decides_the_type_and_a_wrong_shape_is_named() -> None:
+    """``ScoredRounds(score)``: a stack of keys whose first is -inf on every type but K80 runs the job on K80
+    (its fastest type is V100); a score that is not one number per (job, type) is refused by name."""
+    from cluster_sim.policies import ScoredRounds
+    from cluster_sim.workload import Workload
+
+    w = Workload(
+        arrival=np.zeros(1), num_gpus=np.array([4], dtype=np.int32), duration=np.array([3600.0]),
+        model=np.zeros(1, dtype=np.int16), batch_size=np.array([128], dtype=np.int32),
+        tenant=np.zeros(1, dtype=np.int16), models=("resnet50-imagenet",), tenants=("a",),
+    )  # fmt: skip
+    seen = []
+
+    def only_k80(view, jobs, rates, current):
+        seen.append(rates.shape)
+        k80 = np.array([name == "K80" for name in view.topo.gpu_types])
+        return np.stack([np.where(k80, 0.0, -np.inf) + 0 * rates, rates])
+
+    sim = build_simulator("small-hetero", w)
+    res = sim.run(ScoredRounds(only_k80, name="k80"))
+    assert res.metrics()["jobs_completed"] == 1 and seen and seen[0] == (1, len(sim.topo.gpu_types))
+    assert [sim.topo.gpu_types[t] for t in np.flatnonzero(res.attained_by_type[0] > 0)] == ["K80"]
+    per_job = ScoredRounds(lambda view, jobs, rates, current: np.zeros(len(jobs)), name="per-job")
+    with pytest.raises(ValueError, match=r"per-job: its score must be one number per \(job, GPU type\)"):
+        build_simulator("small-hetero", w).run(per_job)
+
+
 def test_step_times_beyond_the_measured_shapes_are_extrapolated(sia_dir: Path) -> None:
     """cifar10 was measured on at most 3 RTX nodes: 4 and 8 nodes of 8 RTX GPUs get a step time (Pollux's
     model fitted to the type's measurements, from the largest measured shape), never faster than 3 nodes."""

@@ -496,10 +496,10 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"line 2: model\.hidden: expected an integer, got 6\.5"):
         load_config(path)
     path.write_text("ppo:\n  imitation_coef: -1\n")
-    with pytest.raises(ValueError, match=r"line 2: ppo\.imitation_coef: must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"line 2: ppo\.imitation_coef: must be >= 0 \(0: no imitation\), got -1"):
         load_config(path)
     path.write_text("env:\n  imitation_label: true\n")  # training decides it, from ppo.imitation_coef
-    with pytest.raises(ValueError, match=r"line 2: env\.imitation_label: unknown key"):
+    with pytest.raises(ValueError, match=r"line 2: env\.imitation_label: set by training from ppo\.imitation_coef"):
         load_config(path)
     path.write_text("algo: appo\nppo:\n  imitation_coef: 1.0\n")
     with pytest.raises(ValueError, match=r"line 3: ppo\.imitation_coef: imitation in the learner is PPO's"):

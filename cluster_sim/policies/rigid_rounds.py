@@ -209,8 +209,13 @@ class ScoredRounds(RigidRounds):
         first. The scorer gives one score per pair, or a stack of keys ``(k, jobs, types)`` (the first decides,
         the next break its ties); a pair whose first key is -inf, or whose type cannot hold the job, is left
         out; the job's index breaks the last ties. ``stay`` is added to the first key of the pair a job runs on."""
-        score = np.asarray(self.scorer(view, jobs, rates, current), dtype=np.float64)
+        score = np.array(self.scorer(view, jobs, rates, current), dtype=np.float64)  # a copy: stay is added below
         keys = score if score.ndim == 3 else score[None]
+        if keys.ndim != 3 or keys.shape[1:] != rates.shape:
+            raise ValueError(
+                f"{self.name}: its score must be one number per (job, GPU type), shape (jobs, types) = {rates.shape}, "
+                f"or a stack of keys (k, jobs, types); got shape {score.shape}"
+            )
         on = current >= 0
         keys[0][np.flatnonzero(on), current[on]] += self.stay
         i_idx, t_idx = np.nonzero((rates > 0) & (keys[0] > -np.inf))

@@ -83,7 +83,10 @@ WARM_START_DIR = "warm_start"  # OUT/warm_start: the network before any update (
 CHECKPOINT_DIR = "checkpoint"  # OUT/checkpoint: the algorithm and progress after the last saved iteration
 
 
-SET_BY_TRAINING = ("envs_per_runner", "imitation_label")  # env settings that the ppo section decides
+# env settings that the ppo section decides, and what to set instead
+SET_BY_TRAINING = {"envs_per_runner": "ppo.num_envs_per_env_runner", "imitation_label": "ppo.imitation_coef"}
+IMITATION_ZERO = {"imitation_coef": "no imitation", "imitation_iterations": "every iteration",
+                  "imitation_rank_weight": "the squared error alone"}  # fmt: skip
 RAY_KEYS = ("num_cpus", "object_store_mb", "address")  # address: a Ray cluster (None: Ray starts in-process)
 
 
@@ -115,7 +118,8 @@ def parse_checked_appo(
     chk = chk or ConfigChecker(source, lines)
     cfg = parse_checked(data, source, lines, chk)
     if cfg["ppo"]["imitation_coef"] > 0:
-        raise chk.fail(("ppo", "imitation_coef"), "imitation in the learner is PPO's (algo: ppo); APPO has none")
+        raise chk.fail(("ppo", "imitation_coef"), "imitation in the learner is PPO's and APPO has none: set algo: "
+                       "ppo, or remove ppo.imitation_coef")  # fmt: skip
     return {**cfg, "algo": "appo"}
 
 
@@ -140,6 +144,9 @@ def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
             if not isinstance(value, Mapping):
                 raise chk.fail((key,), f"expected a mapping with keys {', '.join(allowed[key])}, got {value!r}")
             for sub in value:
+                if key == "env" and sub in SET_BY_TRAINING:
+                    raise chk.fail((key, str(sub)), f"set by training from {SET_BY_TRAINING[sub]}; remove it and set "
+                                   f"{SET_BY_TRAINING[sub]} instead")  # fmt: skip
                 if sub not in allowed[key]:
                     raise chk.fail((key, str(sub)), f"unknown key; allowed keys here: {', '.join(allowed[key])}")
 
@@ -186,7 +193,7 @@ def parse_config(
     ppo = {**PPO_DEFAULTS, **(raw.get("ppo") or {})}
     for key in ("imitation_coef", "imitation_iterations", "imitation_rank_weight"):
         if ppo[key] < 0:
-            raise chk.fail(("ppo", key), f"must be >= 0, got {ppo[key]!r}")
+            raise chk.fail(("ppo", key), f"must be >= 0 (0: {IMITATION_ZERO[key]}), got {ppo[key]!r}")
     env = dict(raw.get("env") or {})
     env.setdefault("seed", int(raw.get("seed", 0)))
     for key in ("train_start", "train_end"):  # dates as seconds: the config is recorded as JSON
@@ -500,7 +507,7 @@ def train_priority(
             if last:
                 break
         policy = export(out / "policy")
-        log(f"policy: {policy}")
+        log(f"last iterate exported to {policy}" + (" (the select stage may replace it)" if cfg.get("select") else ""))
     finally:
         results.close()
         stop_algorithm(algo)
