@@ -226,19 +226,30 @@ class PolluxApplication:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        m = self.steps
-        rows = m.from_placements & (m.placement == "".join(map(str, p)))
-        if rows.any():
-            x = m.local_bsz[rows]
-            order = np.argsort(x, kind="stable")
-            x = x[order]
-            step = float(np.interp(local_bsz, x, m.step_time[rows][order]))
-            sync = float(np.interp(local_bsz, x, m.sync_time[rows][order]))
+        measured = self._measured_rows(p)
+        if measured is not None:
+            x, steps, syncs = measured
+            step = float(np.interp(local_bsz, x, steps))
+            sync = float(np.interp(local_bsz, x, syncs))
         else:
             step, sync = self._nd_interpolator()([[min(len(p), MAX_NODES), sum(p), local_bsz]])[0]
             if not (np.isfinite(step) and np.isfinite(sync)):  # outside the measured shapes (e.g. 8 GPUs a node)
                 step, sync = self._extrapolate(p, local_bsz)
         self._cache[key] = (float(step), float(sync))
+        return self._cache[key]
+
+    def _measured_rows(self, placement: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The measurements of exactly ``placement`` (canonical), by per-GPU batch: (batch, step, sync); None
+        where it was not measured. Found once per placement: Sia asks for thousands of batches a run."""
+        key = ("rows", placement)
+        if key not in self._cache:
+            m = self.steps
+            rows = m.from_placements & (m.placement == "".join(map(str, placement)))
+            found = None
+            if rows.any():
+                order = np.argsort(m.local_bsz[rows], kind="stable")
+                found = (m.local_bsz[rows][order], m.step_time[rows][order], m.sync_time[rows][order])
+            self._cache[key] = found
         return self._cache[key]
 
     def _extrapolate(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
