@@ -23,6 +23,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from cluster_sim.blas_threads import one_blas_thread
+
 _FLOOR = 1e-8
 
 
@@ -133,6 +135,7 @@ def _fit(rows: tuple[tuple[float, ...], ...]) -> PerfParams:
         return float(err1 + err2 + reg), grad[free]
 
     if free.any():
+        one_blas_thread()  # thousands of fits a replay, each step a few tiny BLAS calls
         res = minimize(
             objective, x0[free], jac=True, method="L-BFGS-B", bounds=list(zip(lo[free], hi[free], strict=True))
         )

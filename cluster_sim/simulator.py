@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cluster_sim.blas_threads import one_blas_thread
 from cluster_sim.gpu_profiles import CALIBRATION_SLOWDOWN, RESTART_COST
 from cluster_sim.job_descriptors import DescriptorCache
 from cluster_sim.model_zoo import MODEL_NAMES, model_index
@@ -486,6 +487,7 @@ class Simulator:
         if self._mix_setting is None:
             self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not traits.one_gpu_type
         self._check_fits_one_type()
+        one_blas_thread()  # a simulation's linear algebra is tiny: BLAS's threads only slow it down
         self.reset()
         scheduler.reset(self)
 

@@ -202,6 +202,26 @@ def test_same_inputs_give_bit_identical_results():
     assert runs[0].metrics()["avg_jct"] == runs[1].metrics()["avg_jct"]
 
 
+def test_a_simulation_puts_blas_on_one_thread() -> None:
+    """Starting a simulation sets every loaded BLAS library (NumPy's, SciPy's) to one thread, whatever it had:
+    a simulation's tiny linear algebra ran many times slower on BLAS's threads (cluster_sim.blas_threads)."""
+    import scipy.linalg  # noqa: F401  (SciPy's BLAS loaded, as the simulator's fits load it)
+    from threadpoolctl import ThreadpoolController
+
+    from cluster_sim import blas_threads
+
+    def pools():
+        return ThreadpoolController().select(user_api="blas").lib_controllers
+
+    if not pools():
+        pytest.skip("no BLAS library that threadpoolctl can set")
+    for pool in pools():
+        pool.set_num_threads(2)  # as on a 2-core machine by default
+    blas_threads.one_blas_thread.cache_clear()
+    Simulator(tiny_cluster().view, workload([0, 0], [8, 4], [100, 50])).run(Greedy())
+    assert {pool.filepath: pool.num_threads for pool in pools()} == {pool.filepath: 1 for pool in pools()}
+
+
 def test_results_files_are_written(tmp_path):
     c = tiny_cluster()
     r = Simulator(c.view, workload([0, 0, 10], [8, 16, 4], [100, 50, 10])).run(Greedy())
