@@ -7,6 +7,7 @@ Heavy modules (torch, ray) load inside the commands so that `marlsched --help` s
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from functools import partial
 from pathlib import Path
@@ -39,6 +40,11 @@ def add_train_commands(subparsers) -> None:
         p.add_argument("--config", required=True, help="training config YAML (agent:, algo: and their settings)")
         p.add_argument("--out", required=True, help="run folder to create (OUT/policy is the trained policy)")
         p.add_argument("--iterations", type=int, default=None, help="iterations or rounds (overrides the config)")
+        p.add_argument(
+            "--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+            help="replace one setting of the config, checked as the file's are (a dotted key, a YAML value; "
+            "repeatable): --set dagger_rounds=0, --set ppo.lr=1e-3",
+        )  # fmt: skip
         p.add_argument(
             "--address",
             default=None,
@@ -94,11 +100,12 @@ def run_train(args: argparse.Namespace) -> int:
     command = f"marlsched train --config {args.config} --out {args.out}"
     if args.iterations is not None:
         command += f" --iterations {args.iterations}"
+    command += "".join(f" --set {shlex.quote(text)}" for text in args.sets)
     if args.no_eval:
         command += " --no-eval"
     request = TrainRequest(
         config=Path(args.config), out=Path(args.out), iterations=args.iterations, address=args.address,
-        resume=args.resume, evaluate=False if args.no_eval else None, command=command,
+        resume=args.resume, evaluate=False if args.no_eval else None, sets=tuple(args.sets), command=command,
         log=(lambda msg: None) if args.quiet else partial(print, flush=True),
     )  # fmt: skip
     train(request)

@@ -92,6 +92,28 @@ def test_training_windows_may_be_given_as_dates(tmp_path: Path) -> None:
     assert json.loads(json.dumps(ppo))["env"]["train_end"] == PERIODS["train"].end_s
 
 
+def test_set_replaces_settings_checked_as_the_files_and_named_by_the_option(tmp_path: Path, capsys) -> None:
+    """``--set KEY=VALUE``: a dotted key, a YAML value, replacing the file's setting or adding one in a new
+    section; checked as the file's keys are, an error naming the option instead of a line."""
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text("agent: priority\nalgo: dagger\ndagger_rounds: 2\ndays: 7\n")
+    got = load_recipe_config(cfg, sets=["dagger_rounds=0", "days=1.5"])[2]
+    assert (got.dagger_rounds, got.days) == (0, 1.5)
+    ppo = tmp_path / "p.yaml"
+    ppo.write_text("agent: priority\nppo:\n  lr: 0.0003\n")
+    got = load_recipe_config(ppo, sets=["ppo.lr=1e-3", "env.window_days=0.5"])[2]
+    assert got["ppo"]["lr"] == 1e-3 and got["env"]["window_days"] == 0.5
+    for sets, message in [
+        (["dagger_rounds=x"], f"{cfg} (--set dagger_rounds=x): dagger_rounds: expected an integer, got 'x'"),
+        (["dayz=3"], f"{cfg} (--set dayz=3): dayz: unknown key; allowed keys here:"),
+        (["dagger_rounds"], "--set dagger_rounds: write KEY=VALUE"),
+        (["days.x=1"], "--set days.x=1: days in"),
+    ]:
+        assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--set", *sets]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_options_the_algorithm_cannot_honour_are_refused(tmp_path: Path, capsys) -> None:
     cfg = tmp_path / "d.yaml"
     cfg.write_text("agent: priority\nalgo: dagger\n")

@@ -8,11 +8,12 @@ the published learned schedulers' training configs (``marl.baselines``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -53,13 +54,17 @@ class ConfigChecker:
     """Collects config errors, each named by file, line, key path and the allowed values (shared with
     ``experiments.run_config``)."""
 
-    def __init__(self, source: str, lines: dict[tuple[str, ...], int]) -> None:
-        self.source, self.lines = source, lines
+    def __init__(
+        self, source: str, lines: dict[tuple[str, ...], int], given: dict[tuple[str, ...], str] | None = None
+    ) -> None:
+        # given: the key paths a command line set (``--set KEY=VALUE``), named by that option instead of a line
+        self.source, self.lines, self.given = source, lines, given or {}
 
     def fail(self, path: tuple[str, ...], message: str) -> TrainConfigError:
         where = ".".join(path) if path else "<top level>"
+        given = next((self.given[path[:n]] for n in range(len(path), 0, -1) if path[:n] in self.given), None)
         line = next((self.lines[path[:n]] for n in range(len(path), 0, -1) if path[:n] in self.lines), None)
-        loc = f"{self.source}, line {line}" if line else self.source
+        loc = f"{self.source} (--set {given})" if given else f"{self.source}, line {line}" if line else self.source
         return TrainConfigError(f"{loc}: {where}: {message}")
 
     def check_type(self, path: tuple[str, ...], value: Any, hint: Any) -> Any:
@@ -148,6 +153,38 @@ def read_yaml_config(path: str | Path, what: str, error: type[Exception]) -> tup
         bad = next((f", line {i}: {ln.strip()}" for i, ln in enumerate(text.splitlines(), 1) if _bad_date(ln)), "")
         raise error(f"{path}{bad}: not a valid date ({err}); write YYYY-MM-DD") from None
     return data, yaml_key_lines(text)
+
+
+def set_keys(data: Any, assignments: Sequence[str], source: str) -> tuple[Any, dict[tuple[str, ...], str]]:
+    """``data`` with each ``KEY=VALUE`` of a command line's ``--set`` applied (``KEY`` a dotted path,
+    ``ppo.lr``; ``VALUE`` read as YAML: ``0``, ``1e-3``, ``[a, b]``, ``null``), and the paths set, by their
+    assignment, for :class:`ConfigChecker` to name. The settings are then checked as the file's are."""
+    data = {} if data is None else data
+    given: dict[tuple[str, ...], str] = {}
+    for text in assignments:
+        key, eq, raw = text.partition("=")
+        path = tuple(key.strip().split("."))
+        if not eq or not all(path):
+            raise TrainConfigError(f"--set {text}: write KEY=VALUE, KEY a dotted path of {source} (e.g. ppo.lr=1e-3)")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise TrainConfigError(f"--set {text}: the value is not valid YAML ({err})") from None
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string; on a command line it is a number
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if not isinstance(data, dict):
+            raise TrainConfigError(f"--set {text}: {source} is not a mapping of settings")
+        node = data
+        for depth, part in enumerate(path[:-1]):
+            if node.get(part) is None:  # absent or empty (``select:``): a new section
+                node[part] = {}
+            node = node[part]
+            if not isinstance(node, dict):
+                raise TrainConfigError(f"--set {text}: {'.'.join(path[: depth + 1])} in {source} is not a section")
+        node[path[-1]] = value
+        given[path] = text
+    return data, given
 
 
 def _bad_date(line: str) -> bool:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from marl.agents import AGENTS, AgentSpec, Algorithm, resolve
 from marl.deploy.policy_files import code_version
-from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config
+from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config, set_keys
 
 Log = Callable[[str], None]
 POLICY = "policy"  # OUT/policy: the trained policy folder, whatever trained it
@@ -35,6 +35,7 @@ class TrainRequest:
     address: str | None = None  # a Ray cluster for the algorithms that use Ray (``ppo``); RAY_ADDRESS otherwise
     resume: bool = False
     evaluate: bool | None = None
+    sets: tuple[str, ...] = ()  # ``--set KEY=VALUE``: settings that replace the config's
     command: str = ""
     log: Log = print
 
@@ -85,18 +86,21 @@ def check_settings(
         raise chk.fail((), str(err)) from None
 
 
-def load_recipe_config(path: str | Path, iterations: int | None = None) -> tuple[AgentSpec, Algorithm, Any]:
-    """The agent, algorithm and checked settings of a training config file, without training: what
-    ``marlsched train`` checks before it starts."""
+def load_recipe_config(
+    path: str | Path, iterations: int | None = None, sets: Sequence[str] = ()
+) -> tuple[AgentSpec, Algorithm, Any]:
+    """The agent, algorithm and checked settings of a training config file with the command line's ``--set
+    KEY=VALUE`` applied, without training: what ``marlsched train`` checks before it starts."""
     data, lines = read_yaml_config(path, "training config", TrainConfigError)
-    chk = ConfigChecker(str(path), lines)
+    data, given = set_keys(data, sets, str(path))
+    chk = ConfigChecker(str(path), lines, given)
     spec, algorithm, rest = recipe_of(data, chk)
     return spec, algorithm, check_settings(algorithm, rest, chk, iterations)
 
 
 def train(req: TrainRequest) -> dict[str, Any]:
     """Train what ``req.config`` names into ``req.out`` (the policy in ``OUT/policy``); the trainer's summary."""
-    spec, algorithm, cfg = load_recipe_config(req.config, req.iterations)
+    spec, algorithm, cfg = load_recipe_config(req.config, req.iterations, req.sets)
     if (req.out / POLICY).exists() and not req.resume:
         raise ValueError(f"{req.out} already holds a trained policy; choose another --out")
     return run_recipe(spec, algorithm, cfg, req)
