@@ -124,6 +124,15 @@ def test_a_folder_of_another_kind_is_refused_with_the_kinds_that_run(tmp_path: P
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="empty is not a policy folder"):
         load_policy(tmp_path / "empty")
+    # a training run's folder and an interference model's are named as what they are
+    (tmp_path / "run" / "policy").mkdir(parents=True)
+    (tmp_path / "run" / "policy" / "metadata.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"a training run's folder: its policy is .*run/policy"):
+        load_policy(tmp_path / "run")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "model.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"interference model.*--interference-model .*model/model\.json"):
+        load_policy(tmp_path / "model")
 
 
 def test_the_torch_export_program_alone_schedules_as_the_torchscript(

@@ -228,6 +228,21 @@ def atomic_folder(folder: str | Path) -> Iterator[Path]:
         os.replace(tmp, folder)
 
 
+def not_a_policy_folder(folder: str | Path) -> FileNotFoundError:
+    """The error for a folder without ``metadata.json``, naming what it is where it is something else: a
+    training run's folder (its policy is ``OUT/policy``) or an interference model's."""
+    folder = Path(folder)
+    hint = ""
+    if (folder / "policy" / METADATA).is_file():
+        hint = f"; it is a training run's folder: its policy is {folder / 'policy'}"
+    elif (folder / "model.json").is_file():
+        hint = (
+            "; it holds an interference model, not a scheduler: give its model.json to "
+            f"--interference learned --interference-model {folder / 'model.json'}"
+        )
+    return FileNotFoundError(f"{folder} is not a policy folder (no {METADATA}){hint}")
+
+
 def read_network_metadata(
     folder: str | Path,
     agent: str,
@@ -240,7 +255,7 @@ def read_network_metadata(
     again. The one check every network policy's loader makes."""
     path = Path(folder) / METADATA
     if not path.is_file():
-        raise FileNotFoundError(f"{folder} is not a policy folder (no {METADATA})")
+        raise not_a_policy_folder(folder)
     meta = read_json(path)
     if meta.get("agent", agent) != agent:
         raise ValueError(f"{path}: agent {meta.get('agent')!r} is not {agent!r}; {retrain}")
@@ -365,6 +380,7 @@ __all__ = [
     "load_torchscript",
     "network_file",
     "network_from_bytes",
+    "not_a_policy_folder",
     "provenance",
     "read_json",
     "save_program",

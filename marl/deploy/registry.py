@@ -25,6 +25,7 @@ from marl.deploy.policy_files import (
     PROGRAM,
     TORCHSCRIPT,
     load_torchscript,
+    not_a_policy_folder,
     read_json,
 )
 
@@ -43,7 +44,7 @@ def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
         )
     path = folder / METADATA
     if not path.is_file():
-        raise FileNotFoundError(f"{folder} is not a policy folder (no {METADATA})")
+        raise not_a_policy_folder(folder)
     meta = read_json(path)
     agent = meta.get("agent")
     if agent not in AGENTS:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from cluster_sim.traces.periods import window_spec
+from marl.deploy.policy_files import not_a_policy_folder
 from marl.env.priority_env import PriorityEnvConfig
 from marl.training.worker_map import worker_map
 
@@ -101,7 +102,7 @@ def tune_hysteresis(
     policy_dir = Path(policy_dir)
     path = policy_dir / "metadata.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{policy_dir} is not a policy folder (no metadata.json)")
+        raise not_a_policy_folder(policy_dir)
     if not factors or min(factors) < 1.0:
         raise ValueError(f"factors must be >= 1 (1: no margin), got {list(factors)}")
     cfg = PriorityEnvConfig.from_dict(env)
