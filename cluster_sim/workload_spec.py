@@ -146,6 +146,12 @@ def _split(spec: str) -> tuple[str, WorkloadKind, str, dict[str, object]]:
     kind, sep, rest = spec.partition(":")
     kind = kind.strip().lower()
     if not sep or kind not in WORKLOAD_KINDS:
+        first = spec.split(",")[0].strip()
+        if not sep and (Path(first).suffix or Path(first).exists()):  # a file without its kind: say so first
+            raise WorkloadSpecError(
+                f"workload spec {spec!r}: a file needs its kind in front, KIND:PATH (e.g. philly:{first} for a "
+                f"Philly trace); kinds: {', '.join(WORKLOAD_KINDS)}"
+            )
         allowed = "; ".join(workload_syntax().values())
         raise WorkloadSpecError(
             f"workload spec {spec!r}: unknown kind {kind!r}; use one of: {allowed} "

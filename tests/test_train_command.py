@@ -63,6 +63,8 @@ def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch)
         ("agent: topdrl\ntrain:\n  rollout: 4\n", "line 3: train.rollout: unknown key; allowed keys here: iterations"),
         ("agent: priority\nalgo: dagger\ntrain_end: 2017-13-15\n", "line 3: train_end: 2017-13-15: not a valid date"),
         ("agent: priority\nalgo: dagger\ntrain_end: soon\n", "line 3: train_end: 'soon' is not a date; write YYYY-"),
+        ("agent: priority\nalgo: dagger\ntrace: philly:no.csv\n", "line 3: trace: workload spec 'philly:no.csv'"),
+        ("agent: priority\nenv:\n  trace: philly:no.csv\n", "line 3: env.trace: workload spec 'philly:no.csv': no.csv"),
     ],
 )  # fmt: skip
 def test_a_bad_config_names_its_line_and_key_and_writes_nothing(tmp_path: Path, capsys, text: str, where: str) -> None:

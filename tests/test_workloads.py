@@ -529,6 +529,7 @@ def test_max_gpus_drops_the_larger_jobs_before_the_window(philly_path: Path) -> 
     [
         ("helios:x.csv", "unknown kind 'helios'; use one of: synthetic:N_JOBS"),
         ("synthetic", "unknown kind 'synthetic'"),
+        ("traces/philly.csv,load=0.9", "a file needs its kind in front, KIND:PATH (e.g. philly:traces/philly.csv for"),
         ("synthetic:100,speed=2", "unknown option 'speed=2' for synthetic; allowed: max_jobs=..., start=..."),
         (
             "philly:x.csv,tenants=3",

@@ -71,12 +71,14 @@ def check_settings(
         if iterations is not None and isinstance(cfg, dict):  # ppo's; the baselines' trainers take the count
             section, _, key = algorithm.iterations.partition(".")
             cfg[section][key] = iterations
+        if isinstance(cfg, dict) and isinstance(cfg.get("env"), dict):
+            _check_traces(cfg["env"], ("env",), chk)
         return cfg
     cls = resolve(algorithm.settings)
     if iterations is not None:
         data = {**data, algorithm.iterations: iterations}
     try:
-        return chk.section(cls, data, ())
+        cfg = chk.section(cls, data, ())
     except TrainConfigError:
         raise
     except (TypeError, ValueError) as err:
@@ -84,6 +86,21 @@ def check_settings(
         if key in {f.name for f in dataclasses.fields(cls)}:
             raise chk.fail((key,), rest.strip()) from None
         raise chk.fail((), str(err)) from None
+    _check_traces(dataclasses.asdict(cfg), (), chk)
+    return cfg
+
+
+def _check_traces(settings: Mapping[str, Any], at: tuple[str, ...], chk: ConfigChecker) -> None:
+    """A workload or trace spec whose kind, options or file is wrong, named by its key and line before anything
+    starts (a missing trace otherwise surfaced minutes later, inside the first simulation)."""
+    from cluster_sim.workload_spec import WorkloadSpecError, check_workload_spec
+
+    for key in ("trace", "workload"):
+        if isinstance(settings.get(key), str) and settings[key]:
+            try:
+                check_workload_spec(settings[key])
+            except WorkloadSpecError as err:
+                raise chk.fail((*at, key), str(err)) from None
 
 
 def load_recipe_config(
