@@ -98,7 +98,8 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"baselines": ["srtf"]}, ["baselines.0:", "not among schedulers: fifo, sjf"]),
         ({"seeds": "1,2"}, ["seeds:", "expected a list"]),
         ({"ray": {"num_cpus": 0}}, ["ray.num_cpus:", "must be >= 1"]),
-        ({"workload": "trace.csv"}, ["workload:", "synthetic:N_JOBS", "philly:PATH"]),
+        ({"workload": "trace.csv"}, ["workload:", "a file needs its kind in front", "philly:trace.csv"]),
+        ({"workload": "helios:trace.csv"}, ["workload:", "unknown kind 'helios'", "synthetic:N_JOBS", "philly:PATH"]),
         ({"train": {**TINY_TRAIN, "env": {"load": [1.0, 0.5]}}}, ["train.env.load:", "load must be a number or [low"]),
         ({"train": {**TINY_TRAIN, "env": {"window_days": "half"}}}, ["train.env.window_days:", "got 'half'"]),
         (
@@ -122,7 +123,7 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"scaling": {"agents": [1]}}, ["scaling:", "needs a train section"]),
         ({"train": {"agent": "priority"}, "scaling": {"policy": "best"}}, ["scaling.policy:", "best is not a policy"]),
         ({"workloads": {}}, ["workloads:", "give at least one"]),
-        ({"workloads": {"a": "trace.csv"}}, ["workloads.a:", "synthetic:N_JOBS"]),
+        ({"workloads": {"a": "trace.csv"}}, ["workloads.a:", "KIND:PATH (e.g. philly:trace.csv"]),
         ({"workload": "synthetic:fifty"}, ["workload:", "N_JOBS='fifty' is not an integer"]),
         ({"workload": "synthetic:50,lod=3"}, ["workload:", "unknown option 'lod=3'", "load=..."]),
         ({"workload": "synthetic:0"}, ["workload:", "no jobs"]),
