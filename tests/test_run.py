@@ -84,7 +84,8 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
 
     path = _write(tmp_path, "name: x\nschedulerz: [fifo]\n")
     with pytest.raises(
-        ExperimentConfigError, match=r"line 2: schedulerz: unknown key; allowed keys here: .*schedulers"
+        ExperimentConfigError,
+        match=r"line 2: schedulerz: unknown key; did you mean 'schedulers'\? allowed keys here: .*schedulers",
     ):
         load_experiment_config(path)
 

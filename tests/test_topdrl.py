@@ -213,5 +213,5 @@ def test_train_refuses_an_agent_it_does_not_know_and_a_bad_topdrl_key(tmp_path: 
     cfg.write_text("agent: topdrl\ntrain:\n  rollout: 4\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert f"{cfg}, line 3: train.rollout: unknown key; allowed keys here: iterations" in err
+    assert f"{cfg}, line 3: train.rollout: unknown key; did you mean 'rollouts'? allowed keys here: iterations" in err
     assert not (tmp_path / "o").exists()

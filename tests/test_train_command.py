@@ -56,11 +56,13 @@ def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch)
         ("agent: dl3\n", "line 1: agent: 'dl3' is not an agent marlsched trains; agents: priority, rounds, sia-"),
         ("agent: rounds\nalgo: ppo\n", "line 2: algo: agent 'rounds' trains with algo es, dagger, not 'ppo'"),
         ("env:\n  workload: synthetic:30\nray:\n  adress: auto\n",
-         "line 4: ray.adress: unknown key; allowed keys here: num_cpus, object_store_mb, address"),
-        ("agent: priority\nalgo: dagger\ndays: 7\ndayz: 3\n", "line 4: dayz: unknown key; allowed keys here: cluster,"),
+         "line 4: ray.adress: unknown key; did you mean 'address'? allowed keys here: num_cpus, object_store_mb"),
+        ("agent: priority\nalgo: dagger\ndays: 7\ndayz: 3\n",
+         "line 4: dayz: unknown key; did you mean 'days'? allowed keys here: cluster,"),
         ("agent: priority\nalgo: dagger\ndays: -1\n", "line 3: days: must be > 0, got -1.0"),
         ("agent: rounds\nalgo: dagger\nwindows: x\n", "line 3: windows: expected an integer, got 'x'"),
-        ("agent: topdrl\ntrain:\n  rollout: 4\n", "line 3: train.rollout: unknown key; allowed keys here: iterations"),
+        ("agent: topdrl\ntrain:\n  rollout: 4\n",
+         "line 3: train.rollout: unknown key; did you mean 'rollouts'? allowed keys here: iterations"),
         ("agent: priority\nalgo: dagger\ntrain_end: 2017-13-15\n", "line 3: train_end: 2017-13-15: not a valid date"),
         ("agent: priority\nalgo: dagger\ntrain_end: soon\n", "line 3: train_end: 'soon' is not a date; write YYYY-"),
         ("agent: priority\nalgo: dagger\ntrace: philly:no.csv\n", "line 3: trace: workload spec 'philly:no.csv'"),
@@ -107,7 +109,7 @@ def test_set_replaces_settings_checked_as_the_files_and_named_by_the_option(tmp_
     assert got["ppo"]["lr"] == 1e-3 and got["env"]["window_days"] == 0.5
     for sets, message in [
         (["dagger_rounds=x"], f"{cfg} (--set dagger_rounds=x): dagger_rounds: expected an integer, got 'x'"),
-        (["dayz=3"], f"{cfg} (--set dayz=3): dayz: unknown key; allowed keys here:"),
+        (["dayz=3"], f"{cfg} (--set dayz=3): dayz: unknown key; did you mean 'days'? allowed keys here:"),
         (["dagger_rounds"], "--set dagger_rounds: write KEY=VALUE"),
         (["days.x=1"], "--set days.x=1: days in"),
     ]:

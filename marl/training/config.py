@@ -62,10 +62,19 @@ class ConfigChecker:
 
     def fail(self, path: tuple[str, ...], message: str) -> TrainConfigError:
         where = ".".join(path) if path else "<top level>"
-        given = next((self.given[path[:n]] for n in range(len(path), 0, -1) if path[:n] in self.given), None)
+        # a --set path at, under or above the key in question (``--set enx.x=1`` fails at ``enx``)
+        given = next((text for at, text in self.given.items() if path and path[: len(at)] == at[: len(path)]), None)
         line = next((self.lines[path[:n]] for n in range(len(path), 0, -1) if path[:n] in self.lines), None)
         loc = f"{self.source} (--set {given})" if given else f"{self.source}, line {line}" if line else self.source
         return TrainConfigError(f"{loc}: {where}: {message}")
+
+    def unknown(self, path: tuple[str, ...], allowed: Sequence[str]) -> TrainConfigError:
+        """The error for the unknown key ending ``path``: the allowed keys there, the closest one first."""
+        import difflib
+
+        close = difflib.get_close_matches(path[-1], list(allowed), n=1, cutoff=0.6)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        return self.fail(path, f"unknown key; {guess}allowed keys here: {', '.join(allowed)}")
 
     def check_type(self, path: tuple[str, ...], value: Any, hint: Any) -> Any:
         origin = typing.get_origin(hint)
@@ -122,7 +131,7 @@ class ConfigChecker:
         by_key = {_yaml_key(f.name): f for f in fields(cls) if f.name != "source"}
         unknown = [k for k in data if k not in by_key]
         if unknown:
-            raise self.fail((*path, str(unknown[0])), f"unknown key; allowed keys here: {', '.join(by_key)}")
+            raise self.unknown((*path, str(unknown[0])), list(by_key))
         kwargs = {}
         for key, value in data.items():
             f = by_key[key]

@@ -139,7 +139,7 @@ def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
         raise chk.fail((), f"expected a mapping with the sections {', '.join(sorted(CONFIG_SECTIONS))}")
     for key, value in data.items():
         if key not in CONFIG_SECTIONS:
-            raise chk.fail((str(key),), f"unknown key; allowed keys here: {', '.join(sorted(CONFIG_SECTIONS))}")
+            raise chk.unknown((str(key),), sorted(CONFIG_SECTIONS))
         if key in allowed and value is not None:
             if not isinstance(value, Mapping):
                 raise chk.fail((key,), f"expected a mapping with keys {', '.join(allowed[key])}, got {value!r}")
@@ -148,7 +148,7 @@ def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
                     raise chk.fail((key, str(sub)), f"set by training from {SET_BY_TRAINING[sub]}; remove it and set "
                                    f"{SET_BY_TRAINING[sub]} instead")  # fmt: skip
                 if sub not in allowed[key]:
-                    raise chk.fail((key, str(sub)), f"unknown key; allowed keys here: {', '.join(allowed[key])}")
+                    raise chk.unknown((key, str(sub)), list(allowed[key]))
 
 
 # the types of the ppo and model keys (env: PriorityEnvConfig's annotations)
