@@ -577,6 +577,14 @@ def test_load_option_rescales_a_trace_window_to_offer_that_load(traces_dir: Path
     np.testing.assert_array_equal(spec.arrival, own.arrival)
 
 
+def test_a_window_is_labelled_by_its_dates() -> None:
+    from cluster_sim.traces.periods import HELD_OUT_START, window_label, window_spec
+
+    spec = window_spec("philly:x.csv,model_rule=gavel", HELD_OUT_START, HELD_OUT_START + 2 * 86_400, 0.9)
+    assert window_label(spec) == "2017-11-01..2017-11-03,model_rule=gavel,load=0.9"
+    assert window_label("synthetic:30,load=0.9") == "load=0.9"
+
+
 def test_windows_given_as_dates_are_the_windows_in_seconds(philly_path: Path) -> None:
     """``start=2017-11-01``: the same jobs as the seconds from the trace's first arrival; the periods are
     consecutive, in order, and their windows lie inside them."""

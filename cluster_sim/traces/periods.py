@@ -125,6 +125,17 @@ def window_spec(trace: str, start: float, end: float, load: float | None = None,
     return ",".join([*parts, *extra])
 
 
+def window_label(spec: str) -> str:
+    """A window spec's ``start=S,end=E`` as Philly dates (``2017-10-01..2017-10-08``) and its other options, for
+    progress lines; a spec of another trace keeps its seconds."""
+    kind, _, rest = spec.partition(":")
+    options = dict(item.split("=", 1) for item in rest.split(",")[1:] if "=" in item)
+    if kind.strip().lower() != "philly" or not {"start", "end"} <= options.keys():
+        return ",".join(rest.split(",")[1:]) or spec
+    dates = f"{philly_date(float(options.pop('start')))}..{philly_date(float(options.pop('end')))}"
+    return ",".join([dates, *(f"{k}={v}" for k, v in options.items())])
+
+
 __all__ = [
     "DAY",
     "HELD_OUT_START",
@@ -137,5 +148,6 @@ __all__ = [
     "philly_seconds",
     "seconds_since",
     "trace_seconds",
+    "window_label",
     "window_spec",
 ]

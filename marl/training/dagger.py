@@ -91,19 +91,24 @@ def dagger(
             state = None if net is None else net.state_dict()
             round_tasks = list(tasks(rnd))
             new: list[Chunk] = []
-            for task, chunk in zip(round_tasks, run(collect, [(*t, state) for t in round_tasks]), strict=True):
+            played = zip(round_tasks, run(collect, [(*t, state) for t in round_tasks]), strict=True)
+            for k, (task, chunk) in enumerate(played, 1):
+                where = f"round {rnd}, window {k}/{len(round_tasks)}: {describe(task)}"
                 if chunk is None:
-                    log(f"round {rnd}: {describe(task)} too quiet for the load or nothing recorded, left out")
+                    log(f"{where} too quiet for the load or nothing recorded, left out")
                     continue
                 new.append(chunk)
                 size = len(next(iter(chunk.values())))
-                log(f"round {rnd}: {describe(task)}, {size} rows ({time.perf_counter() - started:.0f} s)")
+                log(f"{where}, {size} rows ({time.perf_counter() - started:.0f} s)")
             chunks += new
             if not chunks:
                 raise ValueError(
                     f"no row recorded on the {len(round_tasks)} training windows; lower the load or record more"
                 )
             data = join(chunks)
+            log(
+                f"round {rnd}: fitting on {len(next(iter(data.values())))} rows ({time.perf_counter() - started:.0f} s)"
+            )
             net, figures = fit(rnd, data)
             row, said = report(
                 Round(rnd, teacher if rnd == 0 else "policy", new, len(round_tasks) - len(new),

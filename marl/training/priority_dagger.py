@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cluster_sim.traces.periods import HELD_OUT_START, TraceTime
+from cluster_sim.traces.periods import HELD_OUT_START, TraceTime, window_label
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.priority_export import save_priority_policy
 from marl.env.priority_agents import PriorityAgents
@@ -276,7 +276,7 @@ def train(cfg: PriorityDaggerConfig, out: str | Path, *, command: str = "", log=
 
     net, progress, scores = dagger(
         cfg.dagger_rounds, lambda rnd: [(cfg, s) for s in cfg.windows(rnd)], _collect, fit,
-        describe=lambda task: task[1].split(",", 1)[1], teacher="qssf", workers=cfg.workers, log=log, started=started,
+        describe=lambda task: window_label(task[1]), teacher="qssf", workers=cfg.workers, log=log, started=started,
     )  # fmt: skip
     meta = {
         "agents": {"hysteresis": float(np.log(cfg.factor))},

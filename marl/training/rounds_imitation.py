@@ -35,7 +35,7 @@ from cluster_sim.policies.gavel import GavelPriorityScore
 from cluster_sim.policies.lookahead import LookaheadRounds
 from cluster_sim.policies.rigid_rounds import SCORERS, ScoredRounds, type_capacity
 from cluster_sim.results import save_figure
-from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_label, window_spec
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.inference import subnormals_flushed
 from marl.models.rounds_scorer import FEATURES, PRIORS, PairScorer, pair_features
@@ -259,7 +259,7 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "", log=print
 
     _, rows, _ = dagger(
         cfg.iterations, lambda _rnd: [(cfg, spec) for spec in cfg.specs()], play_window, refit,
-        describe=lambda task: task[1][task[1].rindex(",start=") + 1 :], teacher=teacher, workers=cfg.workers,
+        describe=lambda task: window_label(task[1]), teacher=teacher, workers=cfg.workers,
         log=log, started=started, report=report,
     )  # fmt: skip
     meta = {
