@@ -63,13 +63,44 @@ class InvalidDecision(ValueError):
     """A scheduler returned a decision the cluster cannot carry out."""
 
 
+class PolicyClusterWarning(UserWarning):
+    """A learned policy runs on a cluster other than the one it was trained on: its figures may not hold there."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainedOn:
+    """The cluster a learned policy was trained on: its name and GPUs per type (what tells two clusters apart)."""
+
+    name: str
+    gpus: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, view: ClusterView) -> TrainedOn:
+        counts = np.bincount(view.server_gpu_type, weights=view.server_num_gpus, minlength=len(view.gpu_types))
+        return cls(view.name, tuple((t, int(n)) for t, n in zip(view.gpu_types, counts, strict=True) if n))
+
+    def describe(self) -> str:
+        return f"{self.name} ({', '.join(f'{n} {t}' for t, n in self.gpus)})"
+
+    def mismatch(self, view: ClusterView) -> str | None:
+        """Why ``view`` is not this cluster (other GPU types or counts; a name alone does not count), or None."""
+        here = TrainedOn.of(view)
+        if dict(here.gpus) == dict(self.gpus):
+            return None
+        return (
+            f"trained on {self.describe()}, run on {here.describe()}: its figures hold for the cluster it was "
+            f"trained on; for this one, train it again with its recorded config's cluster set to {here.name}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerTraits:
-    """What a scheduler declares about itself (see :class:`Scheduler`); absent attributes are False."""
+    """What a scheduler declares about itself (see :class:`Scheduler`); absent attributes are False (None)."""
 
     elastic: bool = False
     one_gpu_type: bool = False
     wants_all_points: bool = False
+    trained_on: TrainedOn | None = None
 
 
 def traits_of(scheduler: object) -> SchedulerTraits:
@@ -78,6 +109,7 @@ def traits_of(scheduler: object) -> SchedulerTraits:
         elastic=bool(getattr(scheduler, "elastic", False)),
         one_gpu_type=bool(getattr(scheduler, "one_gpu_type", False)),
         wants_all_points=bool(getattr(scheduler, "wants_all_points", False)),
+        trained_on=getattr(scheduler, "trained_on", None),
     )
 
 
@@ -245,7 +277,8 @@ class Scheduler(Protocol):
 
     A scheduler may declare traits as attributes (read by :func:`traits_of`, the one place the simulator reads
     them): ``elastic`` (its jobs resize; the simulation runs elastic jobs), ``one_gpu_type`` (a job runs on
-    one GPU type at a time), ``wants_all_points`` (it is consulted at every event, not only where jobs wait)
+    one GPU type at a time), ``wants_all_points`` (it is consulted at every event, not only where jobs wait),
+    ``trained_on`` (a :class:`TrainedOn`: the simulation warns where it runs on another cluster)
     and ``round_seconds`` (its own per-round decision times, for a policy that decides once a round).
     """
 

@@ -26,6 +26,7 @@ import copy
 import heapq
 import math
 import time as _time
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,6 +47,7 @@ from cluster_sim.protocol import (
     Decision,
     InvalidDecision,
     JobReport,
+    PolicyClusterWarning,
     Preempt,
     Resize,
     Scheduler,
@@ -487,6 +489,8 @@ class Simulator:
         if self._mix_setting is None:
             self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not traits.one_gpu_type
         self._check_fits_one_type()
+        if traits.trained_on is not None and (why := traits.trained_on.mismatch(self.topo)):
+            warnings.warn(f"{scheduler.name}: {why}", PolicyClusterWarning, stacklevel=2)
         one_blas_thread()  # a simulation's linear algebra is tiny: BLAS's threads only slow it down
         self.reset()
         scheduler.reset(self)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         # string hashing is salted per process; the trainer orders agents and batches through str sets and
         # dicts, so the command restarts itself, unsalted, to repeat bit for bit (workers: marl.deploy.local_ray)
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, "PYTHONHASHSEED": "0"})
+    warnings.formatwarning = _format_warning
     try:
         if args.plugin:
             from cluster_sim.plugins import load_plugins
@@ -72,6 +74,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"marlsched {args.command}: interrupted. {_after_interrupt(args)}", file=sys.stderr)
         return 130  # the shell's code for a command stopped by Ctrl-C
+
+
+_python_format = warnings.formatwarning
+
+
+def _format_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
+) -> str:
+    """A learned policy run on another cluster than its own, as one line a user reads; others as Python prints."""
+    from cluster_sim.protocol import PolicyClusterWarning
+
+    if issubclass(category, PolicyClusterWarning):
+        return f"marlsched: warning: {message}\n"
+    return _python_format(message, category, filename, lineno, line)
 
 
 def _after_interrupt(args) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -219,6 +220,37 @@ def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
     wrong = "dl2" if kind != "dl2" else "topdrl"
     with pytest.raises(ValueError, match=f"agent is {kind!r}, not {wrong!r}; load it as marl:"):
         get_policy(f"{wrong}:{SHIPPED / folder}")
+
+
+def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys) -> None:
+    """A learned policy declares the cluster its recorded config trained it on; a simulation on a cluster with
+    other GPUs warns (naming both), one with the same GPUs under another name does not, and ``marlsched`` prints
+    the warning as one line."""
+    import warnings
+
+    from cluster_sim.policies import get_policy
+    from cluster_sim.protocol import PolicyClusterWarning
+    from experiments.cli import main
+    from topology import build_cluster
+
+    folder = f"marl:{SHIPPED / 'philly-small-dagger'}"  # trained on small
+    sched = get_policy(folder)
+    assert sched.trained_on.name == "small" and dict(sched.trained_on.gpus) == {"V100": 256}
+    assert get_policy(f"marl:{SHIPPED / 'sia-philly'}").trained_on.name == "sia-hetero"
+    assert get_policy(f"marl:{SHIPPED / 'metaplace-philly'}").trained_on is None  # many synthetic clusters
+    with pytest.warns(PolicyClusterWarning, match=r"trained on small \(256 V100\), run on small-hetero \(96 V100"):
+        build_simulator("small-hetero", "synthetic:200,load=1", seed=0).start(sched)
+    renamed = dataclasses.replace(build_cluster("small").spec, name="my-small")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PolicyClusterWarning)
+        build_simulator("small", "synthetic:200,load=1", seed=0).start(sched)
+        build_simulator(renamed, "synthetic:200,load=1", seed=0).start(sched)
+        build_simulator("small-hetero", "synthetic:200,load=1", seed=0).start(get_policy("qssf"))
+    args = ["simulate", "--cluster", "small", "--workload", "synthetic:600,load=1", "--policy", folder, "--quiet"]
+    assert main(args) == 0 and "marlsched: error" not in capsys.readouterr().err
+    # the command prints it as one line, without Python's file and source line
+    line = warnings.formatwarning("P: trained on small", PolicyClusterWarning, "simulator.py", 1)
+    assert line == "marlsched: warning: P: trained on small\n"
 
 
 def test_a_plugin_prefix_names_its_folders_everywhere_a_scheduler_name_goes(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ class SB3Scheduler(PriorityAgents):
 def train(steps: int, out: Path, env_config: dict[str, Any], seed: int = 0) -> Path:
     """PPO (Stable-Baselines3 defaults, smaller rollouts) on :class:`marl.env.standard_envs.SingleAgentSchedEnv`."""
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
 
     from marl.env.standard_envs import SingleAgentSchedEnv
 
@@ -63,6 +64,7 @@ def train(steps: int, out: Path, env_config: dict[str, Any], seed: int = 0) -> P
     # a small initial spread: QSSF's scores differ by tenths, so unit noise would be a random order
     model = PPO("MultiInputPolicy", env, n_steps=256, batch_size=64, n_epochs=4, seed=seed, verbose=0,
                 policy_kwargs={"log_std_init": -2.0})  # fmt: skip
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's own would leave an empty folder in /tmp per run
     t0 = time.perf_counter()
     model.learn(total_timesteps=steps, progress_bar=False)
     out.mkdir(parents=True, exist_ok=True)

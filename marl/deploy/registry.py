@@ -12,10 +12,13 @@ importing marl.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cluster_sim.protocol import TrainedOn
 from cluster_sim.results import write_atomic
 from marl.agents import AGENTS, AgentSpec, resolve
 from marl.deploy.policy_files import (
@@ -70,13 +73,38 @@ def policy_kind(folder: str | Path) -> str | None:
 def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "marl", **options: Any) -> Any:
     """The policy in ``folder`` as a cluster_sim scheduler, whatever its kind (``kind``: refuse any other);
     ``options`` go to the kind's loader (``num_agents`` for the priority agents, ``gpu_type`` for TopDRL ...)."""
-    found, _ = read_metadata(folder)
+    found, meta = read_metadata(folder)
     if kind is not None and found.name != kind:
         raise ValueError(
             f"{Path(folder) / METADATA}: agent is {found.name!r}, not {kind!r}; load it as marl:{folder}, or give a "
             f"folder made by {AGENTS[kind].made_by}"
         )
-    return resolve(found.loader)(folder, name=name, **options)
+    scheduler = resolve(found.loader)(folder, name=name, **options)
+    scheduler.trained_on = trained_on(meta)  # the simulation warns on another cluster
+    return scheduler
+
+
+def trained_on(meta: Mapping[str, Any]) -> TrainedOn | None:
+    """The cluster a folder's policy was trained on, from the config it records; None where it records none that
+    builds here (a meta-trained policy's synthetic clusters, a cluster file that is gone)."""
+    trained = meta.get("trained") or {}
+    for config in ((meta.get("provenance") or {}).get("config"), meta.get("config"), trained.get("config")):
+        if isinstance(config, Mapping):
+            env = config.get("env")
+            name = (env.get("cluster") if isinstance(env, Mapping) else None) or config.get("cluster")
+            if isinstance(name, str):
+                return _cluster_gpus(name)
+    return None
+
+
+@functools.cache
+def _cluster_gpus(name: str) -> TrainedOn | None:
+    from topology.datacenter import build_cluster
+
+    try:
+        return TrainedOn.of(build_cluster(name).view)
+    except (OSError, ValueError):
+        return None
 
 
 def load_prefixed(prefix: str, folder: str, *, name: str | None = None, **options: Any) -> Any:
@@ -112,4 +140,5 @@ __all__ = [
     "load_prefixed",
     "policy_kind",
     "read_metadata",
+    "trained_on",
 ]
