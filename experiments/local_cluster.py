@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -60,6 +61,7 @@ def local_cluster(nodes: int = 2, cpus_per_node: int = 1, object_store_bytes: in
         yield f"127.0.0.1:{port}", env
     finally:
         stop_cluster(temp)
+        shutil.rmtree(temp, ignore_errors=True)  # its sessions' logs: a folder in /tmp per cluster otherwise
 
 
 def node_resource(address: str, index: int) -> str:

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -405,8 +406,11 @@ def two_node_cluster():
 
     if ray.is_initialized():  # the in-process Ray other tests share: this run connects to the cluster instead
         ray.shutdown()
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.glob("marlsched-ray-*"))
     with local_cluster(nodes=2, cpus_per_node=1) as (address, env):
         yield address, env
+    assert set(temp.glob("marlsched-ray-*")) <= before  # stopped, it leaves no folder behind
 
 
 @pytest.mark.slow
