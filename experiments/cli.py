@@ -26,12 +26,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="import this module first (repeatable; before or after the command): it may register schedulers, "
         "placements, workload kinds or interference models (see experiments/examples/)",
     )
+    parser.add_argument(
+        "--version", action=_Version, help="print the version and the code commit (as policy folders record it)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     add_simulate_command(sub)
     add_interference_commands(sub)
     add_train_commands(sub)
     add_run_command(sub)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the package version and the commit of this checkout, looked up only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        import importlib.metadata
+
+        from marl.deploy.policy_files import code_version
+
+        commit = code_version()
+        try:
+            version = importlib.metadata.version("marlsched")
+        except importlib.metadata.PackageNotFoundError:  # run from a checkout that was not installed
+            version = "(not installed)"
+        print(f"marlsched {version}" + ("" if commit.startswith("marlsched") else f" ({commit})"))
+        parser.exit()
 
 
 SEEDED_COMMANDS = ("run", "train", "train-priority")  # commands whose results must repeat for a seed

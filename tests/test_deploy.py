@@ -310,6 +310,21 @@ def test_a_reused_program_carries_each_networks_weights_and_is_traced_again_wher
     assert nets[0].shift[0] == 0.0  # the first network's own tensors were not handed to the next
 
 
+def test_version_names_the_commit_that_policy_folders_record(capsys) -> None:
+    """``marlsched --version``: the package's version and the code version a policy's provenance records, so a
+    result and the code that computed it can be matched."""
+    import importlib.metadata
+
+    from experiments.cli import main
+    from marl.deploy.policy_files import code_version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"marlsched {importlib.metadata.version('marlsched')}") and code_version() in out
+
+
 def test_every_kind_writes_one_schema_with_its_provenance_and_a_newer_format_is_refused(tmp_path: Path) -> None:
     """``write_metadata`` (every kind's writer calls it): format, version, agent, provenance (command, config, code
     and library versions); a folder from a newer format is refused with the fix; folders of format 1 still load."""
