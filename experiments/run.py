@@ -194,26 +194,32 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
     }
     t0 = time.perf_counter()
     done, first = 0, 0.0
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        spec = pending.pop(ready[0])
-        res = ray.get(ready[0])
-        write_task(out, spec, res)
-        done += 1
-        m = res["metrics"]
-        elapsed = time.perf_counter() - t0
-        if done == 1:  # the first run holds the workers' start: the rate is measured from its end
-            first, eta = elapsed, "ETA from the next run"
-        else:
-            eta = f"ETA {(elapsed - first) / (done - 1) * (len(todo) - done):.0f} s"
-        log(
-            f"[{done}/{len(todo)}] {spec['scheduler']}"
-            f"{' on ' + spec['workload_label'] if spec['workload_label'] else ''} "
-            f"seed {spec['seed']}: avg JCT {m['avg_jct']:.0f} s, "
-            f"{m['jobs_completed']}/{m['jobs_total']} jobs, {m['wall_seconds']:.1f} s "
-            f"({m['task_cpu_seconds']:.1f} s CPU) on host {res['host']}, worker pid {res['pid']}"
-            f"  (elapsed {elapsed:.0f} s, {eta})"
-        )
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            spec = pending.pop(ready[0])
+            res = ray.get(ready[0])
+            write_task(out, spec, res)
+            done += 1
+            m = res["metrics"]
+            elapsed = time.perf_counter() - t0
+            if done == 1:  # the first run holds the workers' start: the rate is measured from its end
+                first, eta = elapsed, "ETA from the next run"
+            else:
+                eta = f"ETA {(elapsed - first) / (done - 1) * (len(todo) - done):.0f} s"
+            log(
+                f"[{done}/{len(todo)}] {spec['scheduler']}"
+                f"{' on ' + spec['workload_label'] if spec['workload_label'] else ''} "
+                f"seed {spec['seed']}: avg JCT {m['avg_jct']:.0f} s, "
+                f"{m['jobs_completed']}/{m['jobs_total']} jobs, {m['wall_seconds']:.1f} s "
+                f"({m['task_cpu_seconds']:.1f} s CPU) on host {res['host']}, worker pid {res['pid']}"
+                f"  (elapsed {elapsed:.0f} s, {eta})"
+            )
+    finally:
+        # stopped early (an error, Ctrl-C in a notebook) on a Ray that outlives the run: its unfinished tasks
+        # would go on computing what nobody collects; a rerun redoes them
+        for ref in pending:
+            ray.cancel(ref)
     return done
 
 

@@ -99,16 +99,29 @@ def _ray_session():
         ray.shutdown()
 
 
-@pytest.fixture
-def ray_local(_ray_session):
-    """In-process Ray, 2 CPUs and a small object store as on a 2-core laptop, started as the commands start
-    it and shared by every test that asks (a start costs seconds; tests leave no actors behind)."""
+def _in_process_ray():
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         from marl.deploy.local_ray import start_local_ray
 
         start_local_ray(2, 100 * 1024**2)  # as the commands start it: seeded training repeats
     return ray
+
+
+@pytest.fixture
+def ray_local(_ray_session):
+    """In-process Ray, 2 CPUs and a small object store as on a 2-core laptop, started as the commands start
+    it and shared by every test that asks (a start costs seconds; tests leave no actors behind). The tests of
+    one module that use it run on one worker."""
+    return _in_process_ray()
+
+
+@pytest.fixture
+def ray_shared(_ray_session):
+    """The same in-process Ray, for tests that would otherwise start and stop their own (an in-process
+    ``marlsched run`` connects to it as to any running Ray): a start costs about 4 s of CPU and each new
+    worker its imports. These tests are not grouped: each worker's one Ray serves them."""
+    return _in_process_ray()
 
 
 def _hypothesis_profiles() -> None:

@@ -60,7 +60,9 @@ def test_example_scheduler_runs_from_the_cli_with_the_hand_computed_result(tiny,
     np.testing.assert_allclose(_jcts(tmp_path / "o2"), HAND_JCT["smallest-first"])
 
 
-def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(tiny, tmp_path: Path, monkeypatch) -> None:
+def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(
+    ray_shared, tiny, tmp_path: Path, monkeypatch
+) -> None:
     from experiments.run import run_experiment
     from experiments.run_config import parse_experiment_config
 

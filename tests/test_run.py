@@ -162,7 +162,9 @@ def test_train_section_extends_a_training_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_run_trains_placing_priority_agents_beside_their_warm_start(tmp_path: Path, traces_dir: Path) -> None:
+def test_run_trains_placing_priority_agents_beside_their_warm_start(
+    ray_shared, tmp_path: Path, traces_dir: Path
+) -> None:
     """The quickstart's shape: ``train: {agent: priority}`` trains the placing agents; ``marl-warm-start`` is
     the same network untrained, which is QSSF with each job on its fastest type, moved up past the margin."""
     import numpy as np
@@ -213,7 +215,7 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(tmp_path: Pa
     assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0  # trained once, kept
 
 
-def test_run_trains_any_agent_its_train_section_names(tmp_path: Path, traces_dir: Path) -> None:
+def test_run_trains_any_agent_its_train_section_names(ray_shared, tmp_path: Path, traces_dir: Path) -> None:
     """``train: {agent: priority, algo: dagger, ...}``: the one framework's loop trains it inside the run (the
     policy in ``train/policy``), ``marl`` is evaluated beside the heuristics, and the report says what trained it."""
     from experiments.run import run_experiment
@@ -244,7 +246,7 @@ def test_run_trains_any_agent_its_train_section_names(tmp_path: Path, traces_dir
 
 
 @pytest.mark.slow
-def test_scaling_runs_one_policy_file_at_every_agent_count(tmp_path: Path) -> None:
+def test_scaling_runs_one_policy_file_at_every_agent_count(ray_shared, tmp_path: Path) -> None:
     """The scaling experiment: the shipped priority policy at K = 1 and 4 agents, rollouts on RLlib's
     EnvRunners and one evaluation episode per K, the heuristics as reference lines; a rerun measures nothing."""
     from experiments.run import run_experiment
@@ -283,8 +285,32 @@ class _Killed(Exception):
     """Raised from a run's log: the run stops there as a killed one would."""
 
 
+def test_a_run_stopped_on_a_ray_that_outlives_it_cancels_its_unfinished_tasks(ray_shared, tmp_path: Path) -> None:
+    """A run stopped by an error (or Ctrl-C in a notebook) on a Ray it did not start cancels what it had queued:
+    the CPUs are free within moments instead of computing, for seconds, results nobody collects."""
+    import time
+
+    from experiments.run import run_experiment
+
+    ray = ray_shared
+    raw = {**TINY, "workload": "synthetic:6000,window_load=1.1", "seeds": list(range(8)), "schedulers": ["tiresias"],
+           "baselines": []}  # fmt: skip
+    cfg = parse_experiment_config(raw, "slow.yaml")  # 8 tasks of 1 to 2 s on 2 CPUs
+
+    def stopped_after_the_first(line: str) -> None:
+        if line.startswith("[1/8]"):
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        run_experiment(cfg, tmp_path / "out", log=stopped_after_the_first)
+    total, deadline = ray.cluster_resources()["CPU"], time.monotonic() + 2.0
+    while ray.available_resources().get("CPU", 0) < total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.available_resources().get("CPU", 0) == total, "tasks of the stopped run still hold CPUs"
+
+
 @pytest.mark.slow
-def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Path) -> None:
+def test_interrupted_run_resumes_without_recomputing_finished_work(ray_shared, tmp_path: Path) -> None:
     from experiments.run import run_experiment
 
     train = {**TINY_TRAIN, "ppo": {**TINY_TRAIN["ppo"], "iterations": 2}}
@@ -348,7 +374,9 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(tmp_path: Pat
         run_experiment(other, out, log=logs.append)
 
 
-def test_several_workloads_with_scheduler_options_and_published_figures(tmp_path: Path, traces_dir: Path) -> None:
+def test_several_workloads_with_scheduler_options_and_published_figures(
+    ray_shared, tmp_path: Path, traces_dir: Path
+) -> None:
     """A run over two workloads: every scheduler on each, a label standing for a policy with its own
     settings, metrics.csv with a workload column, and the report's published-beside-ours table."""
     import csv
@@ -402,10 +430,6 @@ def two_node_cluster():
 
     if not ray_command().is_file():
         pytest.skip(f"no ray command next to {sys.executable}")
-    import ray
-
-    if ray.is_initialized():  # the in-process Ray other tests share: this run connects to the cluster instead
-        ray.shutdown()
     temp = Path(tempfile.gettempdir())
     before = set(temp.glob("marlsched-ray-*"))
     with local_cluster(nodes=2, cpus_per_node=1) as (address, env):
