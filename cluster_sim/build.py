@@ -4,6 +4,7 @@ across episodes, assembles one from those parts (:func:`assemble_simulator`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,4 +86,30 @@ def assemble_simulator(
         from cluster_sim.pollux_apps import PolluxPerformance
 
         perf = PolluxPerformance(perf, workload.meta["pollux_traces"], view)
+    elif perf is not None:
+        _warn_estimated_speeds(view, workload, perf)
     return Simulator(view, workload, perf=perf, interference=interference, **options)
+
+
+class EstimatedSpeedWarning(UserWarning):
+    """Jobs run on a GPU type where their model was never measured: their speed there is an estimate."""
+
+
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()  # (cluster, types): once a process, not once a window
+
+
+def _warn_estimated_speeds(view: ClusterView, workload: Workload, perf: PerformanceModel) -> None:
+    by_type = perf.estimated_jobs_by_type(workload.model, workload.models)
+    key = (view.name, tuple(sorted(by_type)))
+    if not by_type or key in _WARNED:
+        return
+    _WARNED.add(key)
+    counts = ", ".join(f"{n:,} of {len(workload):,} on {t}" for t, n in by_type.items())
+    warnings.warn(
+        f"on {view.name}, some jobs' models were never measured on {' or '.join(by_type)} ({counts}): there they run "
+        "at the type's single speed, an estimate (a result's estimated_jobs counts the jobs that did); measured "
+        "are Gavel's job types on K80, P100 and V100 (model_rule=gavel) and Sia's applications on T4, RTX 2080 Ti, "
+        "A100 and RTX 6000 (pollux: with profiles=); see docs/guide/clusters.md, GPU types and their speeds",
+        EstimatedSpeedWarning,
+        stacklevel=3,
+    )

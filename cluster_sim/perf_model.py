@@ -67,6 +67,7 @@ from pathlib import Path
 import numpy as np
 
 from cluster_sim.model_zoo import MODEL_NAMES
+from cluster_sim.perf_fit import REFERENCE_GPU
 from topology.view import ClusterView, Level
 
 DEFAULT_CONSTANTS = Path(__file__).resolve().parent / "data" / "perf_constants.json"
@@ -322,13 +323,21 @@ class PerformanceModel:
         speed = self.model_gpu_speeds.get(MODEL_NAMES[int(model)], {}).get(gpu_type)
         return speed if speed is not None else self._gpu_speed(gpu_type, view)
 
-    def fallback_jobs(self, models: np.ndarray, model_names: tuple[str, ...]) -> int:
-        """How many jobs of a workload (``models``: indices into ``model_names``) run at a GPU type's single
-        speed on some GPU type of this cluster, because nobody measured their model there."""
-        if not self.fallbacks:
-            return 0
-        bad = np.array([any((m, t) in self.fallbacks for t in self.view.gpu_types) for m in model_names], dtype=bool)
-        return int(bad[np.asarray(models, dtype=np.int64)].sum()) if len(models) else 0
+    def estimated_jobs_by_type(self, models: np.ndarray, model_names: tuple[str, ...]) -> dict[str, int]:
+        """Per GPU type of this cluster, how many jobs of a workload (``models``: indices into ``model_names``)
+        would run there at the type's single speed, because nobody measured their model on it (V100, the
+        reference of every duration, is exact by definition). Empty where every pair was measured."""
+        if not self.fallbacks or not len(models):
+            return {}
+        models = np.asarray(models, dtype=np.int64)
+        out = {}
+        for t in self.view.gpu_types:
+            if t == REFERENCE_GPU:
+                continue
+            bad = np.array([(m, t) in self.fallbacks for m in model_names], dtype=bool)
+            if n := int(bad[models].sum()):
+                out[t] = n
+        return out
 
     # ---------------------------------------------------------------- internals
 

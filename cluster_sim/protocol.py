@@ -84,12 +84,15 @@ class TrainedOn:
 
     def mismatch(self, view: ClusterView) -> str | None:
         """Why ``view`` is not this cluster (other GPU types or counts; a name alone does not count), or None."""
+        from topology.datacenter import CLUSTER_PRESETS
+
         here = TrainedOn.of(view)
         if dict(here.gpus) == dict(self.gpus):
             return None
+        this = here.name if here.name in CLUSTER_PRESETS else f"this cluster's YAML file ({here.name})"
         return (
             f"trained on {self.describe()}, run on {here.describe()}: its figures hold for the cluster it was "
-            f"trained on; for this one, train it again with its recorded config's cluster set to {here.name}"
+            f"trained on; for this one, train it again with its recorded config's cluster set to {this}"
         )
 
 

@@ -105,7 +105,8 @@ class SimResult:
 
     @property
     def slowdown(self) -> np.ndarray:
-        """JCT relative to the job's ideal run time (1.0 = ran at once, ideally placed)."""
+        """JCT relative to the job's ideal run time on V100s, the type run times are given for (1.0 = ran at once,
+        ideally placed; below 1 on a faster type or with more GPUs than it asked for)."""
         return self.jct / self.workload.duration
 
     def plot_series(self, points: int) -> dict[str, np.ndarray]:

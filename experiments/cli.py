@@ -105,10 +105,12 @@ _python_format = warnings.formatwarning
 def _format_warning(
     message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
 ) -> str:
-    """A learned policy run on another cluster than its own, as one line a user reads; others as Python prints."""
+    """A learned policy run on another cluster than its own, or jobs on estimated speeds, as one line a user
+    reads; others as Python prints them."""
+    from cluster_sim.build import EstimatedSpeedWarning
     from cluster_sim.protocol import PolicyClusterWarning
 
-    if issubclass(category, PolicyClusterWarning):
+    if issubclass(category, (PolicyClusterWarning, EstimatedSpeedWarning)):
         return f"marlsched: warning: {message}\n"
     return _python_format(message, category, filename, lineno, line)
 

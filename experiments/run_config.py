@@ -262,6 +262,7 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
             import_target(target)
         except PluginError as err:
             raise chk.fail(("plugins", str(i)), str(err)) from None
+    _cluster_of(cfg, chk)  # a bad cluster file is named before Ray starts or the run's folder is made
     if cfg.interference not in interference_modes():
         raise chk.fail(("interference",), f"{cfg.interference!r} is not one of {', '.join(interference_modes())}")
     if cfg.interference == "learned" and not cfg.interference_data:
@@ -370,7 +371,6 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
 
 
 def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
-    from topology import build_cluster
 
     sc = cfg.scaling_config
     assert sc is not None
@@ -383,12 +383,7 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
             read_priority_metadata(Path(sc.policy))
         except (OSError, ValueError) as err:
             raise chk.fail(("scaling", "policy"), f"untrained, or a priority policy folder: {err}") from None
-    cluster = cfg.cluster
-    if isinstance(cluster, Mapping):
-        from topology import parse_spec
-
-        cluster = parse_spec(dict(cluster), source=f"{cfg.source}: cluster")
-    racks = build_cluster(cluster).view.num_racks
+    racks = _cluster_of(cfg, chk).view.num_racks
     if not sc.agents:
         raise chk.fail(("scaling", "agents"), "list at least one agent count")
     for i, k in enumerate(sc.agents):
@@ -400,6 +395,23 @@ def _check_scaling(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         raise chk.fail(("scaling", "env_runners" if sc.env_runners < 1 else "rollout_steps"), "must be >= 1")
     _check_workload(chk, ("scaling", "workload"), sc.workload or cfg.workload)
     _check_workload(chk, ("scaling", "rollout_workload"), sc.rollout_workload)
+
+
+def _cluster_of(cfg: ExperimentConfig, chk: ConfigChecker) -> Any:
+    """The experiment's cluster (a preset, a YAML file relative to the cwd, or a mapping), built; its spec's
+    error named at the config's ``cluster`` key."""
+    from topology import ClusterSpecError, build_cluster, parse_spec
+    from topology.yaml_lines import dotted_path
+
+    if isinstance(cfg.cluster, Mapping):
+        try:
+            return build_cluster(parse_spec(dict(cfg.cluster), source="cluster"))
+        except ClusterSpecError as err:  # named by the config's own line of the field
+            raise chk.fail(("cluster", *dotted_path(err.path)), err.detail) from None
+    try:
+        return build_cluster(cfg.cluster)
+    except ClusterSpecError as err:
+        raise chk.fail(("cluster",), str(err)) from None
 
 
 def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> None:

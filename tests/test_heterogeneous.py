@@ -449,14 +449,28 @@ def test_an_unknown_gpu_type_names_the_field_and_the_known_types() -> None:
         parse_spec(spec, source="cluster.yaml")
 
 
-def test_gavel_model_rule_draws_only_models_measured_on_every_type(traces_dir: Path) -> None:
+def test_gavel_model_rule_draws_only_models_measured_on_every_type(traces_dir: Path, monkeypatch) -> None:
     """On small-hetero, Philly-like jobs with Gavel's job types run at measured speeds on every type; the
-    default rule (Pollux's six models) has four without K80/P100 measurements, and the result says so."""
+    default rule (Pollux's six models) has four without K80/P100 measurements: building it warns (once a
+    process, naming the types and how many jobs), and the result counts the jobs that ran on estimates."""
+    import warnings
+
+    from cluster_sim import build
+    from cluster_sim.build import EstimatedSpeedWarning
+
+    monkeypatch.setattr(build, "_WARNED", set())
     counts = {}
-    for rule in ("gavel", "independent"):
-        sim = build_simulator("small-hetero", f"synthetic:300,load=1.2,model_rule={rule}", seed=3)
-        counts[rule] = sim.run(get_policy("qssf")).metrics()["estimated_jobs"]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for rule in ("gavel", "independent", "independent"):
+            sim = build_simulator("small-hetero", f"synthetic:300,load=1.2,model_rule={rule}", seed=3)
+            counts[rule] = sim.run(get_policy("qssf")).metrics()["estimated_jobs"]
     assert counts["gavel"] == 0 and counts["independent"] > 0
+    estimated = [str(w.message) for w in seen if issubclass(w.category, EstimatedSpeedWarning)]
+    assert (
+        len(estimated) == 1 and "on small-hetero, some jobs' models were never measured on P100 or K80" in estimated[0]
+    )
+    assert " of 300 on K80" in estimated[0]
 
 
 def test_named_regimes_are_runnable_and_hold_out_the_later_weeks() -> None:

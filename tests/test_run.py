@@ -138,6 +138,11 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"scheduler_options": {"sjf": {"policy": "fifo", "speed": 2}}}, ["scheduler_options.sjf:", "speed"]),
         ({"published": {"fifo": {"w9": 100}}}, ["published.fifo.w9:", "or `mean`"]),
         ({"claims": {"srtf": "better"}}, ["claims.srtf:", "for a listed scheduler"]),
+        ({"cluster": "smal"}, ["cluster: smal:", "neither a preset name nor a YAML file; did you mean 'small'?"]),
+        (
+            {"cluster": {"racks_per_pod": 2, "servers_per_rack": 2, "server": "pcie-4", "gpu_type": "X100"}},
+            ["cluster.gpu_type: unknown GPU type 'X100'; did you mean 'V100'? allowed: K80"],
+        ),
     ],
 )
 def test_bad_values_name_the_path_and_allowed_values(patch: dict, fragments: list[str]) -> None:
@@ -145,6 +150,22 @@ def test_bad_values_name_the_path_and_allowed_values(patch: dict, fragments: lis
         parse_experiment_config({**TINY, **patch}, "exp.yaml")
     for fragment in fragments:
         assert fragment in str(err.value)
+
+
+def test_a_bad_cluster_file_is_named_before_ray_starts_or_the_folder_is_made(tmp_path: Path) -> None:
+    """The experiment's cluster is built while the config is checked: its file's error, with that file's line,
+    comes before Ray starts, and ``--out`` is not made (a rerun after the fix is not refused)."""
+    from experiments.cli import main
+
+    cluster = _write(
+        tmp_path, "pods: 1\nrack_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n", "c.yaml"
+    )
+    config = _write(tmp_path, yaml.safe_dump({**TINY, "cluster": str(cluster)}), "exp.yaml")
+    with pytest.raises(ExperimentConfigError) as err:
+        load_experiment_config(config)
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if text.startswith("cluster:"))
+    assert str(err.value).startswith(f"{config}, line {line}: cluster: {cluster}, line 2: rack_per_pod: unknown key;")
+    assert main(["run", str(config), "--out", str(tmp_path / "out")]) == 2 and not (tmp_path / "out").exists()
 
 
 def test_train_section_extends_a_training_file(tmp_path: Path) -> None:

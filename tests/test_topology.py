@@ -174,6 +174,9 @@ def test_yaml_spec_good(tmp_path: Path) -> None:
     np.testing.assert_array_equal(v.rack_uplink_bw, [4 * 50 / 4, 4 * 3.125 / 4] * 3)
     np.testing.assert_allclose(v.pod_uplink_bw, [(50 + 3.125 + 50) / 3, (3.125 + 50 + 3.125) / 3])
     assert "my-dc: 24 servers, 168 GPUs" in cluster.describe()
+    # a GPU type in any case is the datasheets' name
+    lower = build_cluster(write_yaml(tmp_path, CUSTOM_YAML.replace("V100", "v100").replace("K80", "k80"), "lower.yaml"))
+    assert lower.view.gpu_types == ("V100", "K80") and lower.spec.groups == cluster.spec.groups
 
 
 def test_shipped_example_cluster_file_loads() -> None:
@@ -199,57 +202,83 @@ def test_rack_assignment_is_deterministic_and_proportional() -> None:
     np.testing.assert_array_equal(spec.rack_groups(), [0, 1, 2, 0, 0, 1, 2, 0])
 
 
+# (text, its line, field path, what the message says): the line is the field's, where the file has it
 BAD_SPECS = [
-    ("pods: 1\nracks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\nracks: 3\n", "racks", "mix"),
-    ("racks_per_pod: -1\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n", "racks_per_pod", ">= 1"),
-    ("racks_per_pod: 2\nservers_per_rack: 0\nserver: pcie-4\ngpu_type: V100\n", "servers_per_rack", ">= 1"),
+    ("pods: 1\nracks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\nracks: 3\n", 6, "racks", "mix"),
+    ("racks_per_pod: -1\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n", 1, "racks_per_pod", ">= 1"),
+    ("racks_per_pod: 2\nservers_per_rack: 0\nserver: pcie-4\ngpu_type: V100\n", 2, "servers_per_rack", ">= 1"),
     (
         "racks_per_pod: 4\nservers_per_rack: 2\nmix:\n  - {gpu_type: V100, fraction: 0.5, server: pcie-8}\n"
         "  - {gpu_type: K80, fraction: 0.4, server: pcie-4}\n",
+        3,
         "mix",
         "sum to 0.9",
     ),
     (
         "racks_per_pod: 4\nservers_per_rack: 2\nmix:\n  - {gpu_type: V100, fraction: 0.5, server: pcie-8}\n"
         "  - {gpu_type: K80, fraction: 0.5, server: dgx-9}\n",
+        5,
         "mix[1].server",
         "nvswitch-8, pcie-8, pcie-4",
     ),
     (
         "racks_per_pod: 4\nservers_per_rack: 2\nmix:\n  - {gpu_type: V100, fraction: 0.5, colour: red}\n",
+        4,
         "mix[0].colour",
         "gpu_type, fraction, server",
     ),
     (
         "racks_per_pod: 4\nservers_per_rack: 2\nserver: pcie-8\nmix:\n  - {gpu_type: V100, fraction: 1.5}\n",
+        5,
         "mix[0].fraction",
         "(0, 1]",
     ),
-    (  # a top-level default that no mix entry takes: the entries' own types were meant, or the default
+    (
         "racks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-8\ngpu_type: V100\n"
         "mix:\n  - {gpu_type: A100, fraction: 1}\n",
+        4,
         "gpu_type",
         "every mix entry gives its own",
     ),
-    ("racks_per_pod: 2\nservers_per_rack: 2\nserver: nvswitch-8\ngpu_type: K80\n", "server", "no NVLink"),
-    ("racks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: X200\n", "gpu_type", "A100"),
+    ("racks_per_pod: 2\nservers_per_rack: 2\nserver: nvswitch-8\ngpu_type: K80\n", 3, "server", "no NVLink"),
+    ("racks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: X200\n", 4, "gpu_type", "A100"),
     (
         "racks_per_pod: 2\nservers_per_rack: 2\ngpu_type: V100\nserver: {gpus_per_server: 6, sockets: 4}\n",
+        4,
         "server.sockets",
         "split evenly",
     ),
-    ("racks_per_pod: 2\nservers_per_rack: 2\ngpu_type: V100\nrack_oversubscription: 0.5\n", "rack_oversub", ">= 1"),
-    ("racks_per_pod: [2\n", "<file>", "not valid YAML"),
+    (
+        "racks_per_pod: 2\nservers_per_rack: 2\ngpu_type: V100\nrack_oversubscription: 0.5\n",
+        4,
+        "rack_oversubscription",
+        ">= 1",
+    ),
+    ("racks_per_pod: [2\n", None, "<file>", "not valid YAML"),
+    (
+        "pods: 1\nrack_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n",
+        2,
+        "rack_per_pod",
+        "unknown key; did you mean 'racks_per_pod'? allowed: name",
+    ),
+    (
+        "racks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\nmix:\n  - gpu_type: a100-80gb\n    fraction: 1\n",
+        5,
+        "mix[0].gpu_type",
+        "unknown GPU type 'a100-80gb'; did you mean 'A100'? allowed: K80",
+    ),
+    ("racks_per_pod: 2\nservers_per_rack: 2\nserver: pcie-44\ngpu_type: V100\n", 3, "server", "did you mean 'pcie-4'?"),
+    ("racks_per_pod: 2\nserver: pcie-4\ngpu_type: V100\n", None, "servers_per_rack", "missing"),
 ]
 
 
-@pytest.mark.parametrize(("text", "path", "hint"), BAD_SPECS)
-def test_yaml_spec_bad(tmp_path: Path, text: str, path: str, hint: str) -> None:
+@pytest.mark.parametrize(("text", "line", "path", "hint"), BAD_SPECS)
+def test_yaml_spec_bad(tmp_path: Path, text: str, line: int | None, path: str, hint: str) -> None:
     file = write_yaml(tmp_path, text, "bad.yaml")
     with pytest.raises(ClusterSpecError) as err:
         build_cluster(file)
     msg = str(err.value)
-    assert msg.startswith(f"{file}: {path}"), msg
+    assert msg.startswith(f"{file}, line {line}: {path}:" if line else f"{file}: {path}:"), msg
     assert hint in msg, msg
 
 

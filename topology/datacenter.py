@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from topology.build_view import view_from_spec
-from topology.spec import ClusterSpec, ClusterSpecError, load_spec, parse_spec
+from topology.spec import ClusterSpec, ClusterSpecError, did_you_mean, load_spec, parse_spec
 from topology.view import ClusterView
 
 if TYPE_CHECKING:
@@ -234,7 +234,11 @@ def build_cluster(name_or_path: str | Path | ClusterSpec) -> Cluster:
     elif Path(name_or_path).suffix in (".yaml", ".yml") or Path(name_or_path).exists():
         spec = load_spec(name_or_path)
     else:
+        guess = did_you_mean(str(name_or_path), CLUSTER_PRESETS)
         raise ClusterSpecError(
-            str(name_or_path), "<cluster>", "neither a preset name nor a YAML file", ", ".join(CLUSTER_PRESETS)
+            str(name_or_path),
+            "<cluster>",
+            f"neither a preset name nor a YAML file; {guess}".rstrip("; "),
+            ", ".join(CLUSTER_PRESETS),
         )
     return Cluster(spec, view_from_spec(spec))

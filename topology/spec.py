@@ -7,8 +7,9 @@ what is wrong and what is allowed, so a typo in a config never turns into a sile
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 import yaml
 
 from topology.servers import GPU_LINKS, SERVER_PRESETS, ServerLinks, ServerSpec
+from topology.yaml_lines import dotted_path, line_of, yaml_key_lines
 
 TOP_KEYS = (
     "name",
@@ -34,16 +36,29 @@ SERVER_KEYS = ("name", "base", "gpus_per_server", "sockets", "nvswitch", "intra_
 
 
 class ClusterSpecError(ValueError):
-    """A cluster spec field is missing or wrong; the message names source, field path and the fix."""
+    """A cluster spec field is missing or wrong; the message names source (and line), field path and the fix."""
 
-    def __init__(self, source: str, path: str, problem: str, allowed: str = "") -> None:
-        self.source, self.path, self.problem = source, path, problem
-        msg = f"{source}: {path}: {problem}"
-        super().__init__(f"{msg}; allowed: {allowed}" if allowed else msg)
-        self.allowed = allowed
+    def __init__(self, source: str, path: str, problem: str, allowed: str = "", line: int | None = None) -> None:
+        self.source, self.path, self.problem, self.allowed, self.line = source, path, problem, allowed, line
+        where = f"{source}, line {line}" if line else source
+        super().__init__(f"{where}: {path}: {self.detail}")
+
+    @property
+    def detail(self) -> str:
+        """What is wrong and what is allowed, without where (for a config that holds the spec inline)."""
+        if not self.allowed:
+            return self.problem
+        return f"{self.problem}{' ' if self.problem.endswith('?') else '; '}allowed: {self.allowed}"
 
     def __reduce__(self):  # picklable, so that it crosses process pools intact
-        return (type(self), (self.source, self.path, self.problem, self.allowed))
+        return (type(self), (self.source, self.path, self.problem, self.allowed, self.line))
+
+
+def did_you_mean(value: str, allowed: Iterable[str]) -> str:
+    """``did you mean 'X'?`` for the allowed name closest to a misspelt ``value`` (in any case), else nothing."""
+    by_case = {name.casefold(): name for name in allowed}
+    close = difflib.get_close_matches(value.casefold(), list(by_case), n=1, cutoff=0.6)
+    return f"did you mean {by_case[close[0]]!r}?" if close else ""
 
 
 @dataclass(frozen=True)
@@ -113,8 +128,12 @@ def _check_keys(data: Any, allowed: tuple[str, ...], path: str, source: str) -> 
         raise ClusterSpecError(source, path, f"expected a mapping, got {type(data).__name__}")
     unknown = [k for k in data if k not in allowed]
     if unknown:
+        key = str(unknown[0])
         raise ClusterSpecError(
-            source, f"{path}.{unknown[0]}" if path else str(unknown[0]), "unknown key", ", ".join(allowed)
+            source,
+            f"{path}.{key}" if path else key,
+            f"unknown key; {did_you_mean(key, allowed)}".rstrip("; "),
+            ", ".join(allowed),
         )
     return data
 
@@ -133,16 +152,23 @@ def _float(value: Any, path: str, source: str, minimum: float, strict: bool = Tr
 
 
 def _gpu_type(value: Any, path: str, source: str) -> str:
-    if not isinstance(value, str) or value not in GPU_LINKS:
-        raise ClusterSpecError(source, path, f"unknown GPU type {value!r}", ", ".join(GPU_LINKS))
-    return value
+    """A GPU type as the datasheets name it; case does not matter (``a100`` is ``A100``)."""
+    if isinstance(value, str):
+        by_case = {t.casefold(): t for t in GPU_LINKS}
+        if value.casefold() in by_case:
+            return by_case[value.casefold()]
+    guess = did_you_mean(value, GPU_LINKS) if isinstance(value, str) else ""
+    raise ClusterSpecError(source, path, f"unknown GPU type {value!r}; {guess}".rstrip("; "), ", ".join(GPU_LINKS))
 
 
 def _server(value: Any, path: str, source: str) -> ServerSpec:
     if isinstance(value, str):
         if value not in SERVER_PRESETS:
             raise ClusterSpecError(
-                source, path, f"unknown server preset {value!r}", f"{', '.join(SERVER_PRESETS)} or a mapping"
+                source,
+                path,
+                f"unknown server preset {value!r}; {did_you_mean(value, SERVER_PRESETS)}".rstrip("; "),
+                f"{', '.join(SERVER_PRESETS)} or a mapping",
             )
         return SERVER_PRESETS[value]
     if not isinstance(value, Mapping):
@@ -244,9 +270,14 @@ def load_spec(path: str | Path) -> ClusterSpec:
     """Read and validate a YAML cluster spec; the cluster name defaults to the file's stem."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        data = yaml.safe_load(text)
     except OSError as e:
         raise ClusterSpecError(str(path), "<file>", f"cannot read: {e.strerror}") from None
     except yaml.YAMLError as e:
         raise ClusterSpecError(str(path), "<file>", f"not valid YAML: {e}") from None
-    return parse_spec(data, source=str(path), default_name=path.stem)
+    try:
+        return parse_spec(data, source=str(path), default_name=path.stem)
+    except ClusterSpecError as e:  # named again with the line of its field (of the enclosing key, if missing)
+        line = line_of(yaml_key_lines(text), dotted_path(e.path))
+        raise ClusterSpecError(e.source, e.path, e.problem, e.allowed, line) from None

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from cluster_sim.traces.periods import TraceTime, trace_seconds
+from topology.yaml_lines import line_of, yaml_key_lines
 
 
 class TrainConfigError(ValueError):
@@ -29,25 +30,6 @@ class TrainConfigError(ValueError):
 
 def _yaml_key(name: str) -> str:
     return "lambda" if name == "lambda_" else name
-
-
-def yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """1-based line of every mapping key, by key path (for error messages)."""
-    lines: dict[tuple[str, ...], int] = {}
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
-
-    def walk(node: yaml.Node | None, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                sub = (*path, str(key.value))
-                lines[sub] = key.start_mark.line + 1
-                walk(value, sub)
-
-    walk(root, ())
-    return lines
 
 
 class ConfigChecker:
@@ -64,7 +46,7 @@ class ConfigChecker:
         where = ".".join(path) if path else "<top level>"
         # a --set path at, under or above the key in question (``--set enx.x=1`` fails at ``enx``)
         given = next((text for at, text in self.given.items() if path and path[: len(at)] == at[: len(path)]), None)
-        line = next((self.lines[path[:n]] for n in range(len(path), 0, -1) if path[:n] in self.lines), None)
+        line = line_of(self.lines, path)
         loc = f"{self.source} (--set {given})" if given else f"{self.source}, line {line}" if line else self.source
         return TrainConfigError(f"{loc}: {where}: {message}")
 
