@@ -97,6 +97,7 @@ def write_report(
 
     lines = _header(cfg, specs, train_info)
     lines += _metric_table(cfg, rows)
+    lines += _per_workload_table(cfg, rows)
     lines += _gpu_type_table(cfg, rows, typed)
     lines += _published_table(cfg, rows)
     lines += _improvement_tables(cfg, rows)
@@ -235,6 +236,37 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
     return [*lines, ""]
 
 
+def _per_workload_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
+    """With several workloads, each one's average JCT per scheduler (mean ± std over seeds) and, beside it, the
+    paired reduction against the first baseline on that workload: the pooled figures above mix workloads of
+    very different lengths."""
+    workloads = list(cfg.workload_specs)
+    if len(workloads) < 2:
+        return []
+    base = cfg.baselines[0] if cfg.baselines else None
+    order = sorted(cfg.schedulers, key=lambda n: float(np.mean([m["avg_jct"] for m in rows[n].values()])))
+    lines = [
+        "## Per workload",
+        "",
+        "Average JCT (s) on each workload, mean ± std over seeds"
+        + (f"; in brackets the reduction against {base} on the same runs (positive: better)." if base else "."),
+        "",
+        "| scheduler | " + " | ".join(workloads) + " |",
+        "|---|" + "---:|" * len(workloads),
+    ]
+    for name in order:
+        cells = []
+        for w in workloads:
+            on_w = {run: m for run, m in rows[name].items() if run[0] == w}
+            cell = _mean_std([m["avg_jct"] for m in on_w.values()], "{:.0f}")
+            if base and name != base and on_w:
+                paired = improvement({name: on_w, base: rows[base]}, name, base, "avg_jct")
+                cell += f" ({_mean_std(paired, '{:+.1f}%', '{:.1f}%')})"
+            cells.append(cell)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def _gpu_type_table(cfg: ExperimentConfig, rows: Runs, typed: list[str]) -> list[str]:
     """Sia's per-scheduler figures on a cluster of several GPU types: GPU-hours per job on each type,
     restarts per job, contention, the policy's time per round, and the jobs whose speed on some type they
@@ -246,11 +278,12 @@ def _gpu_type_table(cfg: ExperimentConfig, rows: Runs, typed: list[str]) -> list
         "## GPU types, restarts and policy runtime",
         "",
         "GPU-hours per finished job on each GPU type; restarts per job (allocations after the first); contention "
-        "(jobs waiting or running per GPU, time-averaged); the scheduler's wall time per round; jobs that ran on a "
-        "type where their model or application was never measured (speed estimated: see `estimated_jobs`).",
+        "(jobs waiting or running per GPU, time-averaged); the scheduler's wall time per round; the jobs, summed over "
+        "the runs, that ran on a type where their model or application was never measured (their speed there is "
+        "an estimate: `estimated_jobs` in each run's metrics).",
         "",
         "| scheduler | " + " | ".join(f"GPU-h/job {t}" for t in types)
-        + " | restarts/job | jobs/GPU | round p50 (ms) | round p95 (ms) | jobs on estimated speeds |",
+        + " | restarts/job | jobs/GPU | round p50 (ms) | round p95 (ms) | jobs on estimated speeds (all runs) |",
         "|---|" + "---:|" * (len(types) + 5),
     ]  # fmt: skip
     for name in cfg.schedulers:

@@ -428,6 +428,14 @@ def test_several_workloads_with_scheduler_options_and_published_figures(
     assert f"{jct['tiresias', 'w2']:.0f} / 2000 ({jct['tiresias', 'w2'] / 2000:.2f})" in report
     pollux_mean = (jct["pollux", "w1"] + jct["pollux", "w2"]) / 2
     assert f"{pollux_mean:.0f} / 1500 ({pollux_mean / 1500:.2f})" in report
+    # each workload's own figures, and the paired reduction against the baseline on it
+    assert "## Per workload" in report and "| scheduler | w1 | w2 |" in report
+    gain = {w: 100 * (jct["tiresias", w] - jct["pollux", w]) / jct["tiresias", w] for w in ("w1", "w2")}
+    assert (
+        f"| pollux | {jct['pollux', 'w1']:.0f} ({gain['w1']:+.1f}%) | {jct['pollux', 'w2']:.0f} ({gain['w2']:+.1f}%) |"
+        in report
+    )
+    assert f"| tiresias | {jct['tiresias', 'w1']:.0f} | {jct['tiresias', 'w2']:.0f} |" in report
     # the paper's claim beside our paired improvement, in the average-JCT table only
     assert report.count("the paper's claim") == 1
     assert next(line for line in report.splitlines() if line.startswith("| pollux |") and "made-up claim" in line)
