@@ -513,7 +513,10 @@ class Simulator:
             self.scheduler_seconds += took
             self._round_seconds.append(took)
             if decisions:
-                self.apply(decisions)
+                try:
+                    self.apply(decisions)
+                except InvalidDecision as err:  # which scheduler, and when: a run may hold several
+                    raise InvalidDecision(f"{scheduler.name} at t={self.now:,.0f} s: {err}") from None
 
     def advance(self) -> bool:
         """Process every event up to the next scheduling point; False once all jobs are done."""

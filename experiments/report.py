@@ -30,7 +30,7 @@ REPORT_METRICS = (
     ("makespan", "makespan (s)", "{:.0f}", True),
     ("gpu_utilization", "GPU util", "{:.3f}", False),
     ("mean_slowdown", "slowdown", "{:.2f}", True),
-    ("jobs_completed", "jobs done", "{:.0f}", False),
+    ("jobs_completed", "jobs done (all runs)", "{:.0f}", False),
     ("wall_seconds", "sim wall (s)", "{:.1f}", True),
     ("task_cpu_seconds", "task CPU (s)", "{:.1f}", True),
 )
@@ -205,7 +205,11 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "|---|" + "---:|" * len(REPORT_METRICS),
     ]
     for name in order:
-        cells = [_mean_std([m.get(k, math.nan) for m in rows[name].values()], fmt) for k, _, fmt, _ in REPORT_METRICS]
+        runs = list(rows[name].values())
+        cells = [
+            _done(runs) if k == "jobs_completed" else _mean_std([m.get(k, math.nan) for m in runs], fmt)
+            for k, _, fmt, _ in REPORT_METRICS
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -234,6 +238,13 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
             "types can raise its mean while its median and slowdown lead.",
         ]
     return [*lines, ""]
+
+
+def _done(runs: list[Mapping[str, Any]]) -> str:
+    """Jobs finished of those submitted, summed over the runs: a mean over workloads of other sizes says nothing."""
+    done = sum(int(m.get("jobs_completed", 0)) for m in runs)
+    total = sum(int(m.get("jobs_total", m.get("jobs_completed", 0))) for m in runs)
+    return f"{done:,}/{total:,}"
 
 
 def _per_workload_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
@@ -329,8 +340,10 @@ def published_comparison(cfg: ExperimentConfig, rows: Runs) -> list[dict[str, An
 
 def _published_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
     comp = published_comparison(cfg, rows)
-    if not comp:
-        return []
+    if not comp:  # none for the workloads that ran: say where they are and why they are not here
+        return (
+            ["## Beside the published figures", "", f"Published: {cfg.published_source}.", ""] if cfg.published else []
+        )
     workloads = list(dict.fromkeys(r["workload"] for r in comp))
     lines = [
         "## Beside the published figures",

@@ -438,11 +438,21 @@ def load_experiment_config(path: str | Path, workloads: list[str] | None = None)
                 f"{path}: no workload {', '.join(map(repr, missing))}; its workloads: {', '.join(map(str, have))}"
             )
         data = {**data, "workloads": {w: have[w] for w in workloads}}
-        if isinstance(data.get("published"), Mapping):  # published figures of the workloads that run
+        published = data.get("published")
+        if isinstance(published, Mapping):  # published figures of the workloads that run
+            # a published mean over all the workloads is no figure for some of them
+            subset = len(set(workloads)) < len(have)
             data["published"] = {
-                k: {w: v for w, v in fig.items() if w in workloads or w == "mean"} if isinstance(fig, Mapping) else fig
-                for k, fig in data["published"].items()
-            }
+                k: {w: v for w, v in fig.items() if w in workloads or (w == "mean" and not subset)}
+                if isinstance(fig, Mapping) else fig
+                for k, fig in published.items()
+            }  # fmt: skip
+            if subset and any(isinstance(fig, Mapping) and "mean" in fig for fig in published.values()):
+                data["published_source"] = (
+                    f"{data.get('published_source') or 'the config'}; those are means over all {len(have)} "
+                    f"workloads, not figures for the {len(set(workloads))} this run has: run the config without "
+                    "--workload to put them beside ours"
+                )
     return parse_experiment_config(data, str(path), lines)
 
 

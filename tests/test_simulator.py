@@ -157,10 +157,13 @@ def test_invalid_decisions_are_rejected_with_job_and_gpus(decision, message):
 
 
 def test_gpu_held_by_another_job_is_named():
+    """The error names the scheduler and the simulated time (a run may compare several), then the job and GPU."""
     c = tiny_cluster(servers=1)
-    sim = Simulator(c.view, workload([0, 0], [2, 2], [10, 10]))
-    with pytest.raises(InvalidDecision, match=r"job 1: GPUs already held: GPU 1 \(job 0\)"):
-        sim.run(Script({0.0: [Start(0, gpus(0, 1)), Start(1, gpus(1, 2))]}))
+    sim = Simulator(c.view, workload([0, 5, 5], [2, 2, 2], [10, 10, 10]))
+    with pytest.raises(
+        InvalidDecision, match=r"^script at t=5 s: cannot start job 2: GPUs already held: GPU 1 \(job 0\)"
+    ):
+        sim.run(Script({0.0: [Start(0, gpus(0, 1))], 5.0: [Start(1, gpus(2, 3)), Start(2, gpus(1, 4))]}))
 
 
 def test_starting_a_running_job_twice_is_rejected():
