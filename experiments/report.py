@@ -432,4 +432,8 @@ def _console_table(cfg: ExperimentConfig, rows: Runs) -> str:
     means.sort(key=lambda m: m["avg_jct"])
     n = len(cfg.workload_specs)
     over = f"{n} workloads x seeds {cfg.seeds}" if n > 1 else f"seeds {cfg.seeds}"
-    return summary_table(means, title=f"{cfg.name}: means over {over}, every column (done: jobs finished per run)")
+    return summary_table(
+        means,
+        title=f"{cfg.name}: means over {over}, every column (done: jobs finished per run); interference "
+        f"{cfg.interference}, restart cost {cfg.restart_cost:g} s",
+    )

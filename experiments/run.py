@@ -31,6 +31,7 @@ import yaml
 
 from cluster_sim.out_folder import folder_lock
 from cluster_sim.results import write_atomic
+from experiments.provenance import result_provenance
 from experiments.run_config import (
     MARL,
     MARL_WARM_START,
@@ -350,6 +351,7 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
         "tasks_run": ran,
         "tasks_reused": len(specs) - ran,
         "ray": {"address": ray_address(cfg, address), "nodes": cluster_info["nodes"], "CPU": cluster_info.get("CPU")},
+        "provenance": result_provenance([cfg.policy_of(label)[0] for label in cfg.schedulers], cfg.plugins),
     })  # fmt: skip
     write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
     write_report(cfg, out, specs, train_info=train_info, scaling=scaling, log=log)

@@ -203,14 +203,19 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
         if args.out:
             out = Path(args.out) if len(schedulers) == 1 else Path(args.out) / _safe(sched.name)
             result.write(out)
-    print(summary_table([r.metrics() for r in results], title=f"{sim.jobs.source} on {sim.topo.name}"))
+    settings = simulator_settings(args)  # the title says them: `marlsched run`'s defaults differ (interference)
+    title = f"{sim.jobs.source} on {sim.topo.name}, interference {settings['interference']}"
+    print(summary_table([r.metrics() for r in results], title=f"{title}, restart cost {settings['restart_cost']:g} s"))
     if args.plot:
         write_simulate_plots(Path(args.plot), args, results)
     if args.out and len(schedulers) > 1:
         write_atomic(Path(args.out) / "summary.json", json.dumps([r.metrics() for r in results], indent=2) + "\n")
     if args.out:
         names = [p.name for p in Path(args.out).iterdir() if p.name not in (".lock", SIMULATE_MANIFEST)]
-        write_atomic(Path(args.out) / SIMULATE_MANIFEST, json.dumps({"written": sorted(names)}, indent=1) + "\n")
+        from experiments.provenance import result_provenance
+
+        doc = {"written": sorted(names), "provenance": result_provenance(split_policies(args.policy), args.plugin)}
+        write_atomic(Path(args.out) / SIMULATE_MANIFEST, json.dumps(doc, indent=1) + "\n")
     unfinished = [r.scheduler for r in results if r.metrics()["jobs_completed"] != len(sim.jobs)]
     if unfinished:
         print(f"warning: unfinished jobs under {', '.join(unfinished)}", file=sys.stderr)

@@ -89,6 +89,17 @@ def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(
     header = rows[0].split(",")
     avg = {r.split(",")[header.index("scheduler")]: float(r.split(",")[header.index("avg_jct")]) for r in rows[1:]}
     assert avg == {"fifo": pytest.approx(118.5), SMALLEST_FIRST: pytest.approx(72.0)}
+    # what recomputes it later: the code version, the libraries, and the custom scheduler's and plugin's files
+    import hashlib
+    import json
+
+    from marl.deploy.policy_files import code_version
+
+    prov = json.loads((tmp_path / "run" / "state.json").read_text())["invocations"][-1]["provenance"]
+    assert prov["code_version"] == code_version() and {"numpy", "torch", "ray"} <= set(prov["libraries"])
+    for example in ("smallest_first.py", "rack_local_placement.py"):
+        path = EXAMPLES / example
+        assert prov["files"][str(path.resolve())] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -289,6 +300,8 @@ def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_r
         assert "is being written by marlsched run (pid" in capsys.readouterr().err
     assert main([*args, "--policy", "fifo,sjf"]) == 0
     assert {p.name for p in out.iterdir()} == {".lock", "fifo", "sjf", "summary.json", "simulate.json"}
+    prov = json.loads((out / "simulate.json").read_text())["provenance"]
+    assert prov["command"].startswith("marlsched ") and prov["code_version"] and prov["files"] == {}
     assert main([*args, "--policy", "tiresias"]) == 0
     assert {p.name for p in out.iterdir()} == {".lock", "jobs.csv", "metrics.json", "simulate.json"}
     assert json.loads((out / "metrics.json").read_text())["scheduler"] == "tiresias"
