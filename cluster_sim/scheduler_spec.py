@@ -58,9 +58,14 @@ def parse_custom_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     return target, cls_name, options
 
 
-def load_custom_scheduler(spec: str, seed: int = 0) -> Scheduler:
-    """A fresh scheduler built from ``spec``; raises :class:`PluginError` with a one-line reason."""
+def load_custom_scheduler(spec: str, seed: int = 0, **more: Any) -> Scheduler:
+    """A fresh scheduler built from ``spec`` and the options ``more`` (a run config's ``scheduler_options``, a
+    Python caller's keywords) beside the spec's own; raises :class:`PluginError` with a one-line reason."""
     target, cls_name, options = parse_custom_spec(spec)
+    twice = sorted(set(options) & set(more))
+    if twice:
+        raise PluginError(f"--policy {spec!r}: option {twice[0]} given in the spec and again beside it; give it once")
+    options = {**options, **more}
     try:
         module = import_target(target)
     except PluginError as err:

@@ -79,6 +79,7 @@ def plugins_first(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(plugins_first(sys.argv[1:] if argv is None else argv))
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given, for results' provenance
     if argv is None and args.command in SEEDED_COMMANDS and "PYTHONHASHSEED" not in os.environ:
         # string hashing is salted per process; the trainer orders agents and batches through str sets and
         # dicts, so the command restarts itself, unsalted, to repeat bit for bit (workers: marl.deploy.local_ray)

@@ -7,8 +7,6 @@ SHA-256 of every file a custom scheduler or plugin came from (a policy folder re
 from __future__ import annotations
 
 import hashlib
-import shlex
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,11 +16,12 @@ from cluster_sim.scheduler_spec import is_custom_spec, parse_custom_spec
 from marl.deploy.policy_files import code_version, library_versions
 
 
-def result_provenance(schedulers: Iterable[str], plugins: Iterable[str] = ()) -> dict[str, Any]:
-    """The provenance of a result computed by ``schedulers`` (names or ``FILE:Class`` specs) with ``plugins``."""
+def result_provenance(command: str, schedulers: Iterable[str], plugins: Iterable[str] = ()) -> dict[str, Any]:
+    """The provenance of a result that ``command`` computed with ``schedulers`` (names or ``FILE:Class`` specs)
+    and ``plugins``."""
     files = [parse_custom_spec(s)[0] for s in schedulers if is_custom_spec(s)] + list(plugins)
     return {
-        "command": shlex.join(["marlsched", *sys.argv[1:]]),
+        "command": command,
         "code_version": code_version(),
         "libraries": library_versions(),
         "files": {str(Path(f).resolve()): _sha256(Path(f)) for f in dict.fromkeys(files) if is_file_target(f)},

@@ -351,7 +351,9 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
         "tasks_run": ran,
         "tasks_reused": len(specs) - ran,
         "ray": {"address": ray_address(cfg, address), "nodes": cluster_info["nodes"], "CPU": cluster_info.get("CPU")},
-        "provenance": result_provenance([cfg.policy_of(label)[0] for label in cfg.schedulers], cfg.plugins),
+        "provenance": result_provenance(
+            f"marlsched run {cfg.source}", [cfg.policy_of(label)[0] for label in cfg.schedulers], cfg.plugins
+        ),
     })  # fmt: skip
     write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
     write_report(cfg, out, specs, train_info=train_info, scaling=scaling, log=log)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -214,7 +215,11 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
         names = [p.name for p in Path(args.out).iterdir() if p.name not in (".lock", SIMULATE_MANIFEST)]
         from experiments.provenance import result_provenance
 
-        doc = {"written": sorted(names), "provenance": result_provenance(split_policies(args.policy), args.plugin)}
+        command = shlex.join(["marlsched", *getattr(args, "argv", ["simulate", "..."])])
+        doc = {
+            "written": sorted(names),
+            "provenance": result_provenance(command, split_policies(args.policy), args.plugin),
+        }
         write_atomic(Path(args.out) / SIMULATE_MANIFEST, json.dumps(doc, indent=1) + "\n")
     unfinished = [r.scheduler for r in results if r.metrics()["jobs_completed"] != len(sim.jobs)]
     if unfinished:

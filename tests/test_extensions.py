@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -136,8 +137,11 @@ def test_get_policy_builds_a_scheduler_of_your_own_from_its_spec(tiny) -> None:
     sched = get_policy(f"{SMALLEST_FIRST},placement=spread")
     result = build_simulator(str(cluster), f"philly:{jobs}", seed=0, perf_model=False).run(sched)
     np.testing.assert_allclose(np.sort(result.jct), np.sort(HAND_JCT["smallest-first"]))
-    with pytest.raises(TypeError, match="give its options in the spec"):
-        get_policy(SMALLEST_FIRST, placement="spread")
+    # its options may come beside the spec too (a run config's scheduler_options), but only once
+    again = build_simulator(str(cluster), f"philly:{jobs}", seed=0, perf_model=False)
+    np.testing.assert_array_equal(again.run(get_policy(SMALLEST_FIRST, placement="spread")).jct, result.jct)
+    with pytest.raises(ValueError, match="option placement given in the spec and again beside it; give it once"):
+        get_policy(f"{SMALLEST_FIRST},placement=spread", placement="consolidate")
 
 
 def test_bad_custom_scheduler_in_a_run_config_names_its_entry() -> None:
@@ -147,6 +151,15 @@ def test_bad_custom_scheduler_in_a_run_config_names_its_entry() -> None:
         parse_experiment_config({"schedulers": ["fifo", f"{EXAMPLES / 'smallest_first.py'}:Nope"]}, "exp.yaml")
     with pytest.raises(ExperimentConfigError, match=r"plugins\.0.*no such file"):
         parse_experiment_config({"plugins": ["nowhere/plugin.py"]}, "exp.yaml")
+    # a short label for a scheduler of your own, its options beside it (reports name it by the label)
+    named = {
+        "schedulers": ["mine", "fifo"],
+        "scheduler_options": {"mine": {"policy": SMALLEST_FIRST, "placement": "spread"}},
+    }
+    assert parse_experiment_config(named, "exp.yaml").policy_of("mine") == (SMALLEST_FIRST, {"placement": "spread"})
+    named["scheduler_options"]["mine"]["speed"] = 2
+    with pytest.raises(ExperimentConfigError, match=r"scheduler_options\.mine.*speed"):
+        parse_experiment_config(named, "exp.yaml")
 
 
 def test_plugins_register_a_placement_a_workload_kind_and_an_interference_model(tmp_path: Path) -> None:
@@ -301,7 +314,8 @@ def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_r
     assert main([*args, "--policy", "fifo,sjf"]) == 0
     assert {p.name for p in out.iterdir()} == {".lock", "fifo", "sjf", "summary.json", "simulate.json"}
     prov = json.loads((out / "simulate.json").read_text())["provenance"]
-    assert prov["command"].startswith("marlsched ") and prov["code_version"] and prov["files"] == {}
+    assert prov["command"] == shlex.join(["marlsched", *args, "--policy", "fifo,sjf"])
+    assert prov["code_version"] and prov["files"] == {}
     assert main([*args, "--policy", "tiresias"]) == 0
     assert {p.name for p in out.iterdir()} == {".lock", "jobs.csv", "metrics.json", "simulate.json"}
     assert json.loads((out / "metrics.json").read_text())["scheduler"] == "tiresias"
@@ -349,8 +363,6 @@ def test_every_documented_command_names_what_exists(monkeypatch) -> None:
     exists and is understood: workload specs, clusters, schedulers (custom ones loaded), configs and their
     workload labels, data files, scripts. Files an earlier command writes (results/...) are taken on trust.
     Running them all is the job of experiments/readme_examples.py (the fast ones run in tests/test_docs.py)."""
-    import shlex
-
     from cluster_sim.plugins import load_plugins
     from cluster_sim.workload_spec import check_workload_spec
     from experiments.cli import build_parser

@@ -220,9 +220,7 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
     from cluster_sim.scheduler_spec import custom_spec_form, load_custom_scheduler
 
     if custom_spec_form(name):  # FILE_OR_MODULE:Class[,key=value...]: a scheduler of your own
-        if options:
-            raise TypeError(f"scheduler {name!r}: give its options in the spec (FILE:Class,key=value), not here")
-        return load_custom_scheduler(name, seed)
+        return load_custom_scheduler(name, seed, **options)
     ordering, plus, placement = name.partition("+")
     if plus and ordering in ORDERINGS and placement in PLACEMENTS:
         return make_scheduler(ordering, placement, seed=seed, **options)
