@@ -167,29 +167,57 @@ class SimResult:
             "wall_seconds": self.wall_seconds,
         }
 
+    def job_columns(self) -> dict[str, np.ndarray | list]:
+        """One entry per job in every column of ``jobs.csv`` (times in seconds, GPU-hours per type): what
+        :meth:`write` formats and :meth:`jobs_frame` holds."""
+        w = self.workload
+        cols: dict[str, np.ndarray | list] = {
+            "id": np.arange(len(w)), "arrival": w.arrival, "start": self.start, "end": self.end,
+            "gpus": w.num_gpus.astype(np.int64), "jct": self.jct, "queue_delay": self.queue_delay,
+            "slowdown": self.slowdown,
+            "placement_span": [Level(int(s)).name.lower() if s >= 0 else "" for s in self.span],
+            "preemptions": self.preemptions, "model": [w.models[int(m)] for m in w.model],
+            "tenant": [w.tenants[int(t)] for t in w.tenant], "first_start_delay": self.first_start_delay,
+            "executed": self.executed, "gpus_held": self.gpus_held, "resizes": self.resizes,
+            "goodput": self.goodput, "restarts": self.restarts,
+        }  # fmt: skip
+        for i, t in enumerate(self.gpu_types):
+            cols[f"gpu_hours_{t}"] = self.attained_by_type[:, i] / 3600.0
+        return cols
+
+    def jobs_frame(self) -> Any:
+        """The per-job table of ``jobs.csv`` as a pandas DataFrame, unrounded (for a notebook or a paper's figure)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.job_columns()).set_index("id")
+
+    def job_rows(self) -> list[list]:
+        """``jobs.csv``'s header and rows: times to the millisecond, slowdown to 6 decimals, goodput and GPU-hours
+        to 4."""
+        cols = self.job_columns()
+        digits = {"slowdown": 6, "goodput": 4, **{k: 4 for k in cols if k.startswith("gpu_hours_")}}
+        ints = ("id", "gpus", "preemptions", "resizes", "restarts")
+        out: list[list] = [list(cols)]
+        for j in range(len(self.workload)):
+            row: list = []
+            for k, v in cols.items():
+                x = v[j]
+                if k in ints:
+                    row.append(int(x))
+                elif isinstance(x, str):
+                    row.append(x)
+                else:
+                    row.append(f"{float(x):.{digits.get(k, 3)}f}")
+            out.append(row)
+        return out
+
     def write(self, out_dir: str | Path) -> dict:
         """Write ``metrics.json`` and ``jobs.csv`` into ``out_dir`` atomically; returns the metrics."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         metrics = self.metrics()
         write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-        w = self.workload
-        rows = [["id", "arrival", "start", "end", "gpus", "jct", "queue_delay", "slowdown", "placement_span",
-                 "preemptions", "model", "tenant", "first_start_delay", "executed", "gpus_held",
-                 "resizes", "goodput", "restarts",
-                 *(f"gpu_hours_{t}" for t in self.gpu_types)]]  # fmt: skip
-        jct, qd, sd, fs, held = self.jct, self.queue_delay, self.slowdown, self.first_start_delay, self.gpus_held
-        good = self.goodput
-        for j in range(len(w)):
-            rows.append([
-                j, f"{w.arrival[j]:.3f}", f"{self.start[j]:.3f}", f"{self.end[j]:.3f}", int(w.num_gpus[j]),
-                f"{jct[j]:.3f}", f"{qd[j]:.3f}", f"{sd[j]:.6f}",
-                Level(int(self.span[j])).name.lower() if self.span[j] >= 0 else "",
-                int(self.preemptions[j]), w.models[int(w.model[j])], w.tenants[int(w.tenant[j])],
-                f"{fs[j]:.3f}", f"{self.executed[j]:.3f}", f"{held[j]:.3f}", int(self.resizes[j]), f"{good[j]:.4f}",
-                int(self.restarts[j]), *(f"{h / 3600:.4f}" for h in self.attained_by_type[j]),
-            ])  # fmt: skip
-        write_atomic(out / "jobs.csv", rows)
+        write_atomic(out / "jobs.csv", self.job_rows())
         return metrics
 
 

@@ -81,6 +81,7 @@ def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
         "timeline_t": series["t"],
         "utilization": series["utilization"],
         "queue": series["queue"],
+        "jobs": result.job_rows(),  # jobs.csv: the driver writes it (the task may run on another node)
     }
 
 
@@ -106,6 +107,8 @@ def write_task(out: Path, spec: Mapping[str, Any], res: Mapping[str, Any]) -> No
     )
     info = {k: res[k] for k in ("seed", "host", "pid", "node_id")} | {"finished_at": time.time()}
     write_atomic(tmp / "metrics.json", json.dumps({**res["metrics"], **info}, indent=2) + "\n")
+    if "jobs" in res:
+        write_atomic(tmp / "jobs.csv", res["jobs"])  # one row per job, as simulate --out writes it
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
 

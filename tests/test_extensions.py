@@ -90,6 +90,9 @@ def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(
     header = rows[0].split(",")
     avg = {r.split(",")[header.index("scheduler")]: float(r.split(",")[header.index("avg_jct")]) for r in rows[1:]}
     assert avg == {"fifo": pytest.approx(118.5), SMALLEST_FIRST: pytest.approx(72.0)}
+    # each run's jobs, one row each, as simulate --out writes them
+    jobs = (tmp_path / "run" / "tasks").glob("*/jobs.csv")
+    assert sorted(len(f.read_text().splitlines()) for f in jobs) == [1 + len(TINY_JOBS.splitlines()) - 1] * 2
     # what recomputes it later: the code version, the libraries, and the custom scheduler's and plugin's files
     import hashlib
     import json

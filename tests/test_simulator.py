@@ -241,6 +241,11 @@ def test_results_files_are_written(tmp_path):
     assert [float(row["jct"]) for row in rows] == [100.0, 150.0, 150.0]
     assert rows[1]["placement_span"] == "rack"
     assert not list(tmp_path.glob(".*tmp"))
+    # the same table, unrounded, as a DataFrame for a notebook
+    frame = r.jobs_frame()
+    assert list(frame.columns) == list(rows[0])[1:] and frame.index.name == "id"
+    np.testing.assert_array_equal(frame["jct"].to_numpy(), r.jct)
+    assert frame.loc[1, "placement_span"] == "rack" and frame["model"].tolist() == [r["model"] for r in rows]
 
 
 def test_vectorised_remaining_times_equal_the_one_job_answers() -> None:
