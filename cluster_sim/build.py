@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cluster_sim.perf_model import PerformanceModel
+from cluster_sim.protocol import SimulationWarning
 from cluster_sim.simulator import Simulator
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
@@ -91,7 +92,7 @@ def assemble_simulator(
     return Simulator(view, workload, perf=perf, interference=interference, **options)
 
 
-class EstimatedSpeedWarning(UserWarning):
+class EstimatedSpeedWarning(SimulationWarning):
     """Jobs run on a GPU type where their model was never measured: their speed there is an estimate."""
 
 

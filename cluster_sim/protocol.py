@@ -63,7 +63,12 @@ class InvalidDecision(ValueError):
     """A scheduler returned a decision the cluster cannot carry out."""
 
 
-class PolicyClusterWarning(UserWarning):
+class SimulationWarning(UserWarning):
+    """Something a reader of a simulation's figures should know (the command line prints it as one line, a
+    `marlsched run` collects it from its tasks into the report)."""
+
+
+class PolicyClusterWarning(SimulationWarning):
     """A learned policy runs on a cluster other than the one it was trained on: its figures may not hold there."""
 
 

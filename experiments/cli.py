@@ -106,12 +106,11 @@ _python_format = warnings.formatwarning
 def _format_warning(
     message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
 ) -> str:
-    """A learned policy run on another cluster than its own, or jobs on estimated speeds, as one line a user
-    reads; others as Python prints them."""
-    from cluster_sim.build import EstimatedSpeedWarning
-    from cluster_sim.protocol import PolicyClusterWarning
+    """What a reader of the figures should know (a learned policy on another cluster than its own, jobs on
+    estimated speeds) as one line; other warnings as Python prints them."""
+    from cluster_sim.protocol import SimulationWarning
 
-    if issubclass(category, (PolicyClusterWarning, EstimatedSpeedWarning)):
+    if issubclass(category, SimulationWarning):
         return f"marlsched: warning: {message}\n"
     return _python_format(message, category, filename, lineno, line)
 

@@ -96,6 +96,7 @@ def write_report(
         figures["scaling.png"] = "Agent-count scaling: throughput, latency, episode wall time, average JCT"
 
     lines = _header(cfg, specs, train_info)
+    lines += _warnings(rows)
     lines += _metric_table(cfg, rows)
     lines += _per_workload_table(cfg, rows)
     lines += _gpu_type_table(cfg, rows, typed)
@@ -238,6 +239,15 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
             "types can raise its mean while its median and slowdown lead.",
         ]
     return [*lines, ""]
+
+
+def _warnings(rows: Runs) -> list[str]:
+    """What the simulations warned of (a policy on another cluster than its own, jobs on estimated speeds),
+    each once, before the figures they qualify."""
+    texts = sorted({text for runs in rows.values() for m in runs.values() for text in m.get("warnings", [])})
+    if not texts:
+        return []
+    return ["## Warnings", "", *(f"- {text}" for text in texts), ""]
 
 
 def _done(runs: list[Mapping[str, Any]]) -> str:

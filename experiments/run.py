@@ -195,6 +195,7 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
     }
     t0 = time.perf_counter()
     done, first = 0, 0.0
+    warned: set[str] = set()
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -203,6 +204,10 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
             write_task(out, spec, res)
             done += 1
             m = res["metrics"]
+            for text in m.get("warnings", []):  # a task's worker prints nothing the user sees: said here, once
+                if text not in warned:
+                    warned.add(text)
+                    print(f"marlsched run: warning: {text}", file=sys.stderr)
             elapsed = time.perf_counter() - t0
             if done == 1:  # the first run holds the workers' start: the rate is measured from its end
                 first, eta = elapsed, "ETA from the next run"

@@ -12,12 +12,14 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cluster_sim.protocol import SimulationWarning
 from cluster_sim.results import write_atomic
 
 CONFIG_FILE = "config.yaml"
@@ -64,9 +66,15 @@ def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
         from cluster_sim.plugins import load_plugins
 
         load_plugins(spec["plugins"])
-    sim = build_eval_simulator(spec)
-    result = sim.run(make_scheduler_by_name(spec["policy"], spec["seed"], **spec.get("options", {})))
+    with warnings.catch_warnings(record=True) as caught:  # a worker's stderr is not the user's: kept with the run
+        warnings.simplefilter("always", SimulationWarning)
+        sim = build_eval_simulator(spec)
+        result = sim.run(make_scheduler_by_name(spec["policy"], spec["seed"], **spec.get("options", {})))
+    for w in caught:
+        if not issubclass(w.category, SimulationWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     metrics = result.metrics()
+    metrics["warnings"] = sorted({str(w.message) for w in caught if issubclass(w.category, SimulationWarning)})
     metrics["scheduler"] = spec["scheduler"]
     metrics["workload"] = spec.get("workload_label", "")
     metrics["task_cpu_seconds"] = time.process_time() - cpu0  # setup + simulation, whatever else shares the CPU
