@@ -1119,4 +1119,5 @@ def _count(items: list[int]) -> dict[int, int]:
 def _progress_bar(total: int, name: str):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=f"simulate {name}", unit="job", mininterval=0.5, leave=False)
+    # disable=None: no bar where stderr is no terminal (a log file, a pipe), whose lines it would only clutter
+    return tqdm(total=total, desc=f"simulate {name}", unit="job", mininterval=0.5, leave=False, disable=None)

@@ -90,6 +90,7 @@ def add_train_commands(subparsers) -> None:
         ),
     )
     e.add_argument("folders", nargs="+", help="policy folders (e.g. experiments/policies/philly-small)")
+    e.add_argument("--force", action="store_true", help="write the program again where a folder has one")
     e.set_defaults(func=run_export_program)
 
 
@@ -135,8 +136,12 @@ def run_export_program(args: argparse.Namespace) -> int:
     from marl.deploy.registry import add_program
 
     for folder in args.folders:
+        program = Path(folder) / "policy.pt2"
+        if program.is_file() and not args.force:  # a shipped folder stays as it was committed
+            print(f"{program}: present, left as it is (--force writes it again)")
+            continue
         err = add_program(folder)
-        print(f"{Path(folder) / 'policy.pt2'}: written (largest difference from the network {err:.1e})")
+        print(f"{program}: written (largest difference from the network {err:.1e})")
     return 0
 
 

@@ -179,10 +179,20 @@ def test_export_program_adds_the_program_to_a_folder_without_one(
     """``marlsched export-program`` writes ``policy.pt2`` into a folder from before programs and records its
     difference from the network; a kind without a network is refused, naming the file and the kinds."""
     import json
+    import shutil
 
     from marl.deploy.registry import add_program
 
     assert load_policy(refilled_by_export_program(priority_dir)).scorer is not None
+    # a folder that has its program keeps it (a shipped one stays as committed), unless --force
+    from marl.cli import main
+
+    copy = tmp_path / "has-program"
+    shutil.copytree(priority_dir, copy)
+    (copy / "policy.pt2").touch()
+    stamp = (copy / "policy.pt2").stat().st_mtime_ns
+    assert main(["export-program", str(copy)]) == 0 and (copy / "policy.pt2").stat().st_mtime_ns == stamp
+    assert main(["export-program", str(copy), "--force"]) == 0 and (copy / "policy.pt2").stat().st_mtime_ns != stamp
     (tmp_path / "meta").mkdir()  # meta-placement keeps JSON weights: no network to export
     (tmp_path / "meta" / "metadata.json").write_text(json.dumps({"agent": "metaplace"}))
     with pytest.raises(ValueError, match=r"metadata.json: agent 'metaplace' has no torch.export .*rounds.*topdrl, dl2"):

@@ -359,6 +359,12 @@ def test_a_damaged_policy_folder_is_named_with_the_fix(tmp_path, capsys) -> None
                 {"name": "x", "cluster": "small", "workload": "synthetic:30", "interference": "none", "seeds": [0],
                  "schedulers": ["fifo", f"marl:{bad}"]}, "x.yaml",
             )  # fmt: skip
+    # a file where a folder belongs: said so, and an interference model is pointed to its option
+    model = Path(__file__).parents[1] / "experiments" / "policies" / "interference-gavel" / "model.json"
+    assert main([*args, f"marl:{model}"]) == 2
+    assert "is a file, not a policy folder (an interference model: give it to --interference-model)" in (
+        capsys.readouterr().err
+    )
 
 
 def test_every_documented_command_names_what_exists(monkeypatch) -> None:

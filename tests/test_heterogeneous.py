@@ -561,3 +561,19 @@ def test_lookahead_oracle_plays_its_settings_ahead_without_touching_the_run() ->
     assert not np.array_equal(ahead.end, base.end)  # what it chose changed the schedule
     las_only = get_policy("lookahead-las-oracle", every=3, horizon=3 * 3600.0, terminal=0.0)
     assert las_only.variants == VARIANTS[:3] and all(v["oracle"] == 0.0 for v in las_only.variants)
+
+
+def test_native_solver_output_stays_out_of_the_results(capfd) -> None:
+    """What C++ writes to descriptor 1 while Sia's program is solved (HiGHS's debugging lines) is dropped; Python's
+    output before and after, and everything on stderr, is kept."""
+    import os
+
+    from cluster_sim.native_output import native_stdout_silenced
+
+    print("before")
+    with native_stdout_silenced():
+        os.write(1, b"HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();\n")
+        os.write(2, b"kept on stderr\n")
+    print("after")
+    out, err = capfd.readouterr()
+    assert out == "before\nafter\n" and err == "kept on stderr\n"

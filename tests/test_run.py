@@ -103,6 +103,7 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"workload": "trace.csv"}, ["workload:", "a file needs its kind in front", "philly:trace.csv"]),
         ({"workload": "helios:trace.csv"}, ["workload:", "unknown kind 'helios'", "synthetic:N_JOBS", "philly:PATH"]),
         ({"train": {**TINY_TRAIN, "env": {"load": [1.0, 0.5]}}}, ["train.env.load:", "load must be a number or [low"]),
+        ({"train": {**TINY_TRAIN, "env": {"load": "high"}}}, ["train.env.load:", "expected a number or [low, high]"]),
         ({"train": {**TINY_TRAIN, "env": {"window_days": "half"}}}, ["train.env.window_days:", "got 'half'"]),
         (
             {"train": {**TINY_TRAIN, "ppo": {"num_envs_per_env_runner": 0}}},

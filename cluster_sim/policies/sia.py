@@ -41,6 +41,7 @@ import scipy.optimize
 import scipy.sparse
 
 from cluster_sim.gpu_profiles import RESTART_COST
+from cluster_sim.native_output import native_stdout_silenced
 from cluster_sim.policies.elastic import ElasticPolicy
 from cluster_sim.pollux_apps import consolidated
 from cluster_sim.protocol import RUNNING, SchedulerView
@@ -226,16 +227,17 @@ class Sia(ElasticPolicy):
                 (conf_gpus[cols_c], (conf_type[cols_c], np.arange(n_var))), shape=(len(layout), n_var)
             )
             capacity = np.array([total for _, _, total, _ in layout], dtype=np.float64)
-            res = scipy.optimize.milp(
-                c,
-                integrality=np.ones(n_var),
-                bounds=scipy.optimize.Bounds(0, 1),
-                constraints=[
-                    scipy.optimize.LinearConstraint(one, -np.inf, 1),
-                    scipy.optimize.LinearConstraint(cap, -np.inf, capacity),
-                ],
-                options={"mip_rel_gap": 1e-4, "time_limit": 10.0},
-            )
+            with native_stdout_silenced():  # HiGHS prints debugging lines from C++ on some programs
+                res = scipy.optimize.milp(
+                    c,
+                    integrality=np.ones(n_var),
+                    bounds=scipy.optimize.Bounds(0, 1),
+                    constraints=[
+                        scipy.optimize.LinearConstraint(one, -np.inf, 1),
+                        scipy.optimize.LinearConstraint(cap, -np.inf, capacity),
+                    ],
+                    options={"mip_rel_gap": 1e-4, "time_limit": 10.0},
+                )
             if res.x is None:
                 raise RuntimeError(f"sia: the allocation ILP found no solution ({res.message})")
             chosen = np.flatnonzero(res.x > 0.5)

@@ -185,6 +185,13 @@ def stop_algorithm(algo: Any) -> None:
     from pathlib import Path
 
     logdir = Path(getattr(algo, "logdir", "") or "")
+    # APPO's learner thread in this process: RLlib waits 5 s for it to stop, an update on busy cores outlasts
+    # that, and a thread still running torch at interpreter exit aborts the process (exit 134) after success
+    learner = getattr(getattr(algo, "learner_group", None), "_learner", None)
+    thread = getattr(learner, "_learner_thread", None)
     algo.stop()
+    if thread is not None and thread.is_alive():
+        thread.request_stop()
+        thread.join()
     if logdir.name and logdir.is_dir() and not any(logdir.iterdir()):
         logdir.rmdir()

@@ -40,6 +40,12 @@ PREFIXES: dict[str, str | None] = {"marl": None, "topdrl": "topdrl", "dl2": "dl2
 def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
     """The kind and metadata of a policy folder; an error naming the folder or file and the fix otherwise."""
     folder = Path(folder)
+    if folder.is_file():
+        model = " (an interference model: give it to --interference-model)" if folder.suffix == ".json" else ""
+        raise ValueError(
+            f"{folder} is a file, not a policy folder{model}; a policy folder holds metadata.json and the network, "
+            "e.g. OUT/policy of a training run or experiments/policies/default-small"
+        )
     if not folder.is_dir():
         raise FileNotFoundError(
             f"no policy folder {str(folder)!r}; make one with e.g. {AGENTS['priority'].made_by} (then OUT/policy), "

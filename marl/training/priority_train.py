@@ -202,6 +202,11 @@ def parse_config(
                 env[key] = trace_seconds(env[key])
             except ValueError as err:
                 raise chk.fail(("env", key), str(err)) from None
+    if "load" in env:  # a number or a [low, high] range: anything else is named here, with its key
+        load = env["load"]
+        pair = isinstance(load, list) and len(load) == 2
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (load if pair else [load])):
+            raise chk.fail(("env", "load"), f"expected a number or [low, high] (e.g. [0.8, 1.1]), got {load!r}")
     model = {**MODEL_DEFAULTS, **(raw.get("model") or {})}
     if model["init_policy"]:
         _start_from_policy(path, model, env, "hidden" in (raw.get("model") or {}))
