@@ -110,10 +110,16 @@ def run_train(args: argparse.Namespace) -> int:
         log=(lambda msg: None) if args.quiet else partial(print, flush=True),
     )  # fmt: skip
     train(request)
-    print(
-        f"policy: {Path(args.out) / POLICY} (run it with: marlsched simulate --policy marl:{Path(args.out) / POLICY})"
-    )
+    print(f"policy: {Path(args.out) / POLICY} (run it with: {simulate_hint(Path(args.out) / POLICY)})")
     return 0
+
+
+def simulate_hint(folder: Path) -> str:
+    """The ``simulate`` command that runs a trained policy on the cluster it was trained on."""
+    from marl.deploy.registry import read_metadata, trained_cluster
+
+    cluster = trained_cluster(read_metadata(folder)[1])
+    return f"marlsched simulate{f' --cluster {shlex.quote(cluster)}' if cluster else ''} --policy marl:{folder}"
 
 
 def run_tune_priority(args: argparse.Namespace) -> int:

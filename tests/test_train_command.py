@@ -155,6 +155,8 @@ def test_ppo_trains_through_the_one_command_and_the_policy_runs_through_get_poli
     printed, err = capfd.readouterr()
     assert not [noise for noise in RAY_NOISE if noise in err], err
     assert "iter   1" in printed and "iter   2" not in printed  # one iteration, not the config's three
+    # how to run it, on the cluster it was trained on
+    assert f"(run it with: marlsched simulate --cluster small --policy marl:{out / 'policy'})" in printed
     meta = json.loads((out / "policy" / "metadata.json").read_text())
     assert meta["agent"] == "priority"
     assert meta["trained"]["command"] == f"marlsched train --config {cfg} --out {out} --iterations 1"

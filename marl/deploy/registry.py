@@ -90,17 +90,24 @@ def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "mar
     return scheduler
 
 
-def trained_on(meta: Mapping[str, Any]) -> TrainedOn | None:
-    """The cluster a folder's policy was trained on, from the config it records; None where it records none that
-    builds here (a meta-trained policy's synthetic clusters, a cluster file that is gone)."""
+def trained_cluster(meta: Mapping[str, Any]) -> str | None:
+    """The cluster (a preset or a YAML file) the config a folder records trained its policy on; None where it
+    names none (a meta-trained policy's synthetic clusters)."""
     trained = meta.get("trained") or {}
     for config in ((meta.get("provenance") or {}).get("config"), meta.get("config"), trained.get("config")):
         if isinstance(config, Mapping):
             env = config.get("env")
             name = (env.get("cluster") if isinstance(env, Mapping) else None) or config.get("cluster")
             if isinstance(name, str):
-                return _cluster_gpus(name)
+                return name
     return None
+
+
+def trained_on(meta: Mapping[str, Any]) -> TrainedOn | None:
+    """The cluster a folder's policy was trained on, as the simulator compares it; None where the folder records
+    none that builds here (a meta-trained policy's synthetic clusters, a cluster file that is gone)."""
+    name = trained_cluster(meta)
+    return _cluster_gpus(name) if name else None
 
 
 @functools.cache
@@ -146,5 +153,6 @@ __all__ = [
     "load_prefixed",
     "policy_kind",
     "read_metadata",
+    "trained_cluster",
     "trained_on",
 ]

@@ -196,6 +196,8 @@ def parse_config(
             raise chk.fail(("ppo", key), f"must be >= 0 (0: {IMITATION_ZERO[key]}), got {ppo[key]!r}")
     env = dict(raw.get("env") or {})
     env.setdefault("seed", int(raw.get("seed", 0)))
+    # the cluster recorded even where it is the default: a policy folder says what it was trained on
+    env.setdefault("cluster", PriorityEnvConfig.__dataclass_fields__["cluster"].default)
     for key in ("train_start", "train_end"):  # dates as seconds: the config is recorded as JSON
         if key in env:
             try:
