@@ -82,12 +82,21 @@ def add_run_command(subparsers) -> None:
         help="run only this workload of the config's `workloads:` (repeatable; default results folder "
         "results/<config name>-<labels>)",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="sets",
+        metavar="KEY=VALUE",
+        help="replace one setting of the config, checked as the file's are (a dotted key, a YAML value; "
+        "repeatable): --set seeds=[0], --set train.ppo.iterations=2; the results folder keeps the config it ran",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-task progress lines")
     p.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    cfg = load_experiment_config(args.config, workloads=args.workload)
+    cfg = load_experiment_config(args.config, workloads=args.workload, sets=args.sets)
     warn_unpublished_settings(cfg)
     name = cfg.name + "".join(f"-{w}" for w in args.workload or [])
     out = Path(args.out) if args.out else Path("results") / name

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from marl.training.config import (
     ConfigChecker,
     TrainConfigError,
     read_yaml_config,
+    set_keys,
 )
 
 MARL = "marl"  # the scheduler name of the policy this experiment trains
@@ -161,8 +162,14 @@ class ExperimentConfig:
 class _PrefixedChecker(ConfigChecker):
     """marl.training.config's checker with every key path under a prefix (the embedded ``train`` section)."""
 
-    def __init__(self, source: str, lines: dict[tuple[str, ...], int], prefix: tuple[str, ...]) -> None:
-        super().__init__(source, lines)
+    def __init__(
+        self,
+        source: str,
+        lines: dict[tuple[str, ...], int],
+        prefix: tuple[str, ...],
+        given: dict[tuple[str, ...], str] | None = None,
+    ) -> None:
+        super().__init__(source, lines, given)
         self.prefix = prefix
 
     def fail(self, path: tuple[str, ...], message: str) -> TrainConfigError:
@@ -181,18 +188,22 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
 
 
 def parse_experiment_config(
-    data: Any, source: str = "<dict>", lines: dict[tuple[str, ...], int] | None = None
+    data: Any,
+    source: str = "<dict>",
+    lines: dict[tuple[str, ...], int] | None = None,
+    given: dict[tuple[str, ...], str] | None = None,
 ) -> ExperimentConfig:
-    """Validate plain data (as loaded from YAML) into an :class:`ExperimentConfig`."""
+    """Validate plain data (as loaded from YAML) into an :class:`ExperimentConfig`; ``given``: the key paths a
+    command line set (``--set``), named by that option in errors instead of a line."""
     lines = lines or {}
-    chk = _PrefixedChecker(source, lines, ())
+    chk = _PrefixedChecker(source, lines, (), given)
     if not isinstance(data, Mapping):
         raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(ExperimentConfig)}")
     data = _with_preset(data, chk)
     cfg: ExperimentConfig = chk.section(ExperimentConfig, data, ())
     cfg = dataclasses.replace(cfg, source=source)
     if cfg.train is not None:
-        cfg.__dict__["_train"] = _parse_train(cfg.train, cfg, source, lines)
+        cfg.__dict__["_train"] = _parse_train(cfg.train, cfg, source, lines, given)
     if cfg.scaling is not None:
         cfg.__dict__["_scaling"] = chk.section(ScalingConfig, cfg.scaling, ("scaling",))
     _check_experiment(cfg, chk)
@@ -212,13 +223,15 @@ def _with_preset(data: Mapping[str, Any], chk: ConfigChecker) -> Mapping[str, An
     return {**SIM_PRESETS[name].settings, **data}
 
 
-def _parse_train(data: Any, cfg: ExperimentConfig, source: str, lines: dict) -> PriorityTrainSection | TrainSection:
+def _parse_train(
+    data: Any, cfg: ExperimentConfig, source: str, lines: dict, given: dict | None = None
+) -> PriorityTrainSection | TrainSection:
     """The training section (``extends`` merged): any agent and algorithm of `marlsched train --config`; the
     priority agents' PPO inherits the experiment's cluster."""
     from marl.training.priority_train import check_keys, parse_config
     from marl.training.recipes import check_settings, recipe_of
 
-    chk = _PrefixedChecker(source, lines, ("train",))
+    chk = _PrefixedChecker(source, lines, ("train",), given)
     if not isinstance(data, Mapping):
         raise chk.fail((), "expected a mapping with the keys of `marlsched train --config` (agent, algo and their "
                        "settings; optionally extends: PATH)")  # fmt: skip
@@ -424,10 +437,14 @@ def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> Non
         raise chk.fail(path, str(e)) from None
 
 
-def load_experiment_config(path: str | Path, workloads: list[str] | None = None) -> ExperimentConfig:
+def load_experiment_config(
+    path: str | Path, workloads: list[str] | None = None, sets: Sequence[str] = ()
+) -> ExperimentConfig:
     """Read and validate an experiment YAML file; ``workloads``: only these labels of its ``workloads`` (a
-    label it lacks is named with the ones it has)."""
+    label it lacks is named with the ones it has); ``sets``: ``KEY=VALUE`` settings that replace the file's
+    (``--set``: ``seeds=[0]``, ``train.ppo.iterations=2``), checked as the file's are."""
     data, lines = read_yaml_config(path, "experiment config", ExperimentConfigError)
+    data, given = set_keys(data, sets, str(path))
     if workloads and isinstance(data, Mapping):
         have = data.get("workloads")
         if not isinstance(have, Mapping):
@@ -453,7 +470,7 @@ def load_experiment_config(path: str | Path, workloads: list[str] | None = None)
                     f"workloads, not figures for the {len(set(workloads))} this run has: run the config without "
                     "--workload to put them beside ours"
                 )
-    return parse_experiment_config(data, str(path), lines)
+    return parse_experiment_config(data, str(path), lines, given)
 
 
 def absolute_spec(spec: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -619,6 +620,19 @@ def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Pa
     config = _write(tmp_path, yaml.safe_dump(TINY), "tiny.yaml")
     with pytest.raises(ExperimentConfigError, match="this config has none"):
         load_experiment_config(config, workloads=["a"])
+
+
+def test_set_replaces_a_configs_settings_checked_as_the_files_are(monkeypatch) -> None:
+    """``marlsched run CONFIG --set KEY=VALUE``: the setting replaces the file's (a list, a nested key), a bad
+    one is named by its option instead of a line, with the closest key."""
+    monkeypatch.chdir(REPO)
+    path = "experiments/configs/quickstart.yaml"
+    cfg = load_experiment_config(path, sets=["seeds=[7]", "train.ppo.iterations=1", "baselines=[gavel]"])
+    assert cfg.seeds == [7] and cfg.baselines == ["gavel"] and cfg.train_config.config["ppo"]["iterations"] == 1
+    with pytest.raises(ExperimentConfigError, match=re.escape(f"{path} (--set seedz=1): seedz: unknown key; did you")):
+        load_experiment_config(path, sets=["seedz=1"])
+    with pytest.raises(ExperimentConfigError, match=r"\(--set train.ppo.iterations=many\): train.ppo.iterations"):
+        load_experiment_config(path, sets=["train.ppo.iterations=many"])
 
 
 def test_the_metrics_notes_name_oracle_references_and_say_when_no_choice_mattered() -> None:
