@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from interference.features import PROFILE_COLUMNS
+from interference.features import FEATURE_SOURCES, PROFILE_COLUMNS
 from interference.gavel_jobs import SPLITS
 from interference.pairs_csv import OUTPUT_COLUMNS, REQUIRED
 from interference.pairs_csv import __doc__ as PAIRS_DOC
@@ -209,7 +209,10 @@ def ood_warnings(model, out_of_range: np.ndarray, ood: list[str], a, b) -> list[
         for names in ood:
             for name in {part.split(":", 1)[1] for part in names.split(";") if part}:
                 counts[name] = counts.get(name, 0) + 1
-        inputs = ", ".join(f"{k} ({v})" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        inputs = ", ".join(
+            f"{k}{f' [{FEATURE_SOURCES[k]}]' if k in FEATURE_SOURCES else ''} ({v})"
+            for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
         lines.append(
             f"warning: {n_out} of {len(out_of_range)} pairs have a job outside the range the model was fitted on "
             f"(lines {where}{', ...' if n_out > 10 else ''}; columns out_of_range, ood): {inputs}; their answers "

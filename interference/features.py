@@ -24,6 +24,14 @@ from interference.gpu_specs import GPU_SPECS, gpu_spec
 
 INTENSITY_FEATURES = ("log_frac_peak_flops", "log_step_gpu_seconds", "log_flops_per_param")
 OWN_FEATURES = ("log_batch", "log_steps_per_s", "amp")
+# what each derived input is made of, in the columns a user writes (for messages about them)
+FEATURE_SOURCES = {
+    "log_frac_peak_flops": "share of the GPU's peak FLOP/s, from solo_sps x gflops",
+    "log_step_gpu_seconds": "GPU seconds per step at peak, from gflops x batch",
+    "log_flops_per_param": "FLOPs per parameter, from gflops / params_m",
+    "log_batch": "batch",
+    "log_steps_per_s": "steps/s, from solo_sps / batch",
+}
 PROFILE_COLUMNS = ("gpu_util", "mem_util", "mem_gb")
 _EPS = 1e-9
 
