@@ -84,6 +84,12 @@ def write_report(
         timeline_run=(label, cfg.seeds[0]),
         workload_name=label or plots.workload_title(cfg.workload),
     )
+    for other in list(cfg.workload_specs)[1:]:  # timeline.png is the first workload's; each other has its own
+        name = f"timeline_{other}.png"
+        run = (other, cfg.seeds[0])
+        plots.timelines({n: series[n][run] for n in cfg.schedulers if run in series[n]}, plot_dir / name, other,
+                        cfg.seeds[0])  # fmt: skip
+        figures[name] = f"Queue length and busy GPUs over simulated time ({other}, seed {cfg.seeds[0]})"
     curve = out / TRAIN_DIR / "learning_curve.png"
     if curve.is_file():
         shutil.copyfile(curve, plot_dir / "learning_curve.png")

@@ -461,6 +461,9 @@ def test_several_workloads_with_scheduler_options_and_published_figures(
     assert next(line for line in report.splitlines() if line.startswith("| pollux |") and "made-up claim" in line)
     # the paired verdict as a plot: pollux's reduction against the first baseline, tiresias
     assert (out / "plots" / "paired_avg_jct.png").stat().st_size > 1000 and "plots/paired_avg_jct.png" in report
+    # each workload's timeline: the first's as timeline.png, the second's beside it
+    assert (out / "plots" / "timeline_w2.png").stat().st_size > 1000 and "(w2, seed 0)" in report
+    assert "(w1, seed 0)" in report and not (out / "plots" / "timeline_w1.png").exists()
     # the label's options reached the scheduler: one queue threshold at 1 GPU-hour, not Pollux's 16
     from cluster_sim.build import build_simulator
     from cluster_sim.policies import get_policy
