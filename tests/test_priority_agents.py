@@ -533,3 +533,23 @@ def test_training_windows_refuse_a_period_too_short_for_one() -> None:
     assert len(training_windows(PriorityEnvConfig.from_dict(env), 0.5, 0.25, 0.9)) == 3
     with pytest.raises(ValueError, match="--days"):
         training_windows(PriorityEnvConfig.from_dict(env), 5.0, 1.0, 0.9)
+
+
+def test_training_windows_that_reach_the_report_period_are_refused_by_name(monkeypatch) -> None:
+    """A training period that reaches into the report weeks (2017-11-01..14) is refused wherever it is given: the
+    agents' env (PPO, the tune and select stages read it), the DAgger recipe and a run's train section; it may
+    end where the report period starts, and another trace has no periods."""
+    from experiments.run_config import ExperimentConfigError, load_experiment_config
+    from marl.env.priority_env import EnvConfigError
+    from marl.training.priority_dagger import PriorityDaggerConfig
+
+    philly = {"trace": "philly:x.csv", "train_start": "2017-10-20", "window_days": 1.0}
+    assert PriorityEnvConfig.from_dict({**philly, "train_end": "2017-11-01"}).train_end == HELD_OUT_START
+    with pytest.raises(EnvConfigError, match=r"train_end: the span 2017-10-20\.\.2017-11-10 reaches into the report"):
+        PriorityEnvConfig.from_dict({**philly, "train_end": "2017-11-10"})
+    assert PriorityEnvConfig.from_dict({**philly, "trace": "gavel:x.json", "train_end": 6e6}).train_end == 6e6
+    with pytest.raises(ValueError, match=r"train_end: the span .*\.\.2017-11-03 reaches into the report period"):
+        PriorityDaggerConfig(train_end=HELD_OUT_START + 2 * DAY)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    with pytest.raises(ExperimentConfigError, match=r"train\.env\.train_end: .* reaches into the report period"):
+        load_experiment_config("experiments/configs/quickstart.yaml", sets=["train.env.train_end=2017-11-10"])

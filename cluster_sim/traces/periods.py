@@ -109,6 +109,20 @@ HELD_OUT_START = PERIODS["report"].start_s
 REPORT_END = PERIODS["report"].end_s
 
 
+def refuse_report_period(what: str, start: float, end: float, trace: str = "philly:") -> None:
+    """Refuse a span of the Philly trace that fits or chooses something (training windows, the windows a margin
+    is tuned on) where it reaches into the report period, whose figures would then be selection figures. Other
+    traces have no periods: nothing is refused."""
+    if trace.partition(":")[0].strip().lower() != "philly" or end <= HELD_OUT_START or start >= REPORT_END:
+        return
+    report = PERIODS["report"]
+    raise ValueError(
+        f"{what}: the span {philly_date(start)}..{philly_date(end)} reaches into the report period ({report.first}.."
+        f"{report.end}), which is never used for a choice; end it by {report.first} (train before 2017-10-15, "
+        f"select in 2017-10-15..{report.first}; cluster_sim.traces.periods)"
+    )
+
+
 def period(name: str) -> Period:
     """The named period; an error listing the names otherwise."""
     if name not in PERIODS:
@@ -146,6 +160,7 @@ __all__ = [
     "TraceTime",
     "period",
     "philly_seconds",
+    "refuse_report_period",
     "seconds_since",
     "trace_seconds",
     "window_label",

@@ -43,7 +43,7 @@ from ray.rllib.env.multi_agent_env import MultiAgentEnv
 from cluster_sim.build import assemble_simulator, build_simulator
 from cluster_sim.policies import get_policy
 from cluster_sim.simulator import Simulator
-from cluster_sim.traces.periods import HELD_OUT_START, trace_seconds, window_spec
+from cluster_sim.traces.periods import HELD_OUT_START, refuse_report_period, trace_seconds, window_spec
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import QuietWorkloadSpecError, parse_workload_spec
 from interference.base import InterferenceModel
@@ -112,6 +112,11 @@ class PriorityEnvConfig:
         if cfg.decision not in DECISIONS:
             raise EnvConfigError("decision", f"priority env_config.decision {cfg.decision!r}: choose one of "
                                  f"{', '.join(DECISIONS)}")  # fmt: skip
+        if cfg.workload is None:
+            try:
+                refuse_report_period("train_end", cfg.train_start, cfg.train_end, cfg.trace)
+            except ValueError as err:
+                raise EnvConfigError("train_end", f"priority env_config.{err}") from None
         if cfg.workload is None and cfg.train_end - cfg.train_start < cfg.window_days * 86400.0:
             raise EnvConfigError(
                 "window_days",

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cluster_sim.traces.periods import HELD_OUT_START, TraceTime, window_label
+from cluster_sim.traces.periods import HELD_OUT_START, TraceTime, refuse_report_period, window_label
 from cluster_sim.workload_spec import QuietWorkloadSpecError
 from marl.deploy.priority_export import save_priority_policy
 from marl.env.priority_agents import PriorityAgents
@@ -100,8 +100,7 @@ class PriorityDaggerConfig:
             raise ValueError(f"dagger_rounds: must be >= 0, got {self.dagger_rounds}")
         if not 0.0 <= self.holdout < 1.0:
             raise ValueError(f"holdout: a share of the rows in [0, 1), got {self.holdout}")
-        if self.train_end > HELD_OUT_START:
-            raise ValueError(f"train_end: the report weeks start at 2017-11-01 ({HELD_OUT_START:.0f}); end before them")
+        refuse_report_period("train_end", self.train_start, self.train_end, self.trace)
         self.factors()
         self.windows(0)  # a training period too short for one window fails here, by name
 
