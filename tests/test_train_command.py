@@ -341,3 +341,22 @@ def test_every_agent_spec_names_code_that_exists() -> None:
     assert AGENTS["metaplace"].network is None
     with pytest.raises(ValueError, match="agent 'rounds' trains with algo es, dagger, not 'pg'"):
         AGENTS["rounds"].algorithm("pg")
+
+
+def test_the_retired_module_commands_that_folders_record_name_the_one_command(monkeypatch) -> None:
+    """``python -m marl.training.rounds_es --out D --minutes 25`` (what older folders record) exits with the one
+    command that trains the same recipe, its flags carried over as ``--set``, and that command's config and
+    settings check."""
+    from marl.training.retired import one_command, retired_command
+
+    monkeypatch.chdir(REPO)
+    config = "experiments/configs/rounds_es_small_hetero.yaml"
+    monkeypatch.setattr("sys.argv", ["rounds_es.py", "--out", "results/rounds-es", "--minutes", "25"])
+    with pytest.raises(SystemExit, match="retired") as exit_:
+        retired_command("marl.training.rounds_es", config)
+    command = f"marlsched train --config {config} --set minutes=25 --out results/rounds-es"
+    assert str(exit_.value).endswith(command)
+    load_recipe_config(config, sets=["minutes=25"])  # the named command's settings are valid
+    assert one_command("c.yaml", ["--seed=2", "--no-calibrate", "--out", "o"]) == (
+        "marlsched train --config c.yaml --set seed=2 --set no_calibrate=true --out o"
+    )

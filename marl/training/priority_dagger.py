@@ -295,3 +295,9 @@ def train(cfg: PriorityDaggerConfig, out: str | Path, *, command: str = "", log=
                         workers=cfg.workers, command=command, log=log)  # fmt: skip
     log(f"{time.perf_counter() - started:.0f} s in all")
     return meta
+
+
+if __name__ == "__main__":  # the command older policy folders record
+    from marl.training.retired import retired_command
+
+    retired_command("marl.training.priority_dagger", "experiments/configs/priority_dagger_small.yaml")

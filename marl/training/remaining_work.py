@@ -214,3 +214,9 @@ def plot_holdout(pred: np.ndarray, true: np.ndarray, last: dict, path: Path) -> 
                  fontsize=9)  # fmt: skip
     fig.tight_layout()
     save_figure(fig, path)
+
+
+if __name__ == "__main__":  # the command older policy folders record
+    from marl.training.retired import retired_command
+
+    retired_command("marl.training.remaining_work", "experiments/configs/sia_remaining_philly.yaml")

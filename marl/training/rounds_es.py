@@ -246,3 +246,9 @@ def plot_es(rows: list[dict], path: Path, _teacher: str = "") -> None:
         rows, path, [Series("validation_vs_warm", scale=100.0)], xlabel="ES iteration",
         ylabel="validation avg JCT vs warm start (%)", references={"warm start": 0.0},
     )  # fmt: skip
+
+
+if __name__ == "__main__":  # the command older policy folders record
+    from marl.training.retired import retired_command
+
+    retired_command("marl.training.rounds_es", "experiments/configs/rounds_es_small_hetero.yaml")
