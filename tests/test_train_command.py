@@ -360,3 +360,16 @@ def test_the_retired_module_commands_that_folders_record_name_the_one_command(mo
     assert one_command("c.yaml", ["--seed=2", "--no-calibrate", "--out", "o"]) == (
         "marlsched train --config c.yaml --set seed=2 --set no_calibrate=true --out o"
     )
+
+
+def test_a_policy_stopped_by_its_time_budget_records_a_command_that_makes_it_again_anywhere() -> None:
+    """PPO that ``ppo.time_budget_min`` stopped before its iterations records the command with the iterations
+    done and the budget lifted (another machine would stop elsewhere); one that ran them all, its own command."""
+    from marl.training.priority_train import rebuild_command
+
+    typed = "marlsched train --config experiments/configs/default_small.yaml --out results/default_small"
+    again = rebuild_command(typed, 28, 100)
+    assert again == f"{typed} --iterations 28 --set ppo.time_budget_min=1e9"
+    assert rebuild_command(typed, 100, 100) == typed
+    _, _, cfg = load_recipe_config(REPO / "experiments/configs/default_small.yaml", 28, ["ppo.time_budget_min=1e9"])
+    assert cfg["ppo"]["iterations"] == 28 and cfg["ppo"]["time_budget_min"] == 1e9

@@ -512,6 +512,11 @@ def train_priority(
             if ckpt_every and (it % ckpt_every == 0 or last):
                 _save_checkpoint(algo, cfg, ckpt, {"rows": rows, "resumed": resumed, "finished": last})
             if last:
+                if it < int(p["iterations"]):
+                    log(
+                        f"stopped by ppo.time_budget_min after {it} iterations; to make this policy again on any "
+                        f"machine: {rebuild_command(command, it, int(p['iterations']))}"
+                    )
                 break
         policy = export(out / "policy")
         log(f"last iterate exported to {policy}" + (" (the select stage may replace it)" if cfg.get("select") else ""))
@@ -545,6 +550,16 @@ def train_priority(
     return summary
 
 
+def rebuild_command(command: str, done: int, iterations: int) -> str:
+    """The command that makes this iterate again on any machine: ``command`` where training ran its
+    ``iterations``; where the wall-clock budget (``ppo.time_budget_min``) ended it first, or for a snapshot,
+    the same with ``--iterations`` set to the iterations done and the budget lifted, since a slower or faster
+    machine would stop elsewhere."""
+    if done >= iterations or not command.startswith("marlsched train "):
+        return command
+    return f"{command} --iterations {done} --set ppo.time_budget_min=1e9"
+
+
 def _exporter(
     algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], command: str, resumed: list[int]
 ) -> Callable[[Path], Path]:
@@ -576,6 +591,7 @@ def _exporter(
                 "iterations": len(rows),
                 "resumed_after": list(resumed),
                 "minutes": rows[-1]["minutes"] if rows else 0.0,
+                "rebuild_command": rebuild_command(command, len(rows), int(cfg["ppo"]["iterations"])),
                 "log_std": float(module.log_std.detach()),
                 "type_log_std": float(module.type_log_std.detach()),
                 "python": sys.version.split()[0],
