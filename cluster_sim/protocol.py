@@ -69,15 +69,19 @@ class SimulationWarning(UserWarning):
 
 
 class PolicyClusterWarning(SimulationWarning):
-    """A learned policy runs on a cluster other than the one it was trained on: its figures may not hold there."""
+    """A learned policy runs on a cluster other than the one it was trained on, or with co-location interference
+    where it was trained without it (or the reverse): its figures may not hold there."""
 
 
 @dataclass(frozen=True, slots=True)
 class TrainedOn:
-    """The cluster a learned policy was trained on: its name and GPUs per type (what tells two clusters apart)."""
+    """The cluster a learned policy was trained on: its name and GPUs per type (what tells two clusters apart),
+    and the interference mode and data its training simulated (None: not recorded)."""
 
     name: str
     gpus: tuple[tuple[str, int], ...]
+    interference: str | None = None
+    interference_data: str | None = None
 
     @classmethod
     def of(cls, view: ClusterView) -> TrainedOn:
@@ -98,6 +102,24 @@ class TrainedOn:
         return (
             f"trained on {self.describe()}, run on {here.describe()}: its figures hold for the cluster it was "
             f"trained on; for this one, train it again with its recorded config's cluster set to {this}"
+        )
+
+    def interference_mismatch(self, simulated: bool) -> str | None:
+        """Why a simulation with (``simulated``) or without co-location interference is not what this policy was
+        trained in, or None (the same, or not recorded)."""
+        if self.interference is None or (self.interference != "none") == simulated:
+            return None
+        if simulated:
+            return (
+                "trained without co-location interference (interference none), simulated with it: its figures hold "
+                "without; simulate it with --interference none (a run config: interference: none) to compare as trained"
+            )
+        data = f" --interference-model {self.interference_data}" if self.interference_data else ""
+        in_config = f", interference_data: {self.interference_data}" if self.interference_data else ""
+        return (
+            f"trained with co-located jobs slowing each other (interference {self.interference}), simulated "
+            f"without (interference none): its figures hold with them; simulate it with --interference "
+            f"{self.interference}{data} (a run config: interference: {self.interference}{in_config}), as trained"
         )
 
 

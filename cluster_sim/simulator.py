@@ -489,8 +489,10 @@ class Simulator:
         if self._mix_setting is None:
             self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not traits.one_gpu_type
         self._check_fits_one_type()
-        if traits.trained_on is not None and (why := traits.trained_on.mismatch(self.topo)):
-            warnings.warn(f"{scheduler.name}: {why}", PolicyClusterWarning, stacklevel=2)
+        if (trained := traits.trained_on) is not None:
+            for why in (trained.mismatch(self.topo), trained.interference_mismatch(self._interfere)):
+                if why:
+                    warnings.warn(f"{scheduler.name}: {why}", PolicyClusterWarning, stacklevel=2)
         one_blas_thread()  # a simulation's linear algebra is tiny: BLAS's threads only slow it down
         self.reset()
         scheduler.reset(self)

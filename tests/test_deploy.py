@@ -232,10 +232,11 @@ def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
         get_policy(f"{wrong}:{SHIPPED / folder}")
 
 
-def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys) -> None:
+def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys, traces_dir: Path) -> None:
     """A learned policy declares the cluster its recorded config trained it on; a simulation on a cluster with
     other GPUs warns (naming both), one with the same GPUs under another name does not, and ``marlsched`` prints
-    the warning as one line."""
+    the warning as one line. So with interference: a policy trained with co-located jobs slowing each other,
+    simulated without, warns with the settings it was trained in."""
     import warnings
 
     from cluster_sim.policies import get_policy
@@ -256,6 +257,18 @@ def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys) -> Non
         build_simulator("small", "synthetic:200,load=1", seed=0).start(sched)
         build_simulator(renamed, "synthetic:200,load=1", seed=0).start(sched)
         build_simulator("small-hetero", "synthetic:200,load=1", seed=0).start(get_policy("qssf"))
+    default = get_policy(f"marl:{SHIPPED / 'default-small'}")  # trained with interference oracle, Gavel's pairs
+    gavel = "gavel:../shared/traces/gavel/simulation_throughputs.json"
+    assert (default.trained_on.interference, default.trained_on.interference_data) == ("oracle", gavel)
+    fix = f"simulate it with --interference oracle --interference-model {gavel}"
+    with pytest.warns(PolicyClusterWarning, match=fix):
+        build_simulator("small", "synthetic:200,load=1", seed=0).start(default)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PolicyClusterWarning)
+        data = f"gavel:{traces_dir}/gavel/simulation_throughputs.json"
+        build_simulator("small", "synthetic:200,load=1", seed=0, interference="oracle", interference_data=data).start(
+            default
+        )
     args = ["simulate", "--cluster", "small", "--workload", "synthetic:600,load=1", "--policy", folder, "--quiet"]
     assert main(args) == 0 and "marlsched: error" not in capsys.readouterr().err
     # the command prints it as one line, without Python's file and source line

@@ -12,6 +12,7 @@ importing marl.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping
@@ -90,24 +91,36 @@ def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "mar
     return scheduler
 
 
-def trained_cluster(meta: Mapping[str, Any]) -> str | None:
-    """The cluster (a preset or a YAML file) the config a folder records trained its policy on; None where it
-    names none (a meta-trained policy's synthetic clusters)."""
+def trained_setting(meta: Mapping[str, Any], key: str) -> str | None:
+    """A setting (``cluster``, ``interference`` ...) of the config a folder records, in its ``env`` section or at
+    its top level; None where the config names none."""
     trained = meta.get("trained") or {}
     for config in ((meta.get("provenance") or {}).get("config"), meta.get("config"), trained.get("config")):
         if isinstance(config, Mapping):
             env = config.get("env")
-            name = (env.get("cluster") if isinstance(env, Mapping) else None) or config.get("cluster")
-            if isinstance(name, str):
-                return name
+            value = (env.get(key) if isinstance(env, Mapping) else None) or config.get(key)
+            if isinstance(value, str):
+                return value
     return None
 
 
+def trained_cluster(meta: Mapping[str, Any]) -> str | None:
+    """The cluster (a preset or a YAML file) the config a folder records trained its policy on; None where it
+    names none (a meta-trained policy's synthetic clusters)."""
+    return trained_setting(meta, "cluster")
+
+
 def trained_on(meta: Mapping[str, Any]) -> TrainedOn | None:
-    """The cluster a folder's policy was trained on, as the simulator compares it; None where the folder records
-    none that builds here (a meta-trained policy's synthetic clusters, a cluster file that is gone)."""
+    """The cluster and interference a folder's policy was trained in, as the simulator compares them; None where
+    the folder records no cluster that builds here (a meta-trained policy's synthetic clusters, a cluster file
+    that is gone)."""
     name = trained_cluster(meta)
-    return _cluster_gpus(name) if name else None
+    cluster = _cluster_gpus(name) if name else None
+    if cluster is None:
+        return None
+    mode = trained_setting(meta, "interference")
+    data = trained_setting(meta, "interference_data") if mode not in (None, "none") else None
+    return dataclasses.replace(cluster, interference=mode, interference_data=data)
 
 
 @functools.cache
@@ -155,4 +168,5 @@ __all__ = [
     "read_metadata",
     "trained_cluster",
     "trained_on",
+    "trained_setting",
 ]
