@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from cluster_sim.synthetic import synthetic_workload
 from cluster_sim.traces import QuietWindowError, load_gavel, load_openb, load_philly, load_pollux, window
 from cluster_sim.traces.elastic_apps import with_applications
@@ -188,6 +190,7 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     if "load" in opts and "load" not in source.options:  # the window offers that load to the cluster
         win["load"] = opts.pop("load")
         win["cluster_gpus"] = cluster_gpus
+    whole = None
     try:
         whole = source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts)
         start, end = (_seconds(spec, whole, key, t) for key, t in (("start", start), ("end", end)))
@@ -197,18 +200,32 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
             raise (QuietWorkloadSpecError if time_range is not None else WorkloadSpecError)(
                 f"workload spec {spec!r}: no jobs"
                 + (f" in the window start={start}" + (f", end={end}" if end is not None else "")
-                   + " (seconds from the trace's start: check them against the trace's times)"
+                   + f" (seconds from the trace's start; {_arrivals(whole)})"
                    if time_range is not None else " (a job count must be >= 1; a CSV needs rows after its header)")
             )  # fmt: skip
         return workload if apps is None else with_applications(workload, apps, seed=seed)
     except WorkloadSpecError:
         raise
     except QuietWindowError as e:
-        raise QuietWorkloadSpecError(f"workload spec {spec!r}: {e}") from None
+        where = f" ({_arrivals(whole)})" if whole is not None and (start is not None or end is not None) else ""
+        raise QuietWorkloadSpecError(f"workload spec {spec!r}: {e}{where}") from None
     except ValueError as e:
         if type(e) is not ValueError:
             raise
         raise WorkloadSpecError(f"workload spec {spec!r}: {e}") from None
+
+
+def _arrivals(workload: Workload) -> str:
+    """When the trace's jobs arrive, as dates where the loader recorded its start, for a window that holds
+    too few of them."""
+    if not len(workload):
+        return "the trace has no jobs"
+    first, last = float(workload.arrival[0]), float(workload.arrival[-1])
+    origin = workload.meta.get("trace_start")
+    if origin is None:
+        return f"the trace's jobs arrive from {first:.0f} to {last:.0f} s"
+    at = [str(np.datetime64(origin, "s") + np.timedelta64(int(t), "s")) for t in (first, last)]
+    return f"the trace's jobs arrive from {at[0]} to {at[1]}"
 
 
 def _seconds(spec: str, workload: Workload, key: str, value: float | str | None) -> float | None:

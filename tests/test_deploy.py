@@ -125,6 +125,8 @@ def test_a_folder_of_another_kind_is_refused_with_the_kinds_that_run(tmp_path: P
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="empty is not a policy folder"):
         load_policy(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match=r"no policy folder '.*/empyt' \(did you mean 'empty'\?\)"):
+        load_policy(tmp_path / "empyt")  # a misspelt folder is matched among its parent's
     # a training run's folder and an interference model's are named as what they are
     (tmp_path / "run" / "policy").mkdir(parents=True)
     (tmp_path / "run" / "policy" / "metadata.json").write_text("{}")

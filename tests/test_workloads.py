@@ -643,7 +643,12 @@ def test_synthetic_gpu_scale_and_window_load_reach_a_queue_at_scale() -> None:
     [
         ("synthetic:0", "no jobs (a job count must be >= 1"),
         ("synthetic:20,max_jobs=0", "no jobs"),
-        ("PHILLY,start=999999999", "no jobs in the window start=999999999.0"),
+        (
+            "PHILLY,start=999999999",
+            "no jobs in the window start=999999999.0 (seconds from the trace's start; the "
+            "trace's jobs arrive from 2017-09-04T10:30:41 to 2017-11-14T23:56:00)",
+        ),
+        ("PHILLY,start=2017-11-20,load=0.9", "at least two jobs (the trace's jobs arrive from 2017-09-04T10:30:41 to"),
         ("HEADER_ONLY", "no jobs"),
     ],
 )

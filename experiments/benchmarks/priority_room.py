@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from cluster_sim.results import write_atomic
-from cluster_sim.traces.periods import PERIODS
+from cluster_sim.traces.periods import PERIODS, window_label
 from experiments.benchmarks.priority_report import window_specs
 from experiments.benchmarks.sia_room import plot_changes
 from experiments.regimes import GAVEL
@@ -137,7 +137,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"window {w} {v:>24}: avg JCT {value:>8,.0f} s ({seconds:.0f} s)", flush=True)
     windows = list(range(len(specs)))
     width = max(24, *(len(v) for v in variants))
-    print(f"\n{len(windows)} windows from {specs[0]}" + (f" (regime {args.regime})" if args.regime else ""))
+    where = f"regime {args.regime}" if args.regime else f"the {args.period} period"
+    print(f"\n{len(windows)} windows of {where}: " + "; ".join(f"{w}: {window_label(s)}" for w, s in enumerate(specs)))
+    print("± is the standard deviation over the windows (divided by their number)")
     print(f"{'variant':>{width}} {'avg JCT s':>10} " + " ".join(f"{'vs ' + r:>16} {'below':>6}" for r in references))
     changes: dict[str, dict[str, list[float]]] = {ref: {} for ref in references}
     for v in variants:

@@ -48,9 +48,14 @@ def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
             "e.g. OUT/policy of a training run or experiments/policies/default-small"
         )
     if not folder.is_dir():
+        from topology.spec import did_you_mean
+
+        siblings = [d.name for d in folder.parent.iterdir() if d.is_dir()] if folder.parent.is_dir() else []
+        close = f" ({hint})" if (hint := did_you_mean(folder.name, siblings)) else ""
         raise FileNotFoundError(
-            f"no policy folder {str(folder)!r}; make one with e.g. {AGENTS['priority'].made_by} (then OUT/policy), "
-            "or run a shipped one (experiments/policies/*, e.g. marl:experiments/policies/default-imitation)"
+            f"no policy folder {str(folder)!r}{close}; make one with e.g. {AGENTS['priority'].made_by} (then "
+            "OUT/policy), or run a shipped one (experiments/policies/*, e.g. "
+            "marl:experiments/policies/default-imitation)"
         )
     path = folder / METADATA
     if not path.is_file():
