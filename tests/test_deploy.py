@@ -22,7 +22,8 @@ def _same_results(a, b) -> None:
 
 @pytest.fixture(scope="module")
 def priority_dir(tmp_path_factory) -> Path:
-    """A priority-agent policy with random residual weights, so that its scores differ from QSSF's."""
+    """A priority-agent policy with random residual weights, so that its scores differ from QSSF's, recorded as
+    trained on ``small`` with interference (so it declares both)."""
     import torch
 
     from marl.deploy.priority_export import save_priority_policy
@@ -32,7 +33,8 @@ def priority_dir(tmp_path_factory) -> Path:
     net = PriorityNet(16)
     for p in net.score.parameters():
         torch.nn.init.normal_(p, std=1.0)
-    return save_priority_policy(net, tmp_path_factory.mktemp("prio") / "policy", {})
+    recorded = {"trained": {"config": {"env": {"cluster": "small", "interference": "oracle"}}}}
+    return save_priority_policy(net, tmp_path_factory.mktemp("prio") / "policy", recorded)
 
 
 def _sim():
@@ -64,6 +66,8 @@ def test_actor_deployment_matches_in_process_inference(
     ref, calls = reference
     sched, policy = deploy_policy(priority_dir, num_agents=4, num_actors=num_actors, num_cpus=0.25)
     try:
+        assert sched.trained_on == load_policy(priority_dir).trained_on  # it warns off its cluster as in process
+        assert sched.trained_on.name == "small" and sched.trained_on.interference == "oracle"
         _same_results(_sim().run(sched), ref)
         assert policy.calls == calls > 0
         served = policy.info()

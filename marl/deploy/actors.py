@@ -136,10 +136,11 @@ class RayActorScorer:
             self._started_ray = False
 
     def scheduler(self, *, name: str = "marl-ray", **kwargs: Any) -> PriorityAgents:
-        """The priority agents asking these actors (settings from the policy's metadata)."""
-        from marl.deploy.priority_export import load_priority_policy
+        """The priority agents asking these actors (settings from the policy's metadata), loaded through the
+        registry as in process, so that they declare what they were trained on and the simulation warns alike."""
+        from marl.deploy.registry import load_policy
 
-        local = load_priority_policy(self.policy_dir, num_agents=self.num_agents, name=name, **kwargs)
+        local = load_policy(self.policy_dir, kind="priority", name=name, num_agents=self.num_agents, **kwargs)
         local.scorer = self
         return local
 
