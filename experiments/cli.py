@@ -93,11 +93,20 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, KeyError) as err:
         # user errors (bad spec, missing file, unknown name) end in one clear line, not a traceback
-        print(f"marlsched {args.command}: error: {err}", file=sys.stderr)
+        print(f"marlsched {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"marlsched {args.command}: interrupted. {_after_interrupt(args)}", file=sys.stderr)
         return 130  # the shell's code for a command stopped by Ctrl-C
+
+
+def _one_line(err: BaseException) -> str:
+    """A user error as its message; one raised in a Ray task (whose text is the worker's coloured traceback) as
+    its cause's message, said to come from a task."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException) and type(err).__name__.startswith("RayTaskError"):
+        return f"{cause} (raised in a Ray task)"
+    return str(err)
 
 
 _python_format = warnings.formatwarning

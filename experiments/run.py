@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from cluster_sim.out_folder import folder_lock
+from cluster_sim.out_folder import LOCK_FILE, folder_lock
 from cluster_sim.results import write_atomic
 from experiments.provenance import result_provenance
 from experiments.run_config import (
@@ -262,18 +262,37 @@ def _on_node(node_id: str) -> Any:
 # ---------------------------------------------------------------------------------------------- run
 
 
+# what may change between invocations into one folder: more (or fewer) seeds and agent counts reuse what
+# every other setting measured, since a task is one scheduler x workload x seed and a scaling row one count
+EXTENDABLE = frozenset({"seeds", "scaling.agents"})
+
+
 def _prepare_out(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
-    """Create ``out`` with the config copy, or check that it holds this same experiment (resume)."""
+    """Create ``out`` with the config copy, or check that it holds this same experiment (resume), or this one
+    with other seeds or agent counts (:data:`EXTENDABLE`: what was measured is reused), or nothing measured yet
+    (a start that failed before any result: the corrected config takes its place)."""
     out.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
     path = out / CONFIG_FILE
-    if path.is_file() and yaml.safe_load(path.read_text()) != yaml.safe_load(text):
-        raise ValueError(
-            f"{out} holds another experiment ({path} differs from {cfg.source}); use another --out, or delete {out}"
-        )
+    if path.is_file() and (changed := _changed_keys(yaml.safe_load(path.read_text()), yaml.safe_load(text))):
+        measured = any(entry.name not in (CONFIG_FILE, STATE_FILE, LOCK_FILE) for entry in out.iterdir())
+        if measured and not set(changed) <= EXTENDABLE:
+            raise ValueError(
+                f"{out} holds another experiment: its {CONFIG_FILE} differs from {cfg.source} in "
+                f"{', '.join(changed)}; only {' and '.join(sorted(EXTENDABLE))} may change between runs into one "
+                f"folder (what was measured is reused); use another --out, or delete {out}"
+            )
     write_atomic(path, text)
     state_path = out / STATE_FILE
     return json.loads(state_path.read_text()) if state_path.is_file() else {"invocations": []}
+
+
+def _changed_keys(old: Any, new: Any, at: str = "") -> list[str]:
+    """The dotted keys whose values differ between two configs (a whole list counts as one value)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [k for key in dict.fromkeys([*old, *new])
+                for k in _changed_keys(old.get(key), new.get(key), f"{at}.{key}" if at else str(key))]  # fmt: skip
+    return [] if old == new else [at or "<the whole config>"]
 
 
 def train_if_asked(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any] | None:

@@ -406,11 +406,21 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(ray_shared, t
     state = json.loads((out / "state.json").read_text())
     assert [i["tasks_run"] for i in state["invocations"]] == [9, 2]
 
-    # A finished run started again recomputes nothing; another experiment in the same folder is refused.
+    # A finished run started again recomputes nothing; another experiment in the same folder is refused, naming
+    # what differs; the same one with a seed more runs that seed alone.
     assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0
     other = parse_experiment_config({**TINY, "seeds": [4]})
-    with pytest.raises(ValueError, match="holds another experiment"):
+    with pytest.raises(ValueError, match=r"holds another experiment: its config.yaml differs from .* in seeds, "
+                                         r"schedulers, train; only scaling.agents and seeds may change"):  # fmt: skip
         run_experiment(other, out, log=logs.append)
+    more = parse_experiment_config({**TINY, "schedulers": cfg.schedulers, "train": train, "seeds": [1, 2, 3, 4]},
+                                   "tiny.yaml")  # fmt: skip
+    assert run_experiment(more, out, log=logs.append)["tasks_run"] == 3  # marl, fifo and sjf on seed 4
+    # a folder where nothing was measured yet (a start that failed after writing its config) takes a corrected one
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    shutil.copyfile(out / "config.yaml", failed / "config.yaml")
+    assert run_experiment(other, failed, log=logs.append)["tasks_run"] == 2  # fifo and sjf on seed 4
 
 
 def test_several_workloads_with_scheduler_options_and_published_figures(
@@ -657,3 +667,18 @@ def test_the_metrics_notes_name_oracle_references_and_say_when_no_choice_mattere
     assert "Every scheduler gave the same average JCT on every run" in same
     differ = notes({"fifo": [10.0, 20.0, 30.0], "sjf": [10.0, 20.0, 29.0]})
     assert "Every scheduler gave the same" not in differ and "`sjf` reads" in differ
+
+
+def test_an_error_raised_in_a_ray_task_is_one_line_without_the_workers_traceback() -> None:
+    """A user error a simulation task raises (a load the window cannot offer) reaches the driver as Ray's error,
+    whose text is the worker's coloured traceback; the command prints the cause's message alone."""
+    import ray.exceptions
+
+    from experiments.cli import _one_line
+
+    cause = ValueError("load=50.0: this window's 1839 jobs offer at most 4.47 x the cluster's GPUs")
+    err = ray.exceptions.RayTaskError("evaluate", "\x1b[36mray::evaluate()\x1b[39m Traceback (most recent ...", cause)
+    err = err.as_instanceof_cause()
+    assert isinstance(err, ValueError)  # so the command's handler of user errors catches it
+    assert _one_line(err) == f"{cause} (raised in a Ray task)"
+    assert _one_line(ValueError("plain")) == "plain"
