@@ -120,6 +120,10 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ),
         ({"train": {**TINY_TRAIN, "critic": {}}}, ["train.critic:", "unknown key", "ppo"]),
         ({"train": {**TINY_TRAIN, "env": {"cluster": "dc-1k"}}}, ["train.env.cluster:", "must equal"]),
+        (
+            {"train": {**TINY_TRAIN, "env": {"num_agents": 3}}},
+            ["train.env.num_agents:", "small's 4 racks into 3 equal", "choose k among [1, 2, 4]"],
+        ),
         ({"train": {"agent": "priority"}, "scaling": {"agents": [1, 3]}}, ["scaling.agents.1:", "allowed: [1, 2, 4]"]),
         ({"schedulers": ["marl-warm-start"]}, ["schedulers.0:", "untrained network", "add a train section"]),
         ({"train": {"agent": "priority", "ppo": {"epochs": 2}}}, ["train.ppo.epochs:", "unknown key", "num_epochs"]),

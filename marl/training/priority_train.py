@@ -213,11 +213,12 @@ def parse_config(
     if model["init_policy"]:
         _start_from_policy(path, model, env, "hidden" in (raw.get("model") or {}))
     try:
-        PriorityEnvConfig.from_dict(env)  # validates, names the bad key
+        env_cfg = PriorityEnvConfig.from_dict(env)  # validates, names the bad key
     except EnvConfigError as e:
         raise chk.fail(("env", e.key), str(e)) from None
     except (TypeError, ValueError) as e:
         raise chk.fail(("env",), str(e)) from None
+    _check_partitions(env_cfg, chk)
     return {
         "name": raw.get("name", default_name),
         "seed": int(raw.get("seed", 0)),
@@ -230,6 +231,22 @@ def parse_config(
         # None: no margin selection after training (``marlsched tune-priority`` can run it later)
         "tune": {**TUNE_DEFAULTS, **raw["tune"]} if raw.get("tune") is not None else None,
     }
+
+
+def _check_partitions(env: PriorityEnvConfig, chk: ConfigChecker) -> None:
+    """``env.num_agents`` splits the cluster's racks evenly: said at the key, before Ray starts, not by the
+    first env built on a worker."""
+    from topology import ClusterSpecError, build_cluster
+    from topology.partition import partition
+
+    try:
+        view = build_cluster(env.cluster).view
+    except (ClusterSpecError, OSError, ValueError) as err:
+        raise chk.fail(("env", "cluster"), str(err)) from None
+    try:
+        partition(view, env.num_agents)
+    except ValueError as err:
+        raise chk.fail(("env", "num_agents"), str(err)) from None
 
 
 def _start_from_policy(path: str, model: dict[str, Any], env: dict[str, Any], hidden_given: bool) -> None:
