@@ -44,14 +44,24 @@ def split_folder_name(name: str) -> tuple[str, str] | None:
 
 
 def load_folder_policy(name: str, **options: Any) -> Any:
-    """The scheduler saved in the folder a ``PREFIX:DIR`` name gives; ``options`` go to the folder's loader."""
+    """The scheduler saved in the folder a ``PREFIX:DIR[,key=value...]`` name gives (``marl:DIR,num_agents=8``:
+    options on the command line, as a scheduler class of one's own takes them); the name's options and
+    ``options`` go to the folder's loader."""
+    from cluster_sim.plugins import PluginError
+    from cluster_sim.scheduler_spec import spec_options
+
     split = split_folder_name(name)
     if split is None:
         installed = ", ".join(folder_prefixes()) or "none installed"
         raise ValueError(f"{name!r} names no policy folder; prefixes: {installed}")
-    prefix, folder = split
+    prefix, rest = split
+    folder, *items = rest.split(",")
+    given = spec_options(name, items)
+    twice = sorted(set(given) & set(options))
+    if twice:
+        raise PluginError(f"--policy {name!r}: option {twice[0]} given in the name and again beside it; give it once")
     loader = _REGISTERED.get(prefix) or _installed()[prefix].load()
-    return loader(prefix, folder, **{"name": name, **options})
+    return loader(prefix, folder, **{"name": name, **given, **options})
 
 
 __all__ = ["GROUP", "folder_prefixes", "load_folder_policy", "register_folder_prefix", "split_folder_name"]

@@ -46,6 +46,11 @@ def parse_custom_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     target, colon, cls_name = head.strip().rpartition(":")
     if not colon or not target or not cls_name.isidentifier():
         raise PluginError(f"--policy {spec!r}: expected MODULE_OR_FILE:ClassName[,key=value...], e.g. mysched.py:Mine")
+    return target, cls_name, spec_options(spec, items)
+
+
+def spec_options(spec: str, items: list[str]) -> dict[str, Any]:
+    """The ``key=value`` items after a spec's head (values read as YAML: ``2``, ``true``, ``[1, 2]``)."""
     options: dict[str, Any] = {}
     for item in items:
         key, eq, value = item.partition("=")
@@ -55,7 +60,7 @@ def parse_custom_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
         if key in options:
             raise PluginError(f"--policy {spec!r}: option {key} given twice")
         options[key] = yaml.safe_load(value.strip()) if value.strip() else ""
-    return target, cls_name, options
+    return options
 
 
 def load_custom_scheduler(spec: str, seed: int = 0, **more: Any) -> Scheduler:

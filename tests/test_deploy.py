@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -236,6 +237,23 @@ def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
     wrong = "dl2" if kind != "dl2" else "topdrl"
     with pytest.raises(ValueError, match=f"agent is {kind!r}, not {wrong!r}; load it as marl:"):
         get_policy(f"{wrong}:{SHIPPED / folder}")
+
+
+def test_a_folders_options_go_in_its_name_as_a_plugins_do_and_a_wrong_one_is_named() -> None:
+    """``marl:DIR,num_agents=2`` (what ``--policy`` takes on the command line) is the folder's policy loaded with
+    that option; an option its kind does not take is named with the ones it does, not a loader's TypeError."""
+    from cluster_sim.policies import get_policy
+    from experiments.simulate import split_policies
+
+    folder = SHIPPED / "default-small"  # trained with 4 agents, as its metadata records
+    names = split_policies(f"qssf,marl:{folder},num_agents=2,marl:{folder}")
+    assert names == ["qssf", f"marl:{folder},num_agents=2", f"marl:{folder}"]
+    assert json.loads((folder / "metadata.json").read_text())["agents"]["num_agents"] == 4
+    assert get_policy(names[1]).num_agents == 2 and get_policy(names[2]).num_agents == 4
+    with pytest.raises(ValueError, match=r"unknown option 'num_agentz'; did you mean 'num_agents'\? allowed: "):
+        get_policy(f"marl:{folder},num_agentz=2")
+    with pytest.raises(ValueError, match="option num_agents given in the name and again beside it"):
+        get_policy(f"marl:{folder},num_agents=2", num_agents=4)
 
 
 def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys, traces_dir: Path) -> None:

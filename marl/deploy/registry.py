@@ -13,6 +13,7 @@ importing marl.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import json
 from collections.abc import Mapping
@@ -91,9 +92,27 @@ def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "mar
             f"{Path(folder) / METADATA}: agent is {found.name!r}, not {kind!r}; load it as marl:{folder}, or give a "
             f"folder made by {AGENTS[kind].made_by}"
         )
-    scheduler = resolve(found.loader)(folder, name=name, **options)
+    loader = resolve(found.loader)
+    _refuse_unknown_options(loader, found.name, folder, options)
+    scheduler = loader(folder, name=name, **options)
     scheduler.trained_on = trained_on(meta)  # the simulation warns on another cluster
     return scheduler
+
+
+def _refuse_unknown_options(loader: Any, kind: str, folder: str | Path, options: Mapping[str, Any]) -> None:
+    """An option the kind's loader does not take, named with those it does (not the loader's TypeError)."""
+    import inspect
+
+    params = list(inspect.signature(loader).parameters.values())
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    allowed = sorted(p.name for p in params[1:] if p.name != "name")  # the first takes the folder
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], allowed, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        takes = ", ".join(allowed) or "none"
+        raise ValueError(f"policy folder {folder} ({kind}): unknown option {unknown[0]!r}; {hint}allowed: {takes}")
 
 
 def trained_setting(meta: Mapping[str, Any], key: str) -> str | None:
