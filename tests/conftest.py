@@ -178,17 +178,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def train_command():
     """``train_command(config, out, *flags)``: ``marlsched train --config`` on ``config`` (a mapping, written as
     YAML beside ``out``), the trained folder's metadata. Tests train one of their two same-seed runs through it,
-    so the one command is held to the trainer's own result, bit for bit."""
+    so the one command is held to the trainer's own result, bit for bit. The config the folder records is itself
+    a training config of the same agent, algorithm and settings (it rebuilds the folder as it stands)."""
+    import dataclasses
     import json
 
     import yaml
 
     from experiments.cli import main
+    from marl.training.recipes import load_recipe_config
 
     def run(config: dict, out: Path, *flags: str) -> dict:
         path = out.with_suffix(".yaml")
         path.write_text(yaml.safe_dump(config))
         assert main(["train", "--config", str(path), "--out", str(out), "--quiet", *flags]) == 0
-        return json.loads((out / "policy" / "metadata.json").read_text())
+        meta = json.loads((out / "policy" / "metadata.json").read_text())
+        recorded = out.with_name(f"{out.name}-recorded.yaml")
+        recorded.write_text(yaml.safe_dump(meta["provenance"]["config"]))
+        (spec, algo, settings), (spec_again, algo_again, again) = load_recipe_config(path), load_recipe_config(recorded)
+        if hasattr(settings, "source"):  # the file it was read from
+            again = dataclasses.replace(again, source=settings.source)
+        assert meta["agent"] == spec.name and (spec_again, algo_again) == (spec, algo) and again == settings
+        return meta
 
     return run

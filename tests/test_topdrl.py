@@ -209,7 +209,7 @@ def test_train_refuses_an_agent_it_does_not_know_and_a_bad_topdrl_key(tmp_path: 
     cfg.write_text("agent: dl3\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert f"{cfg}, line 1: agent: 'dl3' is not an agent marlsched trains; agents: priority, rounds," in err
+    assert f"{cfg}, line 1: agent: 'dl3' is not an agent marlsched trains; did you mean 'dl2'? agents: priority," in err
     cfg.write_text("agent: topdrl\ntrain:\n  rollout: 4\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err

@@ -53,7 +53,7 @@ def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch)
 @pytest.mark.parametrize(
     ("text", "where"),
     [
-        ("agent: dl3\n", "line 1: agent: 'dl3' is not an agent marlsched trains; agents: priority, rounds, sia-"),
+        ("agent: dl3\n", "line 1: agent: 'dl3' is not an agent marlsched trains; did you mean 'dl2'? agents: priority"),
         ("agent: rounds\nalgo: ppo\n", "line 2: algo: agent 'rounds' trains with algo es, dagger, not 'ppo'"),
         ("env:\n  workload: synthetic:30\nray:\n  adress: auto\n",
          "line 4: ray.adress: unknown key; did you mean 'address'? allowed keys here: num_cpus, object_store_mb"),
@@ -160,6 +160,10 @@ def test_ppo_trains_through_the_one_command_and_the_policy_runs_through_get_poli
     meta = json.loads((out / "policy" / "metadata.json").read_text())
     assert meta["agent"] == "priority"
     assert meta["trained"]["command"] == f"marlsched train --config {cfg} --out {out} --iterations 1"
+    recorded = tmp_path / "recorded.yaml"  # the config it records trains it again as typed (with --iterations 1)
+    recorded.write_text(yaml.safe_dump(meta["provenance"]["config"]))
+    spec, algo, settings = load_recipe_config(recorded)
+    assert (spec.name, algo.name) == ("priority", "ppo") and settings == load_recipe_config(cfg, iterations=1)[2]
     result = build_simulator("small", "synthetic:30,load=0.9", seed=0).run(get_policy(f"marl:{out / 'policy'}"))
     assert result.metrics()["jobs_completed"] == 30
     assert main(["train", "--config", str(cfg), "--out", str(out)]) == 2  # a finished run is not overwritten

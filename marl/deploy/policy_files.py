@@ -8,6 +8,7 @@ line, instead of a deserialiser's traceback.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import importlib.metadata
 import json
@@ -309,10 +310,28 @@ def save_network_folder(
     return doc
 
 
+_RECIPE: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("marlsched_recipe", default=None)
+
+
+@contextlib.contextmanager
+def training_recipe(agent: str, algo: str) -> Iterator[None]:
+    """While ``marlsched train`` runs an agent's algorithm: the folders written record that agent (a spec of one's
+    own that reuses another agent's loop writes its own kind, not the loop's) and a provenance config that names
+    ``agent`` and ``algo``, so that it feeds back to ``marlsched train --config`` as it stands."""
+    token = _RECIPE.set((agent, algo))
+    try:
+        yield
+    finally:
+        _RECIPE.reset(token)
+
+
 def write_metadata(folder: Path, agent: str, meta: Mapping[str, Any], extra_files: Iterable[str] = ()) -> dict:
-    """Write ``folder/metadata.json`` in the one schema of every policy folder: format, its version, the agent kind,
-    the kind's own keys (``meta``) and the provenance that rebuilds it; copy ``extra_files`` (progress, plots)
-    beside it. Returns the document."""
+    """Write ``folder/metadata.json`` in the one schema of every policy folder: format, its version, the agent kind
+    (the recipe's, inside :func:`training_recipe`), the kind's own keys (``meta``) and the provenance that rebuilds
+    it; copy ``extra_files`` (progress, plots) beside it. Returns the document."""
+    recipe = _RECIPE.get()
+    if recipe is not None:
+        agent = recipe[0]
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "agent": agent, **meta}
     doc["provenance"] = provenance(doc)
     (folder / METADATA).write_text(json.dumps(doc, indent=2) + "\n")
@@ -327,9 +346,14 @@ def provenance(meta: Mapping[str, Any]) -> dict[str, Any]:
     """What rebuilds a folder: the command and config that trained it (where the trainer keeps them), the code
     version and the versions of the libraries that computed it."""
     trained = meta.get("trained") or {}
+    config = meta.get("config") or trained.get("config")
+    recipe = _RECIPE.get()
+    if recipe is not None and isinstance(config, Mapping):  # a config that `marlsched train --config` reads back
+        rest = {k: v for k, v in config.items() if k not in ("agent", "algo")}
+        config = {"agent": recipe[0], "algo": recipe[1], **rest}
     return {
         "command": meta.get("command") or trained.get("command"),
-        "config": meta.get("config") or trained.get("config"),
+        "config": config,
         "code_version": code_version(),
         "libraries": library_versions(),
     }
@@ -337,13 +361,14 @@ def provenance(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def code_version() -> str:
-    """The git commit of this checkout (``+dirty`` with uncommitted changes), else the installed package version."""
+    """The git commit of this checkout (``+dirty`` with uncommitted changes or files git does not ignore and does
+    not hold: a module of one's own), else the installed package version."""
     repo = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
         if head.returncode == 0:
             dirty = subprocess.run(
-                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                ["git", "-C", str(repo), "status", "--porcelain"],  # new files not yet added count too
                 capture_output=True, text=True, timeout=5,
             ).stdout.strip()  # fmt: skip
             return head.stdout.strip() + ("+dirty" if dirty else "")

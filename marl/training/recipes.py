@@ -10,6 +10,7 @@ in ``OUT/policy``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from marl.agents import AGENTS, AgentSpec, Algorithm, resolve
-from marl.deploy.policy_files import code_version
+from marl.deploy.policy_files import code_version, training_recipe
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config, set_keys
 
 Log = Callable[[str], None]
@@ -49,7 +50,9 @@ def recipe_of(data: Any, chk: ConfigChecker) -> tuple[AgentSpec, Algorithm, dict
     data = dict(data)
     agent, algo = data.pop("agent", DEFAULT_AGENT), data.pop("algo", None)
     if not isinstance(agent, str) or agent not in AGENTS:
-        raise chk.fail(("agent",), f"{agent!r} is not an agent marlsched trains; agents: {', '.join(AGENTS)}")
+        close = difflib.get_close_matches(str(agent), list(AGENTS), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise chk.fail(("agent",), f"{agent!r} is not an agent marlsched trains; {hint}agents: {', '.join(AGENTS)}")
     spec = AGENTS[agent]
     try:
         algorithm = spec.algorithm(algo)
@@ -124,8 +127,14 @@ def train(req: TrainRequest) -> dict[str, Any]:
 
 
 def run_recipe(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest) -> dict[str, Any]:
-    """Train checked settings (:func:`check_settings`) with the algorithm's loop into ``req.out``."""
+    """Train checked settings (:func:`check_settings`) with the algorithm's loop into ``req.out``; the folder records
+    ``spec``'s name as its agent and a config naming the agent and algorithm (:func:`training_recipe`)."""
     code_version()  # the commit recorded in the policy's provenance is the one that starts training
+    with training_recipe(spec.name, algorithm.name):
+        return _run_loop(spec, algorithm, cfg, req)
+
+
+def _run_loop(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest) -> dict[str, Any]:
     rllib = algorithm.name in ("ppo", "appo")
     if not rllib:  # only RLlib's algorithms run on a Ray cluster and resume from a checkpoint
         for given, flag, what in ((req.address, "--address", "on a Ray cluster"), (req.resume, "--resume", "resumed")):
