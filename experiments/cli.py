@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="MODULE_OR_FILE",
         help="import this module first (repeatable; before or after the command): it may register schedulers, "
-        "placements, workload kinds or interference models (see experiments/examples/)",
+        "placements, workload kinds or interference models (see experiments/examples/); a learned scheduler of "
+        "your own is an agent spec (docs/extending.md)",
     )
     parser.add_argument(
         "--version", action=_Version, help="print the version and the code commit (as policy folders record it)"

@@ -34,7 +34,8 @@ def add_train_commands(subparsers) -> None:
                 "per-partition agents) and `algo:` (default: the agent's first below); the rest of the file is that "
                 "algorithm's settings, each key checked with its line. Writes the trained policy to OUT/policy "
                 "(usable as `simulate --policy marl:OUT/policy`) with its progress and learning curve.\n\n"
-                "agent / algo:\n" + recipes_table()
+                "agent / algo:\n" + recipes_table() + "\n\nAn agent of your own is one more spec (in marl/agents/, or "
+                "a package's marlsched.agents entry point): see docs/extending.md."
             ),
         )
         p.add_argument("--config", required=True, help="training config YAML (agent:, algo: and their settings)")

@@ -30,13 +30,75 @@ def test_help_lists_every_agent_and_algorithm_and_each_example_config_checks(cap
         build_parser().parse_args(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     pairs = [(spec, algo) for spec in AGENTS.values() for algo in spec.algorithms]
-    assert len(pairs) == 10 and next(iter(AGENTS)) == "priority"
+    assert next(iter(AGENTS)) == "priority"
     assert [a.name for a in AGENTS["priority"].algorithms] == ["ppo", "appo", "dagger", "es"]
     for spec, algo in pairs:
         assert f"{spec.name} / {algo.name} {algo.about}" in text
         assert algo.example in text
         got, got_algo, cfg = load_recipe_config(REPO / algo.example)  # every example is a config of its pair
         assert (got.name, got_algo.name) == (spec.name, algo.name) and cfg is not None
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/guide/training.md"])
+def test_the_agents_table_of_the_docs_lists_every_built_in_agent_and_algorithm(page: str) -> None:
+    """The README's and the training guide's tables of agents: a row per built-in agent naming each of its
+    algorithms and example configs, so that an agent added to marl/agents is added to the docs too."""
+    from marl.agents import BUILT_IN
+
+    rows = [line for line in (REPO / page).read_text().splitlines() if line.startswith("| `")]
+    for spec in BUILT_IN:
+        row = next((r for r in rows if f"`{spec.name}`" in r.split("|")[1]), None)
+        assert row is not None, f"{page}: the table of agents has no row for {spec.name!r}; add one"
+        for algo in spec.algorithms:
+            assert f"`{algo.name}`" in row and Path(algo.example).name in row, (
+                f"{page}: the row of {spec.name!r} lacks its algo {algo.name!r} or its example {algo.example}"
+            )
+
+
+def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_folder_loads(
+    tmp_path: Path, traces_dir: Path, monkeypatch, train_command
+) -> None:
+    """A package announces an agent spec in the ``marlsched.agents`` entry-point group (here a spec that reuses
+    the round scorer's network, loader and ES loop): the table finds it, ``marlsched train`` trains it by its name,
+    the folder records that name, and ``get_policy("marl:DIR")`` loads it through the spec's loader; a spec
+    that takes a built-in agent's name is refused, naming the entry point."""
+    import sys
+    from dataclasses import asdict
+
+    import marl.agents
+    from cluster_sim.policies import get_policy
+    from tests.test_rounds_agent import es_config
+
+    (tmp_path / "my_agent.py").write_text(
+        "from marl.agents.spec import AgentSpec, Algorithm\n"
+        "SPEC = AgentSpec(\n"
+        "    name='rounds-mine', about='the round scorer, mine', network='marl.deploy.rounds_policy:network_of',\n"
+        "    decision='cluster_sim.policies.rigid_rounds:ScoredRounds',\n"
+        "    observes='marl.models.rounds_scorer:FEATURES',\n"
+        "    loader='marl.deploy.rounds_policy:load_rounds_policy',\n"
+        "    algorithms=(Algorithm('es', 'ES on my scorer', 'marl.training.rounds_es:train', 'iterations',\n"
+        "                          'mine.yaml', settings='marl.training.rounds_es:RoundsESConfig'),),\n"
+        ")\n"
+        "CLASH = AgentSpec(**{**SPEC.__dict__, 'name': 'rounds'})\n"
+    )
+    dist = tmp_path / "my_agent-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-agent\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[marlsched.agents]\nrounds-mine = my_agent:SPEC\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = marl.agents._installed({s.name: s for s in marl.agents.BUILT_IN})
+    assert list(found) == ["rounds-mine"] and found["rounds-mine"].algorithms[0].name == "es"
+    monkeypatch.setitem(AGENTS, "rounds-mine", found["rounds-mine"])
+
+    meta = train_command({"agent": "rounds-mine", "algo": "es", **asdict(es_config(traces_dir))}, tmp_path / "run")
+    assert meta["agent"] == "rounds-mine" and meta["provenance"]["config"]["agent"] == "rounds-mine"
+    sched = get_policy(f"marl:{tmp_path / 'run' / 'policy'}")
+    assert type(sched).__name__ == "ScoredRounds"
+
+    (dist / "entry_points.txt").write_text("[marlsched.agents]\nrounds = my_agent:CLASH\n")
+    sys.modules.pop("my_agent", None)
+    with pytest.raises(ValueError, match=r"rounds = 'my_agent:CLASH' \(group marlsched.agents, package my-agent"):
+        marl.agents._installed({s.name: s for s in marl.agents.BUILT_IN})
 
 
 def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch) -> None:

@@ -1,14 +1,41 @@
 """The agents marlsched trains, one module each: their network, decision layer, observations and algorithms.
 
 ``AGENTS`` is the one table that ``marlsched train`` (:mod:`marl.training.recipes`), the policy-folder registry
-(:mod:`marl.deploy.registry`) and the docs read; a new learned scheduler is one more spec here.
+(:mod:`marl.deploy.registry`) and the docs read. A new learned scheduler is one more spec: a module here listed
+below, or, from a package of one's own, an :class:`AgentSpec` announced in the ``marlsched.agents`` entry-point
+group (every process that imports this table, Ray's workers and the training pools included, finds it there).
 """
+
+from importlib.metadata import entry_points
 
 from marl.agents import dl2, metaplace, priority, rounds, sia_weights, topdrl
 from marl.agents.spec import AgentSpec, Algorithm, resolve
 
-AGENTS: dict[str, AgentSpec] = {
-    spec.name: spec for spec in (priority.SPEC, rounds.SPEC, sia_weights.SPEC, topdrl.SPEC, dl2.SPEC, metaplace.SPEC)
-}
+GROUP = "marlsched.agents"
+BUILT_IN: tuple[AgentSpec, ...] = (priority.SPEC, rounds.SPEC, sia_weights.SPEC, topdrl.SPEC, dl2.SPEC, metaplace.SPEC)
 
-__all__ = ["AGENTS", "AgentSpec", "Algorithm", "resolve"]
+
+def _installed(built_in: dict[str, AgentSpec]) -> dict[str, AgentSpec]:
+    """The specs that installed packages announce (``[project.entry-points."marlsched.agents"] NAME =
+    "pkg.module:SPEC"``), checked: an entry that is not a spec, or names another agent, is refused by name."""
+    found: dict[str, AgentSpec] = {}
+    for ep in entry_points(group=GROUP):
+        where = f"entry point {ep.name} = {ep.value!r} (group {GROUP}"
+        where += f", package {ep.dist.name})" if ep.dist is not None else ")"
+        spec = ep.load()
+        if not isinstance(spec, AgentSpec):
+            raise TypeError(f"{where} is a {type(spec).__name__}, not a marl.agents.AgentSpec")
+        if spec.name != ep.name:
+            raise ValueError(f"{where} holds the spec of {spec.name!r}; name the entry point {spec.name!r}")
+        if spec.name in built_in or spec.name in found:
+            raise ValueError(f"{where}: agent {spec.name!r} is already marlsched's; give yours another name")
+        if not spec.algorithms:
+            raise ValueError(f"{where}: agent {spec.name!r} lists no algorithm that trains it")
+        found[spec.name] = spec
+    return found
+
+
+_BUILT_IN = {spec.name: spec for spec in BUILT_IN}
+AGENTS: dict[str, AgentSpec] = {**_BUILT_IN, **_installed(_BUILT_IN)}
+
+__all__ = ["AGENTS", "BUILT_IN", "GROUP", "AgentSpec", "Algorithm", "resolve"]

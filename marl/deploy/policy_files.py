@@ -258,12 +258,21 @@ def read_network_metadata(
     if not path.is_file():
         raise not_a_policy_folder(folder)
     meta = read_json(path)
-    if meta.get("agent", agent) != agent:
+    if meta.get("agent", agent) != agent and not _loads_alike(meta.get("agent"), agent):
         raise ValueError(f"{path}: agent {meta.get('agent')!r} is not {agent!r}; {retrain}")
     for key, names in (columns(meta) if callable(columns) else columns).items():
         if list(meta.get(key, ())) != list(names):
             raise ValueError(f"{path}: {key} {meta.get(key)} differ from this version's {list(names)}; {retrain}")
     return meta
+
+
+def _loads_alike(found: Any, agent: str) -> bool:
+    """Whether the agent ``found`` loads with ``agent``'s loader: a spec of one's own that reuses a built-in
+    agent's network and loop writes that agent's folders under its own name."""
+    from marl.agents import AGENTS
+
+    theirs, ours = AGENTS.get(str(found)), AGENTS.get(agent)
+    return theirs is not None and ours is not None and theirs.loader == ours.loader
 
 
 def _largest_difference(got: Any, want: Any, mask: Any = None) -> float:
