@@ -129,6 +129,13 @@ def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch)
         ("agent: priority\nalgo: dagger\ntrain_end: soon\n", "line 3: train_end: 'soon' is not a date; write YYYY-"),
         ("agent: priority\nalgo: dagger\ntrace: philly:no.csv\n", "line 3: trace: workload spec 'philly:no.csv'"),
         ("agent: priority\nenv:\n  trace: philly:no.csv\n", "line 3: env.trace: workload spec 'philly:no.csv': no.csv"),
+        # the windows that fit or choose never reach into the report period, in every config style, dates or seconds
+        ("agent: rounds\nalgo: es\nvalidation_first: 2017-10-30\n",
+         "line 3: validation_first: the span 2017-10-30..2017-11-05 reaches into the report period (2017-11-01..2017-"),
+        ("agent: rounds\nalgo: dagger\nfirst_start: 2017-10-25\n", "line 3: first_start: the span 2017-10-25..2017-"),
+        ("agent: topdrl\nenv:\n  validation:\n    start: 2017-11-02\n",
+         "line 4: env.validation.start: the span 2017-11-02..2017-11-04 reaches into the report period"),
+        ("agent: rounds\nalgo: es\ntrain_last: tomorrow\n", "line 3: train_last: 'tomorrow' is not a date; write YYYY"),
     ],
 )  # fmt: skip
 def test_a_bad_config_names_its_line_and_key_and_writes_nothing(tmp_path: Path, capsys, text: str, where: str) -> None:
@@ -156,6 +163,16 @@ def test_training_windows_may_be_given_as_dates(tmp_path: Path) -> None:
 
     ppo = parse_config(yaml.safe_load("env:\n  train_end: 2017-10-15\n"), "x.yaml")
     assert json.loads(json.dumps(ppo))["env"]["train_end"] == PERIODS["train"].end_s
+    es = tmp_path / "es.yaml"  # the round scorer's ES and the published baselines' windows take dates too
+    es.write_text("agent: rounds\nalgo: es\ntrain_first: 2017-10-01\ntrain_last: 2017-10-12\n")
+    assert load_recipe_config(es)[2].train_last - load_recipe_config(es)[2].train_first == 11 * 86_400
+    topdrl = tmp_path / "topdrl.yaml"
+    topdrl.write_text("agent: topdrl\nenv:\n  train:\n    start: 2017-10-01\n  validation:\n    start: 2017-10-16\n")
+    env = load_recipe_config(topdrl)[2].env
+    assert (env.train.start, env.validation.start) == (
+        PERIODS["train"].end_s - 14 * 86_400,
+        PERIODS["select"].start_s + 86_400,
+    )
 
 
 def test_set_replaces_settings_checked_as_the_files_and_named_by_the_option(tmp_path: Path, capsys) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from cluster_sim.traces.periods import DAY, window_spec
+from cluster_sim.traces.periods import DAY, TraceTime, refuse_report_period, window_spec
 from marl.training.config import ConfigChecker
 
 
@@ -19,10 +19,15 @@ class WindowsConfig:
     """Consecutive windows of a trace: ``count`` of ``days`` each, ``stride_days`` apart, the first at
     ``start`` (seconds from the trace's first arrival)."""
 
-    start: float = 0.0
+    start: TraceTime = 0.0  # type: ignore[assignment]  # seconds, or a date (2017-10-15)
     count: int = 1
     days: float = 2.0
     stride_days: float = 2.0
+
+    @property
+    def end(self) -> float:
+        """Where the last window ends (seconds)."""
+        return self.start + (self.count - 1) * self.stride_days * DAY + self.days * DAY
 
     def specs(self, trace: str, load: float) -> list[str]:
         out = []
@@ -71,8 +76,15 @@ def check_windows(chk: ConfigChecker, env: Any, names: Iterable[str]) -> None:
         w: WindowsConfig = getattr(env, name)
         if w.count < 0 or w.days <= 0 or w.stride_days <= 0:
             raise chk.fail(("env", name), "needs count >= 0, days > 0 and stride_days > 0")
+    for name in ("train", "validation"):  # the windows that fit or choose: never the report period's
+        w = getattr(env, name)
+        if name in names and w.count:
+            try:
+                refuse_report_period(f"env.{name}", w.start, w.end, getattr(env, "trace", "philly:"))
+            except ValueError as err:
+                raise chk.fail(("env", name, "start"), str(err).partition(": ")[2]) from None
     tw = env.train
-    train_end = tw.start + (tw.count - 1) * tw.stride_days * DAY + tw.days * DAY
+    train_end = tw.end
     if env.validation.count and train_end > env.validation.start + 1:
         raise chk.fail(
             ("env", "validation", "start"),

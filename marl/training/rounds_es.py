@@ -34,7 +34,7 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from cluster_sim.policies.rigid_rounds import ScoredRounds
-from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, TraceTime, refuse_report_period, window_spec
 from marl.deploy.policy_files import METADATA, load_network, read_json
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.rounds_scorer import FEATURES, NetRoundsScorer, PairScorer
@@ -54,9 +54,10 @@ class RoundsESConfig:
     trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv,model_rule=gavel"
     load: float = 0.9
     days: float = 1.0  # training window length
-    train_first: float = NOV1 - 31 * DAY  # 2017-10-01
-    train_last: float = NOV1 - 9 * DAY  # the last training window starts 2017-10-23
-    validation_first: float = NOV1 - 7 * DAY  # 2017-10-25: three 2-day windows to 10-31
+    # seconds from the trace's first arrival, or dates (2017-10-01)
+    train_first: TraceTime = NOV1 - 31 * DAY  # type: ignore[assignment]  # 2017-10-01
+    train_last: TraceTime = NOV1 - 9 * DAY  # type: ignore[assignment]  # the last training window starts 2017-10-23
+    validation_first: TraceTime = NOV1 - 7 * DAY  # type: ignore[assignment]  # 2017-10-25: three 2-day windows
     validation_windows: int = 3
     validation_days: float = 2.0
     interference: str = "oracle"  # the simulator's ground truth, here Gavel's measured co-location slowdowns
@@ -88,8 +89,8 @@ class RoundsESConfig:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.train_last + self.days * DAY > self.validation_first:
             raise ValueError("train_last: training windows must end before validation_first (hold out by time)")
-        if self.validation_first + self.validation_windows * self.validation_days * DAY > NOV1 + 1:
-            raise ValueError("validation windows must end by 2017-11-01 (the report weeks are held out)")
+        end = self.validation_first + self.validation_windows * self.validation_days * DAY
+        refuse_report_period("validation_first", self.validation_first, end, self.trace)
 
     def window(self, start: float, days: float) -> str:
         return window_spec(self.trace, start, start + days * DAY, self.load)

@@ -35,7 +35,7 @@ from cluster_sim.policies.gavel import GavelPriorityScore
 from cluster_sim.policies.lookahead import LookaheadRounds
 from cluster_sim.policies.rigid_rounds import SCORERS, ScoredRounds, type_capacity
 from cluster_sim.results import save_figure
-from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_label, window_spec
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, TraceTime, refuse_report_period, window_label, window_spec
 from marl.deploy.rounds_policy import KIND, save_rounds_policy
 from marl.models.inference import subnormals_flushed
 from marl.models.rounds_scorer import FEATURES, PRIORS, PairScorer, pair_features
@@ -52,7 +52,8 @@ class ImitationConfig:
 
     cluster: str = "small-hetero"
     trace: str = "philly:../shared/traces/pollux-osdi21/traces/philly.csv,model_rule=gavel"
-    first_start: float = HELD_OUT_START - 8 * 2 * DAY  # 2017-10-16: eight 2-day windows before 2017-11-01
+    # seconds from the trace's first arrival, or a date: 2017-10-16, eight 2-day windows before 2017-11-01
+    first_start: TraceTime = HELD_OUT_START - 8 * 2 * DAY  # type: ignore[assignment]
     windows: int = 8
     days: float = 2.0
     load: float = 0.9
@@ -84,6 +85,8 @@ class ImitationConfig:
         unknown = [f for f in self.drop.split(",") if f and f not in FEATURES]
         if unknown:
             raise ValueError(f"drop: unknown feature(s) {', '.join(unknown)}; the features are {', '.join(FEATURES)}")
+        end = self.first_start + self.windows * self.days * DAY
+        refuse_report_period("first_start", self.first_start, end, self.trace)
 
     def specs(self) -> list[str]:
         t0, length = self.first_start, self.days * DAY
