@@ -16,6 +16,9 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import yaml
 
 
 class PluginError(ValueError):
@@ -96,3 +99,17 @@ def _import_file(target: str) -> ModuleType:
 def load_plugins(targets: list[str] | tuple[str, ...]) -> list[ModuleType]:
     """Import each plugin module (it registers its extensions on import), in order."""
     return [import_target(t) for t in targets]
+
+
+def spec_options(spec: str, items: list[str]) -> dict[str, Any]:
+    """The ``key=value`` items after a spec's head (values read as YAML: ``2``, ``true``, ``[1, 2]``)."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            raise PluginError(f"--policy {spec!r}: option {item.strip()!r} is not key=value")
+        if key in options:
+            raise PluginError(f"--policy {spec!r}: option {key} given twice")
+        options[key] = yaml.safe_load(value.strip()) if value.strip() else ""
+    return options

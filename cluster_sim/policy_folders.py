@@ -47,8 +47,7 @@ def load_folder_policy(name: str, **options: Any) -> Any:
     """The scheduler saved in the folder a ``PREFIX:DIR[,key=value...]`` name gives (``marl:DIR,num_agents=8``:
     options on the command line, as a scheduler class of one's own takes them); the name's options and
     ``options`` go to the folder's loader."""
-    from cluster_sim.plugins import PluginError
-    from cluster_sim.scheduler_spec import spec_options
+    from cluster_sim.plugins import PluginError, spec_options
 
     split = split_folder_name(name)
     if split is None:

@@ -12,9 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-import yaml
-
-from cluster_sim.plugins import PluginError, absolute_target, import_target
+from cluster_sim.plugins import PluginError, absolute_target, import_target, spec_options
 from cluster_sim.policy_folders import folder_prefixes
 from cluster_sim.protocol import Scheduler
 
@@ -47,20 +45,6 @@ def parse_custom_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     if not colon or not target or not cls_name.isidentifier():
         raise PluginError(f"--policy {spec!r}: expected MODULE_OR_FILE:ClassName[,key=value...], e.g. mysched.py:Mine")
     return target, cls_name, spec_options(spec, items)
-
-
-def spec_options(spec: str, items: list[str]) -> dict[str, Any]:
-    """The ``key=value`` items after a spec's head (values read as YAML: ``2``, ``true``, ``[1, 2]``)."""
-    options: dict[str, Any] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or not key.isidentifier():
-            raise PluginError(f"--policy {spec!r}: option {item.strip()!r} is not key=value")
-        if key in options:
-            raise PluginError(f"--policy {spec!r}: option {key} given twice")
-        options[key] = yaml.safe_load(value.strip()) if value.strip() else ""
-    return options
 
 
 def load_custom_scheduler(spec: str, seed: int = 0, **more: Any) -> Scheduler:
