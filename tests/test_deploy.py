@@ -80,35 +80,28 @@ def test_actor_deployment_matches_in_process_inference(
         policy.shutdown()
 
 
-def test_actors_default_to_one_per_cpu(ray_local, priority_dir: Path) -> None:
-    from marl.deploy.actors import RayActorScorer
-
-    policy = RayActorScorer(priority_dir, 4)
-    try:
-        assert len(policy.actors) == 2  # ray_local has 2 CPUs; 4 agents
-        assert [s["agents"] for s in policy.info()] == [[0, 1], [2, 3]]
-        with pytest.raises(ValueError, match="3 agents observed"):
-            policy({"jobs": np.zeros((3, 1, 1)), "parts": np.zeros((3, 1, 1))})
-    finally:
-        policy.shutdown()
-
-
 def test_killed_agent_actor_is_restarted_and_no_job_is_lost(ray_local, priority_dir: Path, reference) -> None:
+    """Actors default to one per CPU (ray_local has 2: agents 0-1 and 2-3); one killed mid-episode is restarted by
+    Ray and the episode ends with every job and the in-process decisions."""
     from marl.deploy.actors import deploy_policy
 
     ref, calls = reference
-    sched, policy = deploy_policy(priority_dir, num_agents=4, num_actors=2, num_cpus=0.25)
-    victim = 1  # serves agents 2 and 3
-    pid_before = policy.info()[victim]["pid"]
-    kill_at = calls // 3
-
-    def crash_once(obs):
-        if policy.calls == kill_at:
-            ray_local.kill(policy.actors[victim], no_restart=False)  # crash; Ray restarts it
-        return policy(obs)
-
-    sched.scorer = crash_once
+    sched, policy = deploy_policy(priority_dir, num_agents=4, num_cpus=0.25)
     try:
+        served = policy.info()
+        assert len(policy.actors) == 2 and [s["agents"] for s in served] == [[0, 1], [2, 3]]
+        with pytest.raises(ValueError, match="3 agents observed"):
+            policy({"jobs": np.zeros((3, 1, 1)), "parts": np.zeros((3, 1, 1))})
+        victim = 1  # serves agents 2 and 3
+        pid_before = served[victim]["pid"]
+        kill_at = calls // 3
+
+        def crash_once(obs):
+            if policy.calls == kill_at:
+                ray_local.kill(policy.actors[victim], no_restart=False)  # crash; Ray restarts it
+            return policy(obs)
+
+        sched.scorer = crash_once
         result = _sim().run(sched)
         assert result.metrics()["jobs_completed"] == 600
         _same_results(result, ref)  # the restarted actor made the same decisions
