@@ -116,8 +116,8 @@ def start_local_ray(num_cpus: int | None, object_store_bytes: int) -> None:
     quiet_ray_output()
     # address "local": a new Ray here, never a cluster that `ray start` left in /tmp/ray/ray_current_cluster
     # (Ray's default would connect to it, or fail when that cluster is gone or num_cpus is given)
-    # no dashboard, so no metrics either: collecting them was a quarter of an idle in-process Ray's CPU (1.5 s a
-    # minute of 2 cores, measured)
+    # no dashboard, so no metrics either: collecting them was a quarter of an idle in-process Ray's CPU (0.8 s of
+    # CPU a minute of the 3.1 s it used, measured)
     ray.init(address="local", num_cpus=num_cpus, object_store_memory=object_store_bytes, include_dashboard=False,
              log_to_driver=False, logging_level=QUIET_LEVEL,
              _system_config={"enable_metrics_collection": False})  # fmt: skip
