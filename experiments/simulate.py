@@ -167,6 +167,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise ValueError(f"--policy {args.policy!r} names no scheduler; e.g. --policy fifo,tiresias,qssf")
     sim = build_simulator(args)
     schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
+    _refuse_shared_names(names, [s.name for s in schedulers])
     if not args.out:
         return _simulate(args, sim, schedulers)
     with folder_lock(args.out, "simulate"):
@@ -248,6 +249,19 @@ def write_simulate_plots(folder: Path, args: argparse.Namespace, results: list[S
         workload_name=workload_title(args.workload),
     )
     print(f"plots: {', '.join(str(folder / f) for f in figures)}")
+
+
+def _refuse_shared_names(given: list[str], names: list[str]) -> None:
+    """Two schedulers of one name would write one results folder and one row of the table: refused, naming both."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in first:
+            j = first[name]
+            raise ValueError(
+                f"--policy: {given[j]!r} and {given[i]!r} are both named {name!r}, so their results would share one "
+                f"folder and one row; name one apart (FILE:Class,...,name=OTHER or marl:DIR,name=OTHER), or drop one"
+            )
+        first[name] = i
 
 
 def split_policies(text: str) -> list[str]:

@@ -303,6 +303,23 @@ def test_sb3_example_trains_and_runs_in_marlsched_simulate(tmp_path: Path, capsy
     assert summary["sb3-ppo"]["jobs_completed"] == 80 and summary["sb3-ppo"]["decisions"] > 0
 
 
+def test_two_schedulers_of_one_name_are_refused_before_they_overwrite_each_other(tmp_path, capsys) -> None:
+    """``--policy fifo,fifo`` (or two predictors' GpuPacking, both ``pack-aware``) would share one results folder
+    and one row: refused naming both, nothing written; ``name=`` sets one apart."""
+    from experiments.cli import main
+
+    out = tmp_path / "out"
+    base = ["simulate", "--cluster", "small", "--workload", "synthetic:500,window_load=0.9", "--quiet"]
+    assert main([*base, "--policy", "qssf,fifo,fifo", "--out", str(out)]) == 2
+    assert "'fifo' and 'fifo' are both named 'fifo'" in capsys.readouterr().err and not out.exists()
+    spec = "experiments/examples/smallest_first.py:SmallestRequestFirst"  # two placements, one name
+    assert main([*base, "--policy", f"{spec},{spec},placement=consolidate", "--out", str(out)]) == 2
+    assert "are both named 'smallest-first'" in capsys.readouterr().err and not out.exists()
+    folder = "marl:experiments/policies/philly-small-dagger"
+    assert main([*base, "--policy", f"{folder},{folder},num_agents=2,name=two-agents", "--out", str(out)]) == 0
+    assert {"marl_experiments_policies_philly-small-dagger", "two-agents"} <= {p.name for p in out.iterdir()}
+
+
 def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_results(tmp_path, capsys) -> None:
     """A second command writing a held folder is refused at once, naming the holder (a finished one leaves the
     lock file empty); a simulate into its own earlier --out replaces those results (no old file survives), into a
