@@ -249,6 +249,19 @@ def test_a_folders_options_go_in_its_name_as_a_plugins_do_and_a_wrong_one_is_nam
         get_policy(f"marl:{folder},num_agents=2", num_agents=4)
 
 
+def test_a_policys_interference_inputs_can_be_blanked_as_an_ablation() -> None:
+    """``marl:DIR,interference_inputs=none``: the trained network's interference columns read 1.0 everywhere (the
+    ablation that shows what the inputs change); a folder trained without inputs refuses the option."""
+    from cluster_sim.policies import get_policy
+    from interference.base import NoInterference
+
+    shipped = get_policy(f"marl:{SHIPPED / 'default-small'}")
+    blank = get_policy(f"marl:{SHIPPED / 'default-small'},interference_inputs=none")
+    assert not isinstance(shipped.inputs.model, NoInterference) and isinstance(blank.inputs.model, NoInterference)
+    with pytest.raises(ValueError, match="trained without interference inputs, so it takes none"):
+        get_policy(f"marl:{SHIPPED / 'philly-small-dagger'},interference_inputs=none")
+
+
 def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys, traces_dir: Path) -> None:
     """A learned policy declares the cluster its recorded config trained it on; a simulation on a cluster with
     other GPUs warns (naming both), one with the same GPUs under another name does not, and ``marlsched`` prints

@@ -134,23 +134,34 @@ def load_priority_policy(
     name: str = "marl",
     num_threads: int | None = 1,
     interference_online: bool | None = None,
+    interference_inputs: str | None = None,
 ) -> PriorityAgents:
     """The policy in ``policy_dir`` as a cluster_sim scheduler; ``num_agents`` None: as many as it was trained
     with when its metadata says (placing policies: an agent must hold several GPU types to choose among
     them), else one per rack. ``interference_online`` (None: as trained): agents with interference inputs
-    correct their predictor from the co-locations they observe (:mod:`marl.env.interference_obs`)."""
+    correct their predictor from the co-locations they observe (:mod:`marl.env.interference_obs`).
+    ``interference_inputs`` (None: its own copy): another predictor for those inputs, ``none`` to blank them
+    (every estimate 1.0: what the trained network makes of its inputs, as an ablation)."""
     meta = read_priority_metadata(policy_dir)
     net = load_network(policy_dir)
     agents = meta.get("agents", {})
     if num_agents is None and agents.get("num_agents"):
         num_agents = int(agents["num_agents"])
     placing = bool(meta.get("placing"))
+    inputs = resolve_inputs(agents.get("interference_inputs"), policy_dir)
+    if interference_inputs is not None:
+        if inputs is None:
+            raise ValueError(
+                f"{policy_dir}: its network was trained without interference inputs, so it takes none "
+                f"(interference_inputs={interference_inputs!r})"
+            )
+        inputs = interference_inputs
     return agents_class(agents.get("decision", "partitions"))(
         NetScorer(net, num_threads=num_threads, placing=placing),
         num_agents=num_agents,
         placing=placing,
         migrate=agents.get("migrate"),
-        interference_inputs=resolve_inputs(agents.get("interference_inputs"), policy_dir),
+        interference_inputs=inputs,
         interference_online=bool(
             agents.get("interference_online") if interference_online is None else interference_online
         ),

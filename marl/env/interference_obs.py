@@ -40,15 +40,16 @@ PREDICTOR_FILE = "interference.json"  # a policy folder's own copy of the predic
 
 
 def parse_inputs(spec: str) -> tuple[str, str | None]:
-    """``MODE[:PATH]`` (``learned:MODEL.json``, ``oracle:gavel:PATH``) as (mode, path); errors name the fix."""
+    """``MODE[:PATH]`` (``learned:MODEL.json``, ``oracle:gavel:PATH``; ``none``: the columns read 1.0 everywhere,
+    the ablation of a trained policy's inputs) as (mode, path); errors name the fix."""
     mode, _, path = spec.partition(":")
     from interference.loader import interference_modes
 
-    if mode not in interference_modes() or mode == "none":
+    if mode not in interference_modes():
         raise ValueError(
-            f"interference_inputs {spec!r}: give MODE[:PATH] with MODE one of "
-            f"{', '.join(m for m in interference_modes() if m != 'none')}, e.g. learned:results/interference.json "
-            "(a model from `marlsched interference train`)"
+            f"interference_inputs {spec!r}: give MODE[:PATH] with MODE one of {', '.join(interference_modes())}, "
+            "e.g. learned:results/interference.json (a model from `marlsched interference train`; none: no "
+            "co-location predicted to slow anyone)"
         )
     return mode, path or None
 
