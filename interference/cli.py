@@ -24,7 +24,8 @@ TRAIN_DOC = """Fit the learned interference predictor to measured pairs of jobs 
 
 Sources (--data, repeatable): gavel:PATH, Gavel's measured tables (26 job types on K80, P100, V100; no
 profile columns); pairs:FILE, your own measurements in the columns of `marlsched interference predict
---help` plus measured norm_a, norm_b. A model fitted on pairs that carry solo profile columns (gpu_util,
+--help` plus measured norm_a, norm_b (a bare path is a pairs file where it ends in .csv, else Gavel's). A model
+fitted on pairs that carry solo profile columns (gpu_util,
 mem_util, mem_gb) uses them for jobs that have them; one fitted without them ignores them. Beyond the
 range of what it was fitted on (descriptors, GPU datasheet figures, profile columns) the model's answers
 move toward a prior with no fitted part (1.0, or time slicing where gpu_util is known); `predict` says so.
@@ -122,6 +123,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.pairs is not None:
         return _eval_pairs_file(model, args.pairs, out)
+    if args.data.startswith("pairs:") or args.data.lower().endswith(".csv"):  # measured pairs, not Gavel's tables
+        raise ValueError(
+            f"--data {args.data}: eval's --data holds Gavel's tables (gavel:PATH), refitted per fold; score the "
+            f"model on measured pairs with --pairs {args.data.removeprefix('pairs:')}"
+        )
     pairs = load_gavel_pairs(args.data)
     cfg = config_from_meta(model.meta, args.seed)
     if args.steps:

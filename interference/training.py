@@ -298,8 +298,8 @@ DATA_KINDS = ("gavel", "pairs")
 
 
 def load_training_data(specs: Sequence[str]) -> tuple[list[CoLocation], np.ndarray, list[dict], GavelPairs | None]:
-    """Samples of every ``--data`` spec (``gavel:PATH``, a bare path being Gavel's, or ``pairs:FILE``):
-    (queries, targets, one summary per source, Gavel's pairs if a source was Gavel's)."""
+    """Samples of every ``--data`` spec (``gavel:PATH``, ``pairs:FILE``; a bare path is a pairs file where it ends
+    in ``.csv``, else Gavel's JSON): (queries, targets, one summary per source, Gavel's pairs if one was Gavel's)."""
     from interference.gavel_data import load_gavel_pairs
 
     queries: list[CoLocation] = []
@@ -311,7 +311,7 @@ def load_training_data(specs: Sequence[str]) -> tuple[list[CoLocation], np.ndarr
         if sep and kind.isalpha() and len(kind) > 1 and kind not in DATA_KINDS:
             raise ValueError(f"--data {spec}: unknown source kind {kind!r}; pass gavel:PATH or pairs:FILE")
         if not sep or kind not in DATA_KINDS:
-            kind, path = "gavel", spec
+            kind, path = ("pairs" if spec.lower().endswith(".csv") else "gavel"), spec
         if kind == "gavel":
             if gavel is not None:
                 raise ValueError(f"--data {spec}: Gavel's tables given twice; pass one gavel:PATH")

@@ -1000,6 +1000,16 @@ def test_train_refuses_bad_pairs_files_by_file_line_and_column(tmp_path: Path, o
     with pytest.raises(SystemExit):
         cli_main(["interference", "train", "--data", f"pair:{no_norm}", "--out", str(tmp_path / "m.json")])
     assert "unknown source kind 'pair'; pass gavel:PATH or pairs:FILE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a bare .csv is a pairs file, not Gavel's JSON
+        cli_main(["interference", "train", "--data", str(no_norm), "--out", str(tmp_path / "m.json")])
+    assert "no_norm.csv: line 1: missing column(s) norm_a, norm_b" in capsys.readouterr().err
+    shipped = Path(__file__).resolve().parents[1] / "experiments" / "policies" / "interference-gavel" / "model.json"
+    with pytest.raises(SystemExit):  # eval's --data refits Gavel's folds; measured pairs go to --pairs
+        cli_main(["interference", "eval", "--model", str(shipped), "--data", str(no_norm), "--out", str(tmp_path)])
+    assert (
+        f"eval's --data holds Gavel's tables (gavel:PATH), refitted per fold; score the model on measured pairs "
+        f"with --pairs {no_norm}" in capsys.readouterr().err
+    )
 
 
 def test_online_packing_observes_the_gpu_term_on_shared_servers(small_model: Path, gavel_dir: Path, truth) -> None:
