@@ -36,6 +36,7 @@ def build_simulator(
     mix_gpu_types: bool | None = None,
     app_restart_costs: bool = False,
     calibration: bool = False,
+    warn_estimated: bool = True,
 ) -> Simulator:
     """A simulator of ``workload`` on ``cluster``.
 
@@ -47,6 +48,8 @@ def build_simulator(
     scheduler asks) lets jobs of measured applications resize and change batch size (see
     :class:`~cluster_sim.simulator.Simulator`). ``mix_gpu_types`` lets a job span GPU types;
     ``app_restart_costs`` and ``calibration`` are Sia's per-application restart costs and slowdowns.
+    ``warn_estimated=False``: no warning that jobs run at estimated speeds (a probe of the cluster that runs no
+    job, which would otherwise say so of its placeholder job, and silence the warning for the real runs).
     """
     if isinstance(cluster, Mapping):
         cluster = parse_spec(dict(cluster), source="cluster")
@@ -69,6 +72,7 @@ def build_simulator(
         mix_gpu_types=mix_gpu_types,
         app_restart_costs=app_restart_costs,
         calibration=calibration,
+        warn_estimated=warn_estimated,
     )
 
 
@@ -78,6 +82,7 @@ def assemble_simulator(
     *,
     perf: PerformanceModel | None,
     interference: InterferenceModel | None,
+    warn_estimated: bool = True,
     **options: Any,
 ) -> Simulator:
     """A simulator from parts already built (what a training environment reuses across episodes): jobs of
@@ -87,7 +92,7 @@ def assemble_simulator(
         from cluster_sim.pollux_apps import PolluxPerformance
 
         perf = PolluxPerformance(perf, workload.meta["pollux_traces"], view)
-    elif perf is not None:
+    elif perf is not None and warn_estimated:
         _warn_estimated_speeds(view, workload, perf)
     return Simulator(view, workload, perf=perf, interference=interference, **options)
 

@@ -471,6 +471,14 @@ def test_gavel_model_rule_draws_only_models_measured_on_every_type(traces_dir: P
         len(estimated) == 1 and "on small-hetero, some jobs' models were never measured on P100 or K80" in estimated[0]
     )
     assert " of 300 on K80" in estimated[0]
+    # the agents' environment probes the cluster with a placeholder job: no warning of it, nor one it silences
+    from marl.env.priority_env import PriorityEnv
+
+    monkeypatch.setattr(build, "_WARNED", set())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        PriorityEnv({"cluster": "small-hetero", "workload": "synthetic:300,load=1.2", "placing": True})
+    assert not [w for w in seen if issubclass(w.category, EstimatedSpeedWarning)] and not build._WARNED
 
 
 def test_named_regimes_are_runnable_and_hold_out_the_later_weeks() -> None:

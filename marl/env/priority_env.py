@@ -266,7 +266,7 @@ class PriorityEnv(MultiAgentEnv):
         self.agents = list(self.possible_agents)
         # The layout's N depends on the partition size: build one simulator-free probe of the cluster. Its
         # cluster and performance model serve every episode (as build_simulator would make them again).
-        probe = build_simulator(cfg.cluster, self._probe_workload(), seed=0)
+        probe = build_simulator(cfg.cluster, self._probe_workload(), seed=0, warn_estimated=False)
         self.agents_policy.reset(probe)
         self._view, self._perf = probe.topo, probe.perf
         self._interference: InterferenceModel | None = None  # loaded at the first window (kept if pure)
