@@ -231,6 +231,14 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(
         assert meta["placing"] and meta["agents"]["migrate"] == migrate and meta["agents"]["num_agents"] == 4
     report = (out / "report.md").read_text()
     assert "| marl |" in report and "vs marl-warm-start" in report and "4 priority agents" in report
+    gain = (avg_jct_of := lambda n: json.loads((out / "tasks" / task_id(n, 0) / "metrics.json").read_text())[
+        "avg_jct"])("marl") / avg_jct_of("marl-warm-start") - 1  # fmt: skip
+    assert f"paired on the same 1 run: average JCT {100 * gain:+.1f}% ± 0.0%" in report  # what training added
+    assert "Every workload lies outside the training span: held out." in report
+    from experiments.report import _held_out
+
+    inside = cfg.to_dict() | {"workload": window_spec(philly, 2_900_000, 2_900_000 + DAY, 0.9)}
+    assert _held_out(parse_experiment_config(inside, "in.yaml")).startswith("Not held out:")
 
     def avg_jct(name: str) -> float:
         return json.loads((out / "tasks" / task_id(name, 0) / "metrics.json").read_text())["avg_jct"]
