@@ -287,9 +287,9 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "",
         "Time waiting: queued seconds per job (before its start and after preemptions). GPU util: busy GPU-seconds "
         "over (GPUs × makespan); it is low when a few long jobs run on alone long after the last arrival, which "
-        "`plots/timeline.png` shows. Slowdown: JCT over the job's run time placed ideally and alone on the GPUs it "
-        "asked for (V100s, the type run times are given for); below 1 where jobs ran on a faster type (A100, H100) "
-        "or an elastic scheduler (Pollux, Sia) gave them more GPUs or a larger batch.",
+        "`plots/timeline.png` shows. Slowdown: JCT over the run time the workload gives the job, placed ideally and "
+        "alone on the GPUs it asked for, on the type its times are given for (V100 for Philly-like traces); below 1 "
+        "where jobs ran on a faster type or an elastic scheduler (Pollux, Sia) gave them more GPUs or a larger batch.",
     ]
     jcts = {n: [m["avg_jct"] for _, m in sorted(rows[n].items())] for n in order}
     if len(order) > 1 and all(jcts[n] == jcts[order[0]] for n in order):
