@@ -129,15 +129,17 @@ def simulator_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_simulator(args: argparse.Namespace) -> Simulator:
-    """The simulator the arguments describe; warns (stderr) when a paper's workload runs without its settings."""
+    """The simulator the arguments describe; warns (stderr) when a paper's workload runs without its settings and
+    when ``load=`` squeezes a window into one burst."""
     from cluster_sim.build import build_simulator as build
     from cluster_sim.sim_presets import preset_warning
+    from cluster_sim.traces.window import burst_warning
 
     settings = simulator_settings(args)
     warning = preset_warning(args.workload, settings)
     if warning:
         print(f"marlsched simulate: warning: {warning}", file=sys.stderr)
-    return build(
+    sim = build(
         args.cluster,
         args.workload,
         seed=args.seed,
@@ -146,6 +148,10 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
         gpu_sharing=args.gpu_sharing,
         **settings,
     )
+    warning = burst_warning(sim.jobs)
+    if warning:
+        print(f"marlsched simulate: warning: {warning}", file=sys.stderr)
+    return sim
 
 
 def make_scheduler_by_name(name: str, seed: int, **options):

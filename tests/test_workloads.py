@@ -664,3 +664,18 @@ def test_a_spec_that_yields_no_jobs_is_refused(spec: str, fragment: str, traces_
     )
     with pytest.raises(WorkloadSpecError, match=re.escape(fragment)):
         parse_workload_spec(spec, cluster_gpus=64, seed=0)
+
+
+def test_a_load_that_squeezes_a_window_into_one_burst_is_named(philly_path: Path) -> None:
+    """Two weeks of Philly at load 0.9 of 8,192 GPUs arrive within a minute: the run is a burst and its drain,
+    which ``simulate`` says; the same weeks on 256 GPUs are a load kept over time and pass unremarked."""
+    from cluster_sim.traces.window import burst_warning
+
+    spec = f"philly:{philly_path},start=2017-11-01,end=2017-11-15,load=0.9"
+    big = parse_workload_spec(spec, cluster_gpus=8192, seed=0)
+    msg = burst_warning(big)
+    assert msg is not None and "load=0.9" in msg and "14.0 days" in msg and "gpu_scale=K" in msg, msg
+    assert float(big.arrival.max()) < 120  # the burst the warning names
+    assert burst_warning(parse_workload_spec(spec, cluster_gpus=256, seed=0)) is None
+    at_its_rate = parse_workload_spec(spec.removesuffix(",load=0.9"), cluster_gpus=8192, seed=0)
+    assert burst_warning(at_its_rate) is None

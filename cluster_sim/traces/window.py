@@ -25,6 +25,8 @@ import numpy as np
 
 from cluster_sim.workload import Workload
 
+BURST_SCALE = 0.01  # load= squeezing a window's arrivals 100-fold or more: a burst, not a load kept over time
+
 
 class QuietWindowError(ValueError):
     """A window whose jobs cannot offer the load asked: a caller drawing random windows may draw another."""
@@ -148,3 +150,30 @@ def _scale_for_load(
         else:
             hi = mid
     return 0.5 * (lo + hi)
+
+
+def burst_warning(w: Workload) -> str | None:
+    """Why a ``load=`` window is one burst of arrivals rather than that load kept over time, or None.
+
+    ``load`` is met while the rescaled window lasts; a window whose jobs are few for the cluster is squeezed
+    until they arrive within seconds or minutes, and the run is then mostly the drain of that burst on an
+    idle cluster (the Philly trace's two weeks at load 0.9 of dc-1k arrive in 72 s)."""
+    win = w.meta.get("window") or {}
+    load, scale, time_range = win.get("load"), win.get("arrival_scale"), win.get("time_range")
+    if load is None or scale is None or time_range is None or scale > BURST_SCALE or len(w) < 2:
+        return None
+    t0, t1 = time_range
+    span = t1 - t0 if math.isfinite(t1) else float(w.arrival[-1] - w.arrival[0]) / scale
+    return (
+        f"load={load:g} squeezes this window's {_duration(span)} of arrivals into {_duration(span * scale)} "
+        f"(arrival scale {scale:.2g}): its {len(w):,} jobs arrive as one burst and most of the run is their drain "
+        f"on a nearly idle cluster, not a load of {load:g} kept over time; for that, choose a longer window "
+        "(start=, end=), more GPUs per job (gpu_scale=K) or a smaller cluster"
+    )
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
