@@ -91,7 +91,7 @@ def add_run_command(subparsers) -> None:
         help="replace one setting of the config, checked as the file's are (a dotted key, a YAML value; "
         "repeatable): --set seeds=[0], --set train.ppo.iterations=2; the results folder keeps the config it ran",
     )
-    p.add_argument("--quiet", action="store_true", help="no per-task progress lines")
+    p.add_argument("--quiet", action="store_true", help="no per-task progress lines (the results table still prints)")
     p.set_defaults(func=run_command)
 
 
@@ -389,6 +389,7 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
         ),
     })  # fmt: skip
     write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
-    write_report(cfg, out, specs, train_info=train_info, scaling=scaling, log=log)
+    # the results table prints even with --quiet, as simulate's does: it is the command's answer
+    write_report(cfg, out, specs, train_info=train_info, scaling=scaling, log=lambda msg: print(msg, flush=True))
     log(f"done in {time.perf_counter() - t0:.0f} s")
     return {"out": str(out), "tasks_run": ran, "tasks_reused": len(specs) - ran}

@@ -322,14 +322,17 @@ class _Killed(Exception):
 
 def test_what_the_simulations_warn_of_reaches_the_user_and_the_report(ray_shared, tmp_path: Path, capsys) -> None:
     """A task's warnings (here a policy trained on `small` run on `small-hetero`) are printed by the driver once,
-    not lost in a Ray worker, and listed in the report before the figures."""
+    not lost in a Ray worker, and listed in the report before the figures; the results table prints even when
+    the progress lines do not (``--quiet``)."""
     from experiments.run import run_experiment
 
     policy = f"marl:{REPO / 'experiments/policies/philly-small-dagger'}"
     raw = {**TINY, "cluster": "small-hetero", "seeds": [1, 2], "schedulers": ["fifo", policy], "baselines": ["fifo"]}
     run_experiment(parse_experiment_config(raw, "warn.yaml"), tmp_path / "out", log=lambda s: None)
     said = "trained on small (256 V100), run on small-hetero (96 V100, 80 P100, 80 K80)"
-    assert capsys.readouterr().err.count(said) == 1
+    printed = capsys.readouterr()
+    assert printed.err.count(said) == 1
+    assert "avg JCT" in printed.out and "fifo" in printed.out  # the results table, with no progress log (--quiet)
     report = (tmp_path / "out" / "report.md").read_text()
     assert report.index("## Warnings") < report.index("## Metrics") and f"- {policy}: {said}" in report
 
