@@ -8,8 +8,10 @@ Each run happens in a fresh process so that its peak resident memory is its own.
   dc10k    100,000 synthetic jobs on dc-10k where they queue (window_load=0.9, gpu_scale=8: Philly's jobs at
            8 GPUs per Philly GPU, arriving so that they offer 0.9 of the cluster while they arrive), beside
            20,000 jobs in the same regime on small: events/s, queue length and peak memory of both
-  scaling  20,000 synthetic jobs at load 0.8 on small, dc-1k and dc-10k (load relative to each cluster,
-           so the queueing regime is the same and only the cluster size changes)
+  scaling  20,000 synthetic jobs at load 0.8 on small, dc-1k and dc-10k (load relative to each cluster):
+           the same offered load, but jobs queue on small only (a bigger cluster at one load queues less,
+           and 20,000 jobs of 1-8 GPUs fill dc-10k only briefly), so this is the per-event cost by cluster
+           size without a queue's (the dc10k scenario has one: 100,000 jobs at gpu_scale=8)
 
 Each run is repeated (``--repeat``, default 3, interleaved with the run it is compared with) and the
 fastest kept: the simulation is deterministic, so repeats differ only in the machine's noise, which only
