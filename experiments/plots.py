@@ -269,8 +269,11 @@ def scaling_curves(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
             ax.set_yscale("log")
             ax.legend(fontsize=8)
     baselines = rows[0].get("baselines") or {}
-    for i, (name, value) in enumerate(baselines.items()):
-        axes[1, 1].axhline(value, ls="--", lw=1, color=f"C{i + 1}", label=name)
+    same: dict[float, list[str]] = {}  # heuristics with one average share one line and one label (fifo = closest-gpus)
+    for name, value in baselines.items():
+        same.setdefault(value, []).append(name)
+    for i, (value, names) in enumerate(same.items()):
+        axes[1, 1].axhline(value, ls="--", lw=1, color=f"C{i + 1}", label=" = ".join(names))
     if baselines:
         axes[1, 1].legend(fontsize=8)
     fig.suptitle("Agent-count scaling")
