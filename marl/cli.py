@@ -94,6 +94,19 @@ def add_train_commands(subparsers) -> None:
     e.add_argument("--force", action="store_true", help="write the program again where a folder has one")
     e.set_defaults(func=run_export_program)
 
+    g = subparsers.add_parser(
+        "upgrade-policy",
+        help="bring policy folders written by an older marlsched to the current folder schema, in place",
+        description=(
+            "Give each folder what the current schema has and it lacks: format_version and provenance in "
+            "metadata.json (the command and config the folder recorded, its torch version; its code version was "
+            "never recorded and is marked so) and the torch.export program (policy.pt2) beside TorchScript alone. "
+            "Weights are untouched and every file is replaced atomically; a current folder is left as it is."
+        ),
+    )
+    g.add_argument("folders", nargs="+", help="policy folders (e.g. experiments/policies/philly-small)")
+    g.set_defaults(func=run_upgrade_policy)
+
 
 def run_train(args: argparse.Namespace) -> int:
     """``marlsched train --config``: the agent and algorithm the config names (:mod:`marl.training.recipes`)."""
@@ -149,6 +162,15 @@ def run_export_program(args: argparse.Namespace) -> int:
             continue
         err = add_program(folder)
         print(f"{program}: written (largest difference from the network {err:.1e})")
+    return 0
+
+
+def run_upgrade_policy(args: argparse.Namespace) -> int:
+    from marl.deploy.registry import upgrade_folder
+
+    for folder in args.folders:
+        changed = upgrade_folder(folder)
+        print(f"{folder}: " + ("; ".join(changed) if changed else "current, left as it is"))
     return 0
 
 

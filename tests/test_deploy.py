@@ -199,6 +199,44 @@ def test_export_program_adds_the_program_to_a_folder_without_one(
         add_program(tmp_path / "meta")
 
 
+def test_upgrade_policy_brings_an_older_folder_to_the_one_schema_and_leaves_its_weights(
+    priority_dir: Path, tmp_path: Path
+) -> None:
+    """A folder from before the schema (no format_version, no provenance; command and config under ``trained``,
+    as philly-small kept them) gains both from what it recorded, its code version marked as never recorded; its
+    network files are byte for byte the same and it schedules as before; a second upgrade changes nothing."""
+    import json
+    import shutil
+
+    from marl.cli import main
+    from marl.deploy.registry import UNRECORDED, read_metadata
+
+    older = Path(shutil.copytree(priority_dir, tmp_path / "older"))
+    meta = json.loads((older / "metadata.json").read_text())
+    for key in ("format_version", "provenance", "command", "config"):
+        meta.pop(key, None)
+    meta |= {"trained": {"command": "python -m marl.training.old --seed 2", "config": {"seed": 2}}, "torch": "2.3.0"}
+    (older / "metadata.json").write_text(json.dumps(meta))
+    weights = {f: (older / f).read_bytes() for f in ("policy.pt", "policy.pt2")}
+    before = load_policy(older)
+
+    assert main(["upgrade-policy", str(older)]) == 0
+    doc = json.loads((older / "metadata.json").read_text())
+    assert doc["format_version"] == read_metadata(priority_dir)[1]["format_version"]
+    assert doc["provenance"] == {
+        "command": "python -m marl.training.old --seed 2",
+        "config": {"seed": 2},
+        "code_version": UNRECORDED,
+        "libraries": {"torch": "2.3.0"},
+    }
+    kept = {k: v for k, v in doc.items() if k not in ("format_version", "provenance")}
+    assert kept == {"format": doc["format"], **meta}  # nothing else changed
+    assert all((older / f).read_bytes() == b for f, b in weights.items())
+    after = load_policy(older)
+    assert type(after) is type(before) and after.num_agents == before.num_agents
+    assert main(["upgrade-policy", str(older)]) == 0 and json.loads((older / "metadata.json").read_text()) == doc
+
+
 SHIPPED = Path(__file__).resolve().parents[1] / "experiments" / "policies"
 
 
@@ -212,6 +250,9 @@ def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
 
     kind = policy_kind(SHIPPED / folder)
     assert kind in AGENTS
+    meta = json.loads((SHIPPED / folder / "metadata.json").read_text())  # the one schema (upgrade-policy)
+    assert meta["format_version"] == 2 and set(meta["provenance"]) == {"command", "config", "code_version", "libraries"}
+    assert meta["provenance"]["command"], f"{folder}: records no command that made it"
     sched = get_policy(f"marl:{SHIPPED / folder}")
     assert sched.name == f"marl:{SHIPPED / folder}"
     assert type(sched).__name__ in {

@@ -183,8 +183,39 @@ def add_program(folder: str | Path) -> float:
     return err
 
 
+UNRECORDED = "unrecorded (written before format_version 2)"
+
+
+def upgrade_folder(folder: str | Path) -> list[str]:
+    """Bring a folder written by an older marlsched to the one schema, in place, its weights untouched: the
+    torch.export program where it holds TorchScript alone (:func:`add_program`), and ``format_version`` with the
+    ``provenance`` the folder recorded (its command and config where it kept them, under ``trained`` or at the
+    top; its torch version; the code version it never recorded said so). Returns what changed (empty: current)."""
+    folder = Path(folder)
+    kind, meta = read_metadata(folder)
+    changed = []
+    if kind.network is not None and (folder / TORCHSCRIPT).is_file() and not (folder / PROGRAM).is_file():
+        changed.append(f"{PROGRAM}: written (largest difference from the network {add_program(folder):.1e})")
+        meta = read_json(folder / METADATA)
+    if "provenance" not in meta:
+        trained = meta.get("trained") or {}
+        doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "agent": kind.name}
+        doc |= {k: v for k, v in meta.items() if k not in doc}
+        doc["format_version"] = FORMAT_VERSION
+        doc["provenance"] = {
+            "command": meta.get("command") or trained.get("command"),
+            "config": meta.get("config") or trained.get("config"),
+            "code_version": UNRECORDED,
+            "libraries": {"torch": meta["torch"]} if meta.get("torch") else {},
+        }
+        write_atomic(folder / METADATA, json.dumps(doc, indent=2) + "\n")
+        changed.append(f"{METADATA}: format_version {FORMAT_VERSION}, provenance from what the folder recorded")
+    return changed
+
+
 __all__ = [
     "PREFIXES",
+    "UNRECORDED",
     "add_program",
     "load_policy",
     "load_prefixed",
@@ -193,4 +224,5 @@ __all__ = [
     "trained_cluster",
     "trained_on",
     "trained_setting",
+    "upgrade_folder",
 ]
