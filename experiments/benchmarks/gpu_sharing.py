@@ -1,6 +1,6 @@
 """What the interference predictor buys when jobs may share GPUs: a table of average JCTs.
 
-The Philly dev window (2017-11-01..14) at load 0.9 on ``small``, with the ground-truth interference in
+The Philly report period (2017-11-01..14) at load 0.9 on ``small``, with the ground-truth interference in
 the simulator and GPU sharing allowed. Arrival order with backfilling throughout; only the packing
 differs: none, blind (first lone GPU), predictor-guided (the learned model: a pair is packed only if its
 predicted combined throughput is >= 1, or always, to the best partner), and guided by the ground truth

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
     width = max(24, *(len(v) for v in variants))
     where = f"regime {args.regime}" if args.regime else f"the {args.period} period"
     print(f"\n{len(windows)} windows of {where}: " + "; ".join(f"{w}: {window_label(s)}" for w, s in enumerate(specs)))
-    print("± is the standard deviation over the windows (divided by their number)")
+    print("± is the standard deviation over the windows (the population's: squared deviations averaged over them)")
     print(f"{'variant':>{width}} {'avg JCT s':>10} " + " ".join(f"{'vs ' + r:>16} {'below':>6}" for r in references))
     changes: dict[str, dict[str, list[float]]] = {ref: {} for ref in references}
     for v in variants:

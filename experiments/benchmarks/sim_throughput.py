@@ -1,7 +1,7 @@
 """Simulator throughput: jobs, events, wall seconds, events/s and peak memory per policy and cluster size.
 
 Each run happens in a fresh process so that its peak resident memory is its own. Scenarios:
-  heavy    the Philly dev window (jobs submitted 2017-11-01..11-14, 11,634 jobs) replayed at load 0.9 on
+  heavy    the Philly report period (jobs submitted 2017-11-01..11-14, 11,634 jobs) replayed at load 0.9 on
            small, where the queue reaches thousands, beside the same jobs at their own pace on dc-1k, where
            nothing queues: per-event cost with and without a long queue, in one run
   philly   the Philly trace (pollux-osdi21/traces/philly.csv) on dc-1k, every policy
@@ -176,7 +176,7 @@ def main() -> None:
         from cluster_sim.policies import POLICIES
 
         policies = [p for p in args.policies or HEAVY_POLICIES if p in POLICIES]
-        print("== heavy: Philly dev window, load 0.9 on small (queue in the thousands) vs its own pace on dc-1k")
+        print("== heavy: Philly report period, load 0.9 on small (queue in the thousands) vs its own pace on dc-1k")
         runs = [("small", f"philly:{PHILLY},{DEV_WINDOW},load=0.9", p, args.interference) for p in policies]
         runs += [("dc-1k", f"philly:{PHILLY},{DEV_WINDOW}", p, args.interference) for p in policies]
         rows = fastest(runs, args.repeat)
