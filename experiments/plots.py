@@ -230,13 +230,18 @@ def paired_bars(values: Mapping[str, Sequence[float]], path: Path, baseline: str
     colors = _colors(list(values))
     fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(names) + 2), 4.2))
     means = [float(np.mean(values[n])) for n in names]
-    stds = [float(np.std(values[n])) for n in names]
+    pairs = max((len(values[n]) for n in names), default=0)
+    stds = [float(np.std(values[n])) for n in names] if pairs > 1 else None  # one pair has no spread to draw
     ax.bar([short_label(n) for n in names], means, yerr=stds, capsize=4, color=[colors[n] for n in names])
+    if pairs > 1:  # each pair as a dot: a mean of a few pairs hides how they split
+        for i, n in enumerate(names):
+            v = np.asarray(values[n], dtype=float)
+            ax.scatter(i + np.linspace(-0.15, 0.15, len(v)), v, s=10, color="black", zorder=3)
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_ylabel(f"avg JCT reduction vs {short_label(baseline)} (%)")
     # two lines: one would be wider than a plot of few bars and be cut off
-    ax.set_title(f"Average JCT reduction against {short_label(baseline)}\npaired on each workload and seed "
-                 "(mean ± std)", fontsize=10)  # fmt: skip
+    what = "paired on each workload and seed (mean ± std, dots: each pair)" if pairs > 1 else "on one workload and seed"
+    ax.set_title(f"Average JCT reduction against {short_label(baseline)}\n{what}", fontsize=10)
     ax.tick_params(axis="x", rotation=30)
     plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")
     ax.grid(alpha=0.3, axis="y")
