@@ -666,7 +666,7 @@ def test_a_spec_that_yields_no_jobs_is_refused(spec: str, fragment: str, traces_
         parse_workload_spec(spec, cluster_gpus=64, seed=0)
 
 
-def test_a_load_that_squeezes_a_window_into_one_burst_is_named(philly_path: Path) -> None:
+def test_a_load_that_squeezes_a_window_into_one_burst_is_named(philly_path: Path, capsys) -> None:
     """Two weeks of Philly at load 0.9 of 8,192 GPUs arrive within a minute: the run is a burst and its drain,
     which ``simulate`` says; the same weeks on 256 GPUs are a load kept over time and pass unremarked."""
     from cluster_sim.traces.window import burst_warning
@@ -679,3 +679,8 @@ def test_a_load_that_squeezes_a_window_into_one_burst_is_named(philly_path: Path
     assert burst_warning(parse_workload_spec(spec, cluster_gpus=256, seed=0)) is None
     at_its_rate = parse_workload_spec(spec.removesuffix(",load=0.9"), cluster_gpus=8192, seed=0)
     assert burst_warning(at_its_rate) is None
+    from experiments.cli import main  # simulate says so before its table
+
+    day = f"philly:{philly_path},start=2017-11-01,end=2017-11-02,load=0.04"
+    assert main(["simulate", "--cluster", "dc-1k", "--workload", day, "--policy", "fifo", "--quiet"]) == 0
+    assert "marlsched simulate: warning: load=0.04 squeezes this window's 24.0 h" in capsys.readouterr().err
