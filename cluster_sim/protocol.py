@@ -319,3 +319,16 @@ class Scheduler(Protocol):
         ...
 
     def schedule(self, view: SchedulerView) -> list[Decision]: ...
+
+
+PROTOCOL_HINT = "a scheduler has `name`, `reset(view)` and `schedule(view) -> list[Decision]` (cluster_sim/protocol.py)"
+
+
+def check_scheduler(scheduler: object) -> None:
+    """Raise TypeError naming what ``scheduler`` lacks of the protocol, before a run rather than at its first use."""
+    missing = [m for m in ("reset", "schedule") if not callable(getattr(scheduler, m, None))]
+    if not isinstance(getattr(scheduler, "name", None), str):
+        missing.insert(0, "`name` string")
+    if missing:
+        what = f"{type(scheduler).__name__} does not speak the scheduler protocol (no {', '.join(missing)})"
+        raise TypeError(f"{what}; {PROTOCOL_HINT}")

@@ -14,9 +14,7 @@ from typing import Any
 
 from cluster_sim.plugins import PluginError, absolute_target, import_target, spec_options
 from cluster_sim.policy_folders import folder_prefixes
-from cluster_sim.protocol import Scheduler
-
-PROTOCOL_HINT = "a scheduler has `name`, `reset(view)` and `schedule(view) -> list[Decision]` (cluster_sim/protocol.py)"
+from cluster_sim.protocol import PROTOCOL_HINT, Scheduler
 
 
 def is_custom_spec(spec: str) -> bool:

@@ -53,6 +53,7 @@ from cluster_sim.protocol import (
     Scheduler,
     SetBatch,
     Start,
+    check_scheduler,
     traits_of,
 )
 from cluster_sim.results import SimResult
@@ -483,6 +484,7 @@ class Simulator:
     def start(self, scheduler: Scheduler) -> None:
         """Back to time 0 for ``scheduler``: its declared traits set the simulation's modes (unless the simulator
         was built with them), then it sees the empty cluster (``scheduler.reset``)."""
+        check_scheduler(scheduler)
         traits = traits_of(scheduler)
         if self._elastic_setting is None:
             self.elastic = traits.elastic
@@ -514,6 +516,11 @@ class Simulator:
             took = _time.perf_counter() - t0
             self.scheduler_seconds += took
             self._round_seconds.append(took)
+            if decisions is None:  # most often a `return` forgotten: said here, not as a stalled run much later
+                raise TypeError(
+                    f"{scheduler.name} at t={self.now:,.0f} s: schedule(view) returned None; return a list of "
+                    "decisions (an empty list when there is nothing to do)"
+                )
             if decisions:
                 try:
                     self.apply(decisions)

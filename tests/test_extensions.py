@@ -131,6 +131,35 @@ def test_bad_policy_spec_gets_a_one_line_error(tiny, capsys, policy: str, expect
     assert err.startswith("marlsched simulate: error:") and expected in err, err
 
 
+def test_an_instance_run_from_python_is_held_to_the_protocol_before_the_run(tiny) -> None:
+    """``sim.run(obj)`` from a notebook gets the CLI's one-line protocol message (not an AttributeError mid-run),
+    and a ``schedule`` that returns None (a forgotten ``return``) is named at once, not as a stalled run."""
+    from cluster_sim.build import build_simulator
+
+    cluster, jobs = tiny
+
+    class NoReset:
+        name = "no-reset"
+
+        def schedule(self, view):
+            return []
+
+    class Forgot(NoReset):
+        name = "forgot"
+
+        def reset(self, view) -> None:
+            pass
+
+        def schedule(self, view):
+            super().schedule(view)  # the decisions made, the `return` forgotten
+
+    sim = build_simulator(str(cluster), f"philly:{jobs}")
+    with pytest.raises(TypeError, match=r"NoReset does not speak the scheduler protocol \(no reset\); a scheduler has"):
+        sim.run(NoReset())
+    with pytest.raises(TypeError, match=r"forgot at t=.* s: schedule\(view\) returned None; return a list"):
+        sim.run(Forgot())
+
+
 def test_get_policy_builds_a_scheduler_of_your_own_from_its_spec(tiny) -> None:
     """``get_policy("FILE:Class,key=value")`` in Python, as ``--policy`` takes it: the same hand-computed JCTs."""
     from cluster_sim.build import build_simulator
