@@ -10,6 +10,7 @@ from typing import Any
 
 from cluster_sim.perf_model import PerformanceModel
 from cluster_sim.protocol import SimulationWarning
+from cluster_sim.sim_presets import SIMULATE_DEFAULTS, resolve_settings
 from cluster_sim.simulator import Simulator
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import parse_workload_spec
@@ -24,26 +25,30 @@ def build_simulator(
     workload: str | Workload,
     *,
     seed: int = 0,
-    interference: str = "none",
+    preset: str | None = None,
+    interference: str | None = None,
     interference_data: str | None = None,
-    restart_cost: float = 30.0,
+    restart_cost: float | None = None,
     perf_model: bool = True,
     record_history: bool = False,
     gpu_sharing: bool = False,
-    start_cost: float = 0.0,
+    start_cost: float | None = None,
     elastic: bool | None = None,
     batch_change_cost: float = 0.0,
     mix_gpu_types: bool | None = None,
-    app_restart_costs: bool = False,
-    calibration: bool = False,
+    app_restart_costs: bool | None = None,
+    calibration: bool | None = None,
     warn_estimated: bool = True,
 ) -> Simulator:
     """A simulator of ``workload`` on ``cluster``.
 
     ``cluster``: a preset name (``small``, ``dc-1k``, ...), a YAML file or a spec mapping. ``workload``: a
     spec string (``philly:PATH,start=...``, ``synthetic:500,load=0.9``; ``seed`` draws its random parts)
-    or a :class:`Workload`. ``interference``: a mode of :func:`interference.loader.load_interference_model`
-    with its data file. ``perf_model=False`` runs every placement at ideal speed. ``gpu_sharing`` lets two
+    or a :class:`Workload`. ``preset``: a paper's settings (``sia``, ``pollux``: :mod:`cluster_sim.sim_presets`,
+    ``simulate --preset``) for the five below that are not given; those not given otherwise take simulate's
+    defaults (no interference, restart cost 30 s, no start cost, neither Sia's per-application costs nor its
+    calibration). ``interference``: a mode of :func:`interference.loader.load_interference_model` with its data
+    file. ``perf_model=False`` runs every placement at ideal speed. ``gpu_sharing`` lets two
     single-GPU jobs share a GPU; ``start_cost`` stalls a job's first start too; ``elastic`` (None: as the
     scheduler asks) lets jobs of measured applications resize and change batch size (see
     :class:`~cluster_sim.simulator.Simulator`). ``mix_gpu_types`` lets a job span GPU types;
@@ -51,28 +56,29 @@ def build_simulator(
     ``warn_estimated=False``: no warning that jobs run at estimated speeds (a probe of the cluster that runs no
     job, which would otherwise say so of its placeholder job, and silence the warning for the real runs).
     """
+    given = {"interference": interference, "restart_cost": restart_cost, "start_cost": start_cost,
+             "app_restart_costs": app_restart_costs, "calibration": calibration}  # fmt: skip
+    settings = resolve_settings(preset, given, SIMULATE_DEFAULTS)
     if isinstance(cluster, Mapping):
         cluster = parse_spec(dict(cluster), source="cluster")
     view = build_cluster(cluster).view
     if isinstance(workload, str):
         workload = parse_workload_spec(workload, cluster_gpus=view.num_gpus, seed=seed)
     perf = PerformanceModel(view) if perf_model else None
-    model = None if interference == "none" else load_interference_model(interference, interference_data)
+    mode = settings.pop("interference")
+    model = None if mode == "none" else load_interference_model(mode, interference_data)
     return assemble_simulator(
         view,
         workload,
         perf=perf,
         interference=model,
-        restart_cost=restart_cost,
         record_history=record_history,
         gpu_sharing=gpu_sharing,
-        start_cost=start_cost,
         elastic=elastic,
         batch_change_cost=batch_change_cost,
         mix_gpu_types=mix_gpu_types,
-        app_restart_costs=app_restart_costs,
-        calibration=calibration,
         warn_estimated=warn_estimated,
+        **settings,
     )
 
 

@@ -112,14 +112,17 @@ class TrainedOn:
         if simulated:
             return (
                 "trained without co-location interference (interference none), simulated with it: its figures hold "
-                "without; simulate it with --interference none (a run config: interference: none) to compare as trained"
+                "without; simulate it with --interference none (a run config: interference: none; Python: "
+                "build_simulator(..., interference='none')) to compare as trained"
             )
         data = f" --interference-model {self.interference_data}" if self.interference_data else ""
         in_config = f", interference_data: {self.interference_data}" if self.interference_data else ""
+        in_python = f", interference_data={self.interference_data!r}" if self.interference_data else ""
         return (
             f"trained with co-located jobs slowing each other (interference {self.interference}), simulated "
             f"without (interference none): its figures hold with them; simulate it with --interference "
-            f"{self.interference}{data} (a run config: interference: {self.interference}{in_config}), as trained"
+            f"{self.interference}{data} (a run config: interference: {self.interference}{in_config}; Python: "
+            f"build_simulator(..., interference={self.interference!r}{in_python})), as trained"
         )
 
 

@@ -13,6 +13,7 @@ from cluster_sim.results import save_figure
 
 RunKey = tuple[str, int]  # (workload label, seed)
 Runs = Mapping[str, Mapping[RunKey, Mapping[str, Any]]]  # scheduler -> run -> metrics
+TIMELINE_POINTS = 400  # queue and utilisation samples per policy for the timeline (a run config's default)
 
 
 def improvement(rows: Runs, sched: str, base: str, key: str) -> list[float]:
@@ -24,6 +25,24 @@ def improvement(rows: Runs, sched: str, base: str, key: str) -> list[float]:
         if b and not math.isnan(b) and not math.isnan(m[key]):
             out.append(100.0 * (b - m[key]) / b)
     return out
+
+
+def plot_results(
+    folder: str | Path, results: Sequence[Any], *, baseline: str | None = None, workload_name: str = "", seed: int = 0
+) -> dict[str, str]:
+    """The plots of ``marlsched simulate --plot`` for results of one workload and seed (``SimResult`` objects, as
+    ``sim.run`` returns them), from Python: ``baseline`` (a scheduler's name; default the first result's where there
+    are several) is the paired plot's reference. Returns file name -> caption."""
+    run = ("", int(seed))
+    rows = {r.scheduler: {run: r.metrics()} for r in results}
+    series = {r.scheduler: {run: r.plot_series(TIMELINE_POINTS)} for r in results}
+    if baseline is None and len(results) > 1:
+        baseline = results[0].scheduler
+    if baseline is not None and baseline not in rows:
+        raise ValueError(f"baseline {baseline!r} is none of the results' schedulers: {', '.join(rows)}")
+    return write_plots(
+        Path(folder), rows, series, baseline=baseline, timeline_run=run, workload_name=workload_name or "workload"
+    )
 
 
 def write_plots(

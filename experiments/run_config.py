@@ -267,7 +267,7 @@ def _parse_train(
 
 def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     from cluster_sim.plugins import PluginError, import_target
-    from cluster_sim.policies import get_policy, policy_names
+    from cluster_sim.policies import combination_syntax, get_policy, policy_names
     from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
 
     for i, target in enumerate(cfg.plugins):
@@ -304,7 +304,8 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     if not cfg.schedulers:
         raise chk.fail(("schedulers",), "list at least one scheduler")
     allowed = (
-        f"{', '.join(policy_names())}, {MARL} (trained by this run), marl:POLICY_DIR, topdrl:POLICY_DIR, FILE.py:Class"
+        f"{', '.join(policy_names())}, {combination_syntax()}, {MARL} (trained by this run), marl:POLICY_DIR, "
+        "topdrl:POLICY_DIR, FILE.py:Class"
     )
     for label, opts in (cfg.scheduler_options or {}).items():
         if label not in cfg.schedulers:

@@ -30,7 +30,7 @@ SUMMARY_COLUMNS = (
 
 
 def add_simulate_command(subparsers) -> None:
-    from cluster_sim.policies import policy_names
+    from cluster_sim.policies import combination_syntax, policy_names
     from cluster_sim.sim_presets import SIM_PRESETS
     from cluster_sim.workload_spec import workload_syntax
     from topology import PRESETS
@@ -42,7 +42,7 @@ def add_simulate_command(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             f"cluster presets: {', '.join(PRESETS)} (or a YAML file)\n"
-            f"policies: {', '.join(policy_names())},\n"
+            f"policies: {', '.join(policy_names())}, {combination_syntax()},\n"
             "          marl:POLICY_DIR (a trained policy, any kind; topdrl:, dl2:, metaplace: for one of that kind),\n"
             "          MODULE_OR_FILE.py:ClassName[,key=value...] (your own scheduler class)\n"
             "workloads (KIND:ARG[,OPTION=VALUE...]):\n"
@@ -235,25 +235,12 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
     return 0
 
 
-TIMELINE_POINTS = 400  # queue and utilisation samples per policy for the timeline (a run config's default)
-
-
 def write_simulate_plots(folder: Path, args: argparse.Namespace, results: list[SimResult]) -> None:
     """The plots of ``marlsched run`` for this one workload and seed (experiments.plots.write_plots), the
     first policy as the paired plot's baseline."""
-    from experiments.plots import workload_title, write_plots
+    from experiments.plots import plot_results, workload_title
 
-    run = ("", int(args.seed))
-    rows = {r.scheduler: {run: r.metrics()} for r in results}
-    series = {r.scheduler: {run: r.plot_series(TIMELINE_POINTS)} for r in results}
-    figures = write_plots(
-        folder,
-        rows,
-        series,
-        baseline=results[0].scheduler if len(results) > 1 else None,
-        timeline_run=run,
-        workload_name=workload_title(args.workload),
-    )
+    figures = plot_results(folder, results, workload_name=workload_title(args.workload), seed=int(args.seed))
     print(f"plots: {', '.join(str(folder / f) for f in figures)}")
 
 

@@ -85,7 +85,9 @@ class InterferenceModel(Protocol):
 
     name: str
 
-    def throughput_factors(self, queries: Sequence[CoLocation]) -> np.ndarray: ...
+    def throughput_factors(self, queries: Sequence[CoLocation]) -> np.ndarray:
+        """For each query, the job's speed beside its neighbours over its speed alone, in (0, 1]."""
+        ...
 
 
 class NoInterference:

@@ -423,6 +423,9 @@ def test_registry_names_and_errors():
     combo = get_policy("sjf+best-fit", 0)
     assert combo.name == "sjf+best-fit" and combo.placement_name == "best-fit"
     assert {"fifo", "closest-gpus", "tiresias"} <= set(policy_names())
+    assert all(get_policy(name).name == name for name in policy_names())  # every name listed builds
+    with pytest.raises(TypeError, match=r"'tiresias': unknown option 'threshold'; did you mean 'thresholds'\? allowed"):
+        get_policy("tiresias", threshold=5)
     with pytest.raises(ValueError) as err:
         get_policy("lifo", 0)
     assert all(name in str(err.value) for name in [*POLICIES, *ORDERINGS, *PLACEMENTS])

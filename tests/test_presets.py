@@ -45,6 +45,16 @@ def test_simulate_preset_and_the_sia_config_give_the_same_figures(sia_dir: Path,
         figures[name + "_err"] = capsys.readouterr().err
     for key in ("avg_jct", "p95_jct", "makespan", "restarts_per_job"):
         assert figures["preset"][key] == by_config[key], key
+    # from Python, build_simulator(preset=) is the same replay, and a setting given beside it wins
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    python = build_simulator("sia-hetero", workload, preset="sia").run(get_policy("gavel")).metrics()
+    assert all(python[key] == by_config[key] for key in ("avg_jct", "p95_jct", "makespan", "restarts_per_job"))
+    uncalibrated = build_simulator("sia-hetero", workload, preset="sia", calibration=False)
+    assert uncalibrated.run(get_policy("gavel")).metrics()["avg_jct"] != python["avg_jct"]
+    with pytest.raises(ValueError, match="unknown preset 'sia2'; choose one of: sia, pollux"):
+        build_simulator("sia-hetero", workload, preset="sia2")
     assert figures["plain"]["avg_jct"] != by_config["avg_jct"]
     assert "warning" not in figures["preset_err"]
     assert "Sia's published workload" in figures["plain_err"] and "--preset sia" in figures["plain_err"]

@@ -63,6 +63,7 @@ Named defaults:
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable
 
 from cluster_sim.placement import PLACEMENTS, placement_names
@@ -86,6 +87,7 @@ from cluster_sim.policies.srtf import SRTF
 from cluster_sim.policies.tiresias import Tiresias
 from cluster_sim.policy_folders import folder_prefixes, load_folder_policy, split_folder_name
 from cluster_sim.typed_placement import GPU_TYPE_ORDERS
+from topology.spec import did_you_mean
 
 ORDERINGS: dict[str, type[PolicyScheduler]] = {
     cls.ordering: cls for cls in (FIFO, SJF, SRTF, Tiresias, DRF, Optimus, QSSF, RandomOrder)
@@ -185,8 +187,28 @@ def register_policy(name: str, factory: Callable[[int], PolicyScheduler], *, rep
 
 
 def policy_names() -> list[str]:
-    """Named policies, then the ``ORDERING+PLACEMENT`` pattern (for CLI help)."""
-    return [*POLICIES, f"ORDERING+PLACEMENT ({'|'.join(ORDERINGS)} + {'|'.join(placement_names())})"]
+    """The named policies, each a name :func:`get_policy` builds (``ORDERING+PLACEMENT`` combinations come on top:
+    :func:`combination_syntax`)."""
+    return list(POLICIES)
+
+
+def combination_syntax() -> str:
+    """The ``ORDERING+PLACEMENT`` pattern with its choices, for help texts."""
+    return f"ORDERING+PLACEMENT ({'|'.join(ORDERINGS)} + {'|'.join(placement_names())})"
+
+
+def constructor_options(cls: type) -> list[str]:
+    """The keyword options a scheduler class takes, through the ``__init__`` methods that pass ``**kw`` on."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return sorted(names - {"seed"})
 
 
 def reads_true_durations(name: str) -> bool:
@@ -214,7 +236,19 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
             policy.name = name
         return policy
     if name in POLICIES:
-        return POLICIES[name](seed, **options) if options else POLICIES[name](seed)
+        if not options:
+            return POLICIES[name](seed)
+        try:
+            return POLICIES[name](seed, **options)
+        except TypeError as err:  # an option it does not take: named with those it does
+            if "unexpected keyword argument" not in str(err):
+                raise
+            takes = constructor_options(type(POLICIES[name](seed)))
+            bad = next((k for k in options if k not in takes), sorted(options)[0])
+            hint = did_you_mean(bad, takes)
+            raise TypeError(
+                f"scheduler {name!r}: unknown option {bad!r}; {hint + ' ' if hint else ''}allowed: {', '.join(takes)}"
+            ) from None
     if split_folder_name(name):
         return load_folder_policy(name, **options)
     from cluster_sim.scheduler_spec import custom_spec_form, load_custom_scheduler
@@ -262,6 +296,8 @@ __all__ = [
     "ScoredRounds",
     "Sia",
     "Tiresias",
+    "combination_syntax",
+    "constructor_options",
     "get_policy",
     "make_scheduler",
     "policy_names",
