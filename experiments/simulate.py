@@ -128,7 +128,7 @@ def simulator_settings(args: argparse.Namespace) -> dict[str, Any]:
     return resolve_settings(args.preset, {k: getattr(args, k) for k in PRESET_KEYS}, SIMULATE_DEFAULTS)
 
 
-def build_simulator(args: argparse.Namespace) -> Simulator:
+def simulator_from_args(args: argparse.Namespace) -> Simulator:
     """The simulator the arguments describe; warns (stderr) when a paper's workload runs without its settings and
     when ``load=`` squeezes a window into one burst."""
     from cluster_sim.build import build_simulator as build
@@ -171,7 +171,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     names = split_policies(args.policy)
     if not names:
         raise ValueError(f"--policy {args.policy!r} names no scheduler; e.g. --policy fifo,tiresias,qssf")
-    sim = build_simulator(args)
+    sim = simulator_from_args(args)
     schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
     _refuse_shared_names(names, [s.name for s in schedulers])
     if not args.out:
