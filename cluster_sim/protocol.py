@@ -7,6 +7,7 @@ bad one instead of silently repairing it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -324,7 +325,27 @@ class Scheduler(Protocol):
     def schedule(self, view: SchedulerView) -> list[Decision]: ...
 
 
-PROTOCOL_HINT = "a scheduler has `name`, `reset(view)` and `schedule(view) -> list[Decision]` (cluster_sim/protocol.py)"
+PROTOCOL_HINT = (
+    "a scheduler has `name`, `reset(view)` and `schedule(view) -> list[Decision]`, or is one function "
+    "`fn(view) -> list[Decision]` (FunctionScheduler(fn); cluster_sim/protocol.py)"
+)
+
+
+class FunctionScheduler:
+    """A scheduler that is one function, ``fn(view) -> list[Decision]``, called at every scheduling point (the
+    one-call form of the Pollux simulator's policies): for a rule that keeps no state between points."""
+
+    def __init__(self, fn: Callable[[SchedulerView], list[Decision]], name: str | None = None) -> None:
+        if not callable(fn):
+            raise TypeError(f"FunctionScheduler takes a function fn(view) -> list[Decision], got {fn!r}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "function").replace("_", "-")
+
+    def reset(self, view: SchedulerView) -> None:
+        """Nothing to forget: the function keeps no state."""
+
+    def schedule(self, view: SchedulerView) -> list[Decision]:
+        return self.fn(view)
 
 
 def check_scheduler(scheduler: object) -> None:

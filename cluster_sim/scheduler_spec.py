@@ -14,7 +14,7 @@ from typing import Any
 
 from cluster_sim.plugins import PluginError, absolute_target, import_target, spec_options
 from cluster_sim.policy_folders import folder_prefixes
-from cluster_sim.protocol import PROTOCOL_HINT, Scheduler
+from cluster_sim.protocol import PROTOCOL_HINT, FunctionScheduler, Scheduler
 
 
 def is_custom_spec(spec: str) -> bool:
@@ -62,8 +62,16 @@ def load_custom_scheduler(spec: str, seed: int = 0, **more: Any) -> Scheduler:
         found = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and _speaks_protocol(v))
         hint = f"schedulers it defines: {', '.join(found)}" if found else "it defines no scheduler class"
         raise PluginError(f"--policy {spec!r}: {target} has no class {cls_name!r}; {hint}")
+    if inspect.isfunction(cls):  # the one-call form: fn(view) -> list[Decision]
+        unknown = sorted(set(options) - {"name"})
+        if unknown:
+            why = f"{cls_name} is a function: it takes no option {unknown[0]!r} (only name)"
+            raise PluginError(f"--policy {spec!r}: {why}")
+        return FunctionScheduler(cls, name=options.get("name"))
     if not inspect.isclass(cls):
-        raise PluginError(f"--policy {spec!r}: {target}:{cls_name} is a {type(cls).__name__}, not a class")
+        raise PluginError(
+            f"--policy {spec!r}: {target}:{cls_name} is a {type(cls).__name__}, not a scheduler class or function"
+        )
     missing = [m for m in ("reset", "schedule") if not callable(getattr(cls, m, None))]
     if missing:
         raise PluginError(

@@ -176,6 +176,29 @@ def test_get_policy_builds_a_scheduler_of_your_own_from_its_spec(tiny) -> None:
         get_policy(f"{SMALLEST_FIRST},placement=spread", placement="consolidate")
 
 
+def test_a_scheduler_that_is_one_function_runs_as_its_class_does(tiny) -> None:
+    """The one-call form: ``FILE:function`` on the command line and ``FunctionScheduler(fn)`` in Python schedule
+    as the class around the same rule, job for job; a function takes no option but its name."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+    from cluster_sim.protocol import FunctionScheduler
+    from cluster_sim.scheduler_spec import import_target
+
+    cluster, jobs = tiny
+    runs = {}
+    fn = import_target(str(EXAMPLES / "smallest_first.py")).smallest_first
+    for label, sched in (
+        ("class", get_policy(SMALLEST_FIRST)),
+        ("spec", get_policy(f"{EXAMPLES / 'smallest_first.py'}:smallest_first,name=fn")),
+        ("python", FunctionScheduler(fn)),
+    ):
+        runs[label] = (sched.name, build_simulator(str(cluster), f"philly:{jobs}", perf_model=False).run(sched).jct)
+    assert [name for name, _ in runs.values()] == ["smallest-first", "fn", "smallest-first"]
+    assert all(np.array_equal(jct, runs["class"][1]) for _, jct in runs.values())
+    with pytest.raises(ValueError, match="smallest_first is a function: it takes no option 'placement'"):
+        get_policy(f"{EXAMPLES / 'smallest_first.py'}:smallest_first,placement=spread")
+
+
 def test_bad_custom_scheduler_in_a_run_config_names_its_entry() -> None:
     from experiments.run_config import ExperimentConfigError, parse_experiment_config
 
