@@ -157,7 +157,7 @@ def burst_warning(w: Workload) -> str | None:
 
     ``load`` is met while the rescaled window lasts; a window whose jobs are few for the cluster is squeezed
     until they arrive within seconds or minutes, and the run is then mostly the drain of that burst on an
-    idle cluster (the Philly trace's two weeks at load 0.9 of dc-1k arrive in 72 s)."""
+    idle cluster (the Philly trace's two weeks at load 0.9 of dc-1k arrive in 56 s)."""
     win = w.meta.get("window") or {}
     load, scale, time_range = win.get("load"), win.get("arrival_scale"), win.get("time_range")
     if load is None or scale is None or time_range is None or scale > BURST_SCALE or len(w) < 2:
