@@ -20,6 +20,7 @@ from mkdocs.structure.files import File, Files
 
 REPO = Path(__file__).resolve().parents[1]
 POLICIES = REPO / "experiments" / "policies"
+DOCS = REPO / "docs"
 CLI_PAGE = "reference/cli.md"
 HELP_COLUMNS = "100"  # help is wrapped to the terminal's width; a fixed one keeps the page the same everywhere
 LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
@@ -76,7 +77,8 @@ def on_files(files: Files, config) -> Files:
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    """Links written as repository paths to a shipped policy's files point at this site's copies."""
+    """Links written as repository paths point at this site's pages: a shipped policy's files at their copies
+    under ``policies/``, and a docs page linked from a policy's README (``../../../docs/guide/...``) at itself."""
     if page.file.abs_src_path is None:
         return markdown
     here = Path(page.file.abs_src_path).parent
@@ -87,9 +89,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             return match.group(0)
         path, _, fragment = target.partition("#")
         resolved = (here / path).resolve()
-        if not resolved.is_relative_to(POLICIES):
+        if resolved.is_relative_to(POLICIES):
+            site_uri = "policies/" + resolved.relative_to(POLICIES).as_posix()
+        elif resolved.is_relative_to(DOCS) and page.file.src_uri.startswith("policies/"):
+            site_uri = resolved.relative_to(DOCS).as_posix()
+        else:
             return match.group(0)
-        site_uri = "policies/" + resolved.relative_to(POLICIES).as_posix()
         new = posixpath.relpath(site_uri, posixpath.dirname(page.file.src_uri) or ".")
         return match.group(1) + new + (f"#{fragment}" if fragment else "") + match.group(3)
 
