@@ -40,6 +40,11 @@ def sample_timeline(t: np.ndarray, values: np.ndarray, points: int) -> tuple[np.
 
 @dataclass(eq=False)
 class SimResult:
+    """One scheduler's run of a workload (what ``Simulator.run`` returns): per-job arrays indexed like the
+    workload's jobs (``jct``, ``start``, ``end``, ``preemptions`` ...; nan where a job never started or finished),
+    the run's totals, and :meth:`metrics` (the table ``simulate`` prints), :meth:`write` (``metrics.json`` and
+    ``jobs.csv``) and :meth:`jobs_frame` (the per-job table as a pandas DataFrame)."""
+
     scheduler: str
     cluster: str
     num_gpus: int
@@ -78,6 +83,7 @@ class SimResult:
 
     @property
     def jct(self) -> np.ndarray:
+        """Job completion time per job, seconds from its arrival to its end (nan if unfinished)."""
         return self.end - self.workload.arrival
 
     @property
@@ -124,6 +130,14 @@ class SimResult:
         }
 
     def metrics(self) -> dict[str, float | int | str]:
+        """The run's figures (seconds unless said): ``avg_jct``, ``p50_jct``, ``p95_jct``, ``p99_jct`` over finished
+        jobs; ``avg_queue_delay`` (time waiting, all stints) and ``avg_first_start_delay``; ``makespan`` (first
+        arrival to last end); ``gpu_utilization`` and ``fragmentation`` (shares of GPU-time over the makespan);
+        ``mean_slowdown`` (JCT over the trace's run time) and ``mean_interference_slowdown``; ``preemptions``,
+        ``preemptions_per_job``, ``restarts_per_job``, ``resizes_per_job``; ``avg_gpus_held``, ``avg_goodput``,
+        ``jobs_per_gpu``; ``gpu_hours_per_job_<TYPE>``; the scheduler's cost (``round_ms_p50``, ``round_ms_p95``,
+        ``decisions``, ``decisions_per_second``) and the simulation's (``events``, ``wall_seconds``); and
+        ``jobs_total``, ``jobs_completed``, ``estimated_jobs`` (jobs run at an estimated speed)."""
         done = ~np.isnan(self.end)
         jct = self.jct[done]
         n = len(self.workload)

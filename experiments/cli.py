@@ -9,6 +9,7 @@ import warnings
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``marlsched`` parser with every subcommand (the CLI reference page is rendered from it)."""
     from experiments.run import add_run_command
     from experiments.simulate import add_simulate_command
     from interference.cli import add_interference_commands
@@ -78,6 +79,8 @@ def plugins_first(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``marlsched`` with ``argv`` (default: the process's arguments); returns the exit code (2: a user error,
+    said in one line; 130: interrupted)."""
     parser = build_parser()
     args = parser.parse_args(plugins_first(sys.argv[1:] if argv is None else argv))
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given, for results' provenance
