@@ -43,13 +43,16 @@ def add_simulate_command(subparsers) -> None:
         epilog=(
             f"cluster presets: {', '.join(PRESETS)} (or a YAML file)\n"
             f"policies: {', '.join(policy_names())}, {combination_syntax()},\n"
-            "          marl:POLICY_DIR (a trained policy, any kind; topdrl:, dl2:, metaplace: for one of that kind),\n"
-            "          MODULE_OR_FILE.py:ClassName[,key=value...] (your own scheduler class)\n"
+            "          marl:POLICY_DIR[,key=value...] (a trained policy, any kind, e.g. marl:DIR,num_agents=8;\n"
+            "          topdrl:, dl2:, metaplace: for one of that kind),\n"
+            "          MODULE_OR_FILE.py:ClassName[,key=value...] (your own scheduler class),\n"
+            "          MODULE_OR_FILE.py:function (your own scheduler as one function of the view)\n"
             "workloads (KIND:ARG[,OPTION=VALUE...]):\n"
             + "".join(f"  {syntax}\n" for syntax in workload_syntax().values())
-            + "  every kind also takes ,max_jobs=N ,max_gpus=N ,arrival_scale=F ,load=F (the window offers F x the\n"
-            "  cluster's GPUs) ,apps=DIR (jobs train Pollux's measured applications) and ,start= ,end= as seconds\n"
-            "  from the trace's first arrival or as dates (start=2017-11-01,end=2017-11-03)\n"
+            + "  every kind also takes ,max_jobs=N ,max_gpus=N ,arrival_scale=F ,load=F (a trace's window offers F x\n"
+            "  the cluster's GPUs while it lasts; synthetic's load is its long-run rate, window_load=F the window\n"
+            "  form) ,apps=DIR (jobs train Pollux's measured applications) and ,start= ,end= as seconds from the\n"
+            "  trace's first arrival or as dates (start=2017-11-01,end=2017-11-03)\n"
             "presets (--preset NAME; a flag given beside it wins):\n"
             + "".join(f"  {name}: {preset.about}\n" for name, preset in SIM_PRESETS.items())
         ),

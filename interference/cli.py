@@ -261,7 +261,7 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
         help="gavel:PATH (a Gavel throughput JSON or its folder) or pairs:FILE (your measured pairs CSV); "
         "repeat to train on several, e.g. --data gavel:PATH --data pairs:FILE",
     )
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="seed of the ensemble's initial weights and batches (default 0)")
     t.add_argument("--out", required=True, help="model file to write (JSON)")
     t.add_argument("--steps", type=int, default=None, help="optimiser steps per stage (default: TrainConfig's)")
     t.add_argument("--members", type=int, default=None, help="ensemble members (default: TrainConfig's)")
@@ -285,15 +285,28 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
     )
     t.set_defaults(func=_guard(cmd_train))
 
-    e = sub.add_parser("eval", help="held-out accuracy of the model's configuration on Gavel's pairs")
-    e.add_argument("--model", required=True)
+    e = sub.add_parser(
+        "eval",
+        help="held-out accuracy of the model's configuration on Gavel's pairs",
+        description=(
+            "How well a trained predictor answers what it was not fitted on: with --data, its configuration refitted "
+            "on each fold of Gavel's pairs and scored on the fold held out (--split); with --pairs, the model as "
+            "it is on measured pairs of another source. Writes eval.json and a parity plot."
+        ),
+    )
+    e.add_argument("--model", required=True, help="the trained predictor's JSON (interference train --out)")
     e.add_argument("--data", default=None, help="gavel:PATH: held-out folds of Gavel's pairs (refits per fold)")
     e.add_argument(
         "--pairs",
         default=None,
         help="a pairs CSV (as for predict) with measured norm_a,norm_b: the model as it is, on another source",
     )
-    e.add_argument("--split", choices=SPLITS, default="random")
+    e.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="random",
+        help="random: pairs held out at random; leave-model-out: every pair of a model family (default: random)",
+    )
     e.add_argument("--out", required=True, help="folder for eval.json and parity.png")
     e.add_argument("--seed", type=int, default=None, help="fold seed (default: the model's training seed)")
     e.add_argument("--steps", type=int, default=None, help="override the training steps per fold")
@@ -307,7 +320,7 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("--model", required=True)
-    r.add_argument("--pairs", required=True, help="CSV with columns " + ",".join(REQUIRED) + " (see above)")
+    r.add_argument("--pairs", required=True, help="CSV with columns " + ", ".join(REQUIRED) + " (see above)")
     r.add_argument("--out", required=True, help="CSV to write: input columns + " + ", ".join(OUTPUT_COLUMNS))
     r.add_argument(
         "--gpu-specs",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import textwrap
 from functools import partial
 from pathlib import Path
 
@@ -25,19 +26,26 @@ def add_train_commands(subparsers) -> None:
         ("train-priority", "the same as `marlsched train` (kept for older scripts; configs without agent: train "
          "the priority agents with PPO)"),
     ):  # fmt: skip
+        intro = (
+            "Train the learned scheduler a YAML config names: `agent:` (default priority, marlsched's per-partition "
+            "agents) and `algo:` (default: the agent's first below); the rest of the file is that algorithm's "
+            "settings, each key checked with its line. Writes the trained policy to OUT/policy (usable as "
+            "`simulate --policy marl:OUT/policy`) with its progress and learning curve."
+        )
+        if command == "train-priority":
+            intro = "The same command as `marlsched train`, kept for older scripts. " + intro
         p = subparsers.add_parser(
             command,
             help=about,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             description=(
-                "Train the learned scheduler a YAML config names: `agent:` (default priority, marlsched's "
-                "per-partition agents) and `algo:` (default: the agent's first below); the rest of the file is that "
-                "algorithm's settings, each key checked with its line. Writes the trained policy to OUT/policy "
-                "(usable as `simulate --policy marl:OUT/policy`) with its progress and learning curve.\n\n"
-                "agent / algo:\n" + recipes_table() + "\n\nAn agent of your own is one more spec (in marl/agents/, or "
-                "a package's marlsched.agents entry point): see docs/extending.md."
+                textwrap.fill(intro, 100, break_on_hyphens=False) + "\n\nagent / algo:\n" + recipes_table() + "\n\n"
+                + textwrap.fill(
+                    "An agent of your own is one more spec (in marl/agents/, or a package's marlsched.agents entry "
+                    "point): see docs/extending.md.", 100,
+                )
             ),
-        )
+        )  # fmt: skip
         p.add_argument("--config", required=True, help="training config YAML (agent:, algo: and their settings)")
         p.add_argument("--out", required=True, help="run folder to create (OUT/policy is the trained policy)")
         p.add_argument("--iterations", type=int, default=None, help="iterations or rounds (overrides the config)")
@@ -70,7 +78,7 @@ def add_train_commands(subparsers) -> None:
             "and write the factor with the lowest paired average JCT into POLICY/metadata.json."
         ),
     )
-    u.add_argument("--policy", required=True, help="priority policy folder (e.g. OUT/policy of train-priority)")
+    u.add_argument("--policy", required=True, help="priority policy folder (e.g. OUT/policy of marlsched train)")
     u.add_argument("--config", required=True, help="the training config: its env gives cluster, trace and period")
     # defaults: the config's tune section, else 2 4 8 16 31 on 7-day windows 3.5 days apart at load 0.9
     own = "the config's tune section, else"

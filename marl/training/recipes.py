@@ -155,9 +155,16 @@ def _run_loop(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest
 
 def recipes_table() -> str:
     """The agents and their algorithms, for ``marlsched train --help``."""
+    import textwrap
+
     rows = [(f"{s.name} / {a.name}", a) for s in AGENTS.values() for a in s.algorithms]
     width = max(len(label) for label, _ in rows)
-    return "\n".join(f"  {label:<{width}}  {a.about} (e.g. {a.example})" for label, a in rows)
+    indent = " " * (width + 4)
+    return "\n".join(
+        textwrap.fill(f"  {label:<{width}}  {a.about} (e.g. {a.example})", 100, subsequent_indent=indent,
+                      break_on_hyphens=False, break_long_words=False)
+        for label, a in rows
+    )  # fmt: skip
 
 
 __all__ = [
