@@ -2,6 +2,8 @@
 
 - ``reference/cli.md``: the ``--help`` of ``marlsched`` and of every subcommand (nested ones included),
   rendered from the argparse parsers of this checkout (``experiments.cli.build_parser``).
+- API pages: docstrings' Sphinx roles (``:func:``, ``:class:`` ...) dropped from the rendered HTML, the names kept
+  as code.
 - ``policies/<name>/``: each shipped policy's ``experiments/policies/<name>/README.md`` and its figures.
   A docs page links to them by their place in the repository (``../../experiments/policies/...``, which
   also works when the Markdown is read on its own); such links are pointed at the pages here.
@@ -99,3 +101,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return match.group(1) + new + (f"#{fragment}" if fragment else "") + match.group(3)
 
     return LINK.sub(fix, markdown)
+
+
+SPHINX_ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):(<code>)")
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """Docstrings name code in Sphinx's roles (``:func:`build_simulator```), which mkdocstrings leaves as text:
+    the role is dropped and the name stays as code."""
+    return SPHINX_ROLE.sub(r"\1", html)
