@@ -39,7 +39,9 @@ def load_interference_model(mode: str, model_path: str | None = None) -> Interfe
     - ``none``: no slowdown; ``model_path`` is ignored.
     - ``oracle``: the ground truth. ``model_path`` is Gavel's throughput file (``gavel:PATH``, a JSON file
       or its folder) whose measured pairs it reproduces; without it every level is parametric.
-    - ``learned``: the set model saved by ``marlsched interference train`` at ``model_path``.
+    - ``learned``: the predictor ``marlsched interference train`` saved at ``model_path`` (a JSON file; the
+      shipped one is ``experiments/policies/interference-gavel/model.json``).
+    - any mode a plugin registered (:func:`interference_modes` lists them all).
     """
     if mode not in INTERFERENCE_MODELS:
         raise ValueError(f"unknown interference mode {mode!r}; choose one of {', '.join(interference_modes())}")
