@@ -83,7 +83,7 @@ def rllib_sampling(
     at ``address``); ``envs``: environments per runner (None: the config's), ``steps`` over all of them."""
     import ray
 
-    from marl.deploy.local_ray import stop_algorithm
+    from marl.deploy.local_ray import start_local_ray, stop_algorithm, without_known_noise
     from marl.training.priority_train import load_config, ppo_config
 
     cfg = load_config(config)
@@ -93,13 +93,11 @@ def rllib_sampling(
         cfg["ppo"]["num_envs_per_env_runner"] = envs
     if address:
         ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(
-            address="local", num_cpus=max(2, runners), object_store_memory=int(cfg["ray"]["object_store_mb"]) * 1024**2,
-            include_dashboard=False, log_to_driver=False,
-        )  # fmt: skip
+    else:  # as the training command starts it: its workers' threads, quiet
+        start_local_ray(max(2, runners), int(cfg["ray"]["object_store_mb"]) * 1024**2)
     try:
-        algo = ppo_config(cfg).build_algo()
+        with without_known_noise():
+            algo = ppo_config(cfg).build_algo()
         try:
             group = algo.env_runner_group
             group.foreach_env_runner(lambda r: r.sample(num_timesteps=50), local_env_runner=False)  # warm up
