@@ -517,7 +517,7 @@ class Simulator:
             self.scheduler_seconds += took
             self._round_seconds.append(took)
             if decisions is None:  # most often a `return` forgotten: said here, not as a stalled run much later
-                raise TypeError(
+                raise InvalidDecision(
                     f"{scheduler.name} at t={self.now:,.0f} s: schedule(view) returned None; return a list of "
                     "decisions (an empty list when there is nothing to do)"
                 )

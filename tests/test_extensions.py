@@ -135,6 +135,7 @@ def test_an_instance_run_from_python_is_held_to_the_protocol_before_the_run(tiny
     """``sim.run(obj)`` from a notebook gets the CLI's one-line protocol message (not an AttributeError mid-run),
     and a ``schedule`` that returns None (a forgotten ``return``) is named at once, not as a stalled run."""
     from cluster_sim.build import build_simulator
+    from cluster_sim.protocol import InvalidDecision
 
     cluster, jobs = tiny
 
@@ -156,8 +157,8 @@ def test_an_instance_run_from_python_is_held_to_the_protocol_before_the_run(tiny
     sim = build_simulator(str(cluster), f"philly:{jobs}")
     with pytest.raises(TypeError, match=r"NoReset does not speak the scheduler protocol \(no reset\); a scheduler has"):
         sim.run(NoReset())
-    with pytest.raises(TypeError, match=r"forgot at t=.* s: schedule\(view\) returned None; return a list"):
-        sim.run(Forgot())
+    with pytest.raises(InvalidDecision, match=r"forgot at t=.* s: schedule\(view\) returned None; return a list"):
+        sim.run(Forgot())  # a ValueError: the command line says it in one line
 
 
 def test_get_policy_builds_a_scheduler_of_your_own_from_its_spec(tiny) -> None:

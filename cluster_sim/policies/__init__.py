@@ -86,6 +86,7 @@ from cluster_sim.policies.sjf import SJF
 from cluster_sim.policies.srtf import SRTF
 from cluster_sim.policies.tiresias import Tiresias
 from cluster_sim.policy_folders import folder_prefixes, load_folder_policy, split_folder_name
+from cluster_sim.protocol import FunctionScheduler
 from cluster_sim.typed_placement import GPU_TYPE_ORDERS
 from topology.spec import did_you_mean
 
@@ -287,6 +288,7 @@ __all__ = [
     "SJF",
     "SRTF",
     "ElasticOptimus",
+    "FunctionScheduler",
     "Gavel",
     "GpuPacking",
     "Optimus",

@@ -168,7 +168,8 @@ def burst_warning(w: Workload) -> str | None:
         f"load={load:g} squeezes this window's {_duration(span)} of arrivals into {_duration(span * scale)} "
         f"(arrival scale {scale:.2g}): its {len(w):,} jobs arrive as one burst and most of the run is their drain "
         f"on a nearly idle cluster, not a load of {load:g} kept over time; for that, choose a longer window "
-        "(start=, end=), more GPUs per job (gpu_scale=K) or a smaller cluster"
+        "(start=, end=), more GPUs per job (gpu_scale=K), the whole trace at a set pace (arrival_scale=F, no load=) "
+        "or a smaller cluster"
     )
 
 
