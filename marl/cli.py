@@ -1,5 +1,5 @@
-"""`marlsched train` (every learned scheduler; `train-priority` is the same), `tune-priority` and `export-program`;
-experiments.cli registers them (:func:`add_train_commands`).
+"""`marlsched train` (every learned scheduler; `train-priority` is the same), `tune-priority`, `export-program`,
+`upgrade-policy` and `record-rounds`; experiments.cli registers them (:func:`add_train_commands`).
 
 Heavy modules (torch, ray) load inside the commands so that `marlsched --help` starts fast.
 """
@@ -17,7 +17,8 @@ __all__ = ["add_train_commands", "main", "run_export_program", "run_train", "run
 
 
 def add_train_commands(subparsers) -> None:
-    """Register ``train``, ``train-priority``, ``tune-priority`` and ``export-program`` on an argparse subparsers
+    """Register ``train``, ``train-priority``, ``tune-priority``, ``export-program``, ``upgrade-policy`` and
+    ``record-rounds`` on an argparse subparsers
     object (each sets ``func``)."""
     from marl.training.recipes import recipes_table
 
@@ -115,6 +116,25 @@ def add_train_commands(subparsers) -> None:
     g.add_argument("folders", nargs="+", help="policy folders (e.g. experiments/policies/philly-small)")
     g.set_defaults(func=run_upgrade_policy)
 
+    r = subparsers.add_parser(
+        "record-rounds",
+        help="write a priority policy's network inputs, scores and decisions of some rounds to an .npz",
+        description=(
+            "Run a priority policy on a cluster and workload and write, for ROUNDS rounds in which its agents had a "
+            "choice, the arrays its network was given (in its argument order, with every column's name), its scores "
+            "and the jobs marlsched preempted and started: the reference for a scheduler that calls the exported "
+            "network itself (experiments/examples/exported_policy.py checks one against it with torch alone)."
+        ),
+    )
+    r.add_argument("folder", help="priority policy folder (e.g. experiments/policies/default-small)")
+    r.add_argument("--cluster", default="small", help="preset name or YAML file (default: small)")
+    r.add_argument("--workload", default="synthetic:1000,window_load=1.2", help="workload spec (default: %(default)s)")
+    r.add_argument("--rounds", type=int, default=50, help="rounds to write (default: 50)")
+    r.add_argument("--skip", type=int, default=0, help="rounds with a choice to pass first (default: 0)")
+    r.add_argument("--seed", type=int, default=0, help="simulation seed (default: 0)")
+    r.add_argument("--out", required=True, help="the .npz to write")
+    r.set_defaults(func=run_record_rounds)
+
 
 def run_train(args: argparse.Namespace) -> int:
     """``marlsched train --config``: the agent and algorithm the config names (:mod:`marl.training.recipes`)."""
@@ -179,6 +199,15 @@ def run_upgrade_policy(args: argparse.Namespace) -> int:
     for folder in args.folders:
         changed = upgrade_folder(folder)
         print(f"{folder}: " + ("; ".join(changed) if changed else "current, left as it is"))
+    return 0
+
+
+def run_record_rounds(args: argparse.Namespace) -> int:
+    from marl.deploy.recorded_rounds import record_rounds
+
+    counts = record_rounds(args.folder, args.cluster, args.workload, args.out, rounds=args.rounds, skip=args.skip,
+                           seed=args.seed)  # fmt: skip
+    print(f"{args.out}: {counts['rounds']} rounds, {counts['preemptions']} preemptions, {counts['starts']} starts")
     return 0
 
 

@@ -12,6 +12,7 @@ import pytest
 from cluster_sim.build import build_simulator
 from marl.deploy.registry import load_policy
 
+REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = "synthetic:600,window_load=1.2"  # jobs queue on small: the scores decide who runs
 
 
@@ -443,3 +444,72 @@ def test_every_kind_writes_one_schema_with_its_provenance_and_a_newer_format_is_
     (newer / "metadata.json").write_text(json.dumps({**meta, "format_version": 99}))
     with pytest.raises(ValueError, match="format_version 99 is newer than this marlsched's 2; upgrade"):
         load_policy(newer)
+
+
+PHILLY_DAYS = "philly:{}/pollux-osdi21/traces/philly.csv,start=2017-11-07,end=2017-11-09,load=0.9"
+
+
+def test_an_exported_policy_called_with_torch_alone_decides_as_marlsched(
+    tmp_path: Path, traces_dir: Path, capsys
+) -> None:
+    """``record_rounds`` writes what the placing network was given and what marlsched decided; the example that
+    imports torch and NumPy only (no marlsched module) gets the same scores and the same preemptions and starts
+    in every round, hand-offs included, and says so with exit 0; a round altered in the file is found (exit 1)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from marl.deploy.recorded_rounds import record_rounds
+
+    folder, out = REPO / "experiments" / "policies" / "default-small", tmp_path / "rounds.npz"
+    with pytest.warns(UserWarning, match="interference"):
+        counts = record_rounds(folder, "small", PHILLY_DAYS.format(traces_dir), out, rounds=30, skip=360)
+    assert counts == {"rounds": 30, "preemptions": 2, "starts": 30}
+    rec = dict(np.load(out))
+    assert [str(n) for n in rec["inputs"]] == ["jobs", "parts", "gpus", "servers", "racks", "server_type", "cands"]
+    assert list(rec["cands_features"])[-1] == "factor" and rec["jobs"].shape[:3] == rec["job_ids"].shape
+
+    script = REPO / "experiments" / "examples" / "exported_policy.py"
+    cmd = [sys.executable, "-X", "importtime", str(script), str(folder), str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert "30 rounds: scores within 0.0e+00 of marlsched's; decisions equal in 30 of 30" in proc.stdout
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in proc.stderr.splitlines()}
+    assert "torch" in imported and not imported & {"marl", "cluster_sim", "interference", "topology", "experiments"}
+
+    r = int(np.flatnonzero(rec["started"].any(axis=(1, 2)))[0])
+    rec["started"][r] = False  # a round whose starts marlsched did not make
+    np.savez(tmp_path / "altered.npz", **rec)
+    spec = importlib.util.spec_from_file_location("exported_policy", script)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    capsys.readouterr()
+    assert example.main(str(folder), str(tmp_path / "altered.npz")) == 1
+    assert "decisions equal in 29 of 30" in capsys.readouterr().out
+
+
+def test_record_rounds_refuses_agents_that_decide_otherwise_and_writes_nothing(tmp_path: Path) -> None:
+    from marl.deploy.recorded_rounds import record_rounds
+
+    out = tmp_path / "rounds.npz"
+    with pytest.raises(ValueError, match="default-hetero: its agents decide through RoundsAgents"):
+        record_rounds(REPO / "experiments" / "policies" / "default-hetero", "small-hetero", WORKLOAD, out)
+    with pytest.raises(ValueError, match="none after the 100000 skipped; skip fewer"), pytest.warns(UserWarning):
+        record_rounds(REPO / "experiments" / "policies" / "default-imitation", "small", WORKLOAD, out, skip=100_000)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_deployment_guide_names_every_input_column_in_the_networks_order() -> None:
+    """The guide's table of inputs lists each array's columns as the code builds them, in order."""
+    import re
+
+    from marl.env.priority_features import JOB_FEATURES, PART_FEATURES
+    from marl.env.topology_obs import topology_features
+
+    text = (REPO / "docs" / "guide" / "deployment.md").read_text()
+    listed: dict[str, list[str]] = {}
+    for array, column in re.findall(r"^\| `(\w+)` \| `(\w+)` \|", text, re.M):
+        listed.setdefault(array, []).append(column)
+    want = {"jobs": list(JOB_FEATURES), "parts": list(PART_FEATURES)}
+    want.update({f"{k.removesuffix('_features')}s": list(v) for k, v in topology_features(True).items()})
+    assert listed == want

@@ -66,8 +66,8 @@ class PolicyActor:
         return out.numpy()
 
     def info(self) -> dict[str, Any]:
-        """Its agents, process id (changes when the actor is restarted), calls and agent decisions served,
-        seconds spent in inference since (re)start, and the node it runs on."""
+        """Its agents, process id (changes when the actor is restarted), and since its last (re)start the calls
+        and agent decisions it served and the seconds spent in inference; the node it runs on."""
         return {
             "agents": self.agents,
             "pid": os.getpid(),
@@ -124,6 +124,7 @@ class RayActorScorer:
         return np.concatenate(ray.get(futures), axis=0)
 
     def info(self) -> list[dict[str, Any]]:
+        """:meth:`PolicyActor.info` of every actor (``self.actors``, the actor handles, in agent order)."""
         return ray.get([a.info.remote() for a in self.actors])
 
     def shutdown(self) -> None:

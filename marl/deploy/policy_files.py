@@ -16,6 +16,7 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -119,9 +120,11 @@ def save_program(module, example: tuple, dynamic_shapes: tuple, path: str | Path
     _PROGRAMS[key] = program
     while len(_PROGRAMS) > _KEEP_PROGRAMS:
         del _PROGRAMS[next(iter(_PROGRAMS))]
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")  # torch.export wants its archive's suffix
-    torch.export.save(program, str(tmp))
-    os.replace(tmp, path)
+    # torch.export names the archive's top folder after the file: written under the file's own name in a
+    # temporary folder beside it, then renamed into place
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:
+        torch.export.save(program, str(Path(tmp) / path.name))
+        os.replace(Path(tmp) / path.name, path)
     return err
 
 
