@@ -64,6 +64,13 @@ SIM_PRESETS: dict[str, SimPreset] = {
 }
 
 
+def restart_phrase(restart_cost: float, app_restart_costs: bool) -> str:
+    """The restart cost as a results title states it: Sia's per-application costs replace the flat one."""
+    if app_restart_costs:
+        return f"restart cost each application's own (Sia's; {restart_cost:g} s for others)"
+    return f"restart cost {restart_cost:g} s"
+
+
 def get_preset(name: str) -> SimPreset:
     """The preset ``name``; an unknown one is named with the choices."""
     if name not in SIM_PRESETS:

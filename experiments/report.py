@@ -16,6 +16,7 @@ import numpy as np
 
 from cluster_sim.policies import reads_true_durations
 from cluster_sim.results import METRIC_KEYS, write_atomic
+from cluster_sim.sim_presets import restart_phrase
 from cluster_sim.traces.periods import philly_date
 from experiments.plots import Runs, improvement
 from experiments.run_config import MARL, MARL_WARM_START, ExperimentConfig, PriorityTrainSection
@@ -516,5 +517,5 @@ def _console_table(cfg: ExperimentConfig, rows: Runs) -> str:
     return summary_table(
         means,
         title=f"{cfg.name}: means over {over}, every column (done: jobs finished per run); interference "
-        f"{cfg.interference}, restart cost {cfg.restart_cost:g} s",
+        f"{cfg.interference}, {restart_phrase(cfg.restart_cost, cfg.app_restart_costs)}",
     )

@@ -20,6 +20,7 @@ import argparse
 import itertools
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -101,7 +102,8 @@ def run_command(args: argparse.Namespace) -> int:
     name = cfg.name + "".join(f"-{w}" for w in args.workload or [])
     out = Path(args.out) if args.out else Path("results") / name
     log: Log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, flush=True))
-    summary = run_experiment(cfg, out, address=args.address, log=log)
+    command = shlex.join(["marlsched", *getattr(args, "argv", ["run", str(args.config)])])  # as given
+    summary = run_experiment(cfg, out, address=args.address, log=log, command=command)
     print(f"results: {out}/report.md ({summary['tasks_run']} runs done now, {summary['tasks_reused']} reused)")
     return 0
 
@@ -349,15 +351,18 @@ def _train_priority(cfg: ExperimentConfig, section: PriorityTrainSection, run_di
     return info
 
 
-def run_experiment(cfg: ExperimentConfig, out: str | Path, *, address: str | None = None, log: Log = print) -> dict:
+def run_experiment(
+    cfg: ExperimentConfig, out: str | Path, *, address: str | None = None, log: Log = print, command: str | None = None
+) -> dict:
     """The whole experiment into ``out`` (resuming what a previous invocation finished), holding the folder
-    against a second command writing it at the same time."""
+    against a second command writing it at the same time. ``command``: the command line, for the provenance
+    (default: ``marlsched run CONFIG``)."""
     out = Path(out)
     with folder_lock(out, "run"):
-        return _run_experiment(cfg, out, address=address, log=log)
+        return _run_experiment(cfg, out, address=address, log=log, command=command or f"marlsched run {cfg.source}")
 
 
-def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, log: Log) -> dict:
+def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, log: Log, command: str) -> dict:
     import ray
 
     from experiments.report import write_report
@@ -385,7 +390,7 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
         "tasks_reused": len(specs) - ran,
         "ray": {"address": ray_address(cfg, address), "nodes": cluster_info["nodes"], "CPU": cluster_info.get("CPU")},
         "provenance": result_provenance(
-            f"marlsched run {cfg.source}", [cfg.policy_of(label)[0] for label in cfg.schedulers], cfg.plugins
+            command, [cfg.policy_of(label)[0] for label in cfg.schedulers], cfg.plugins, cfg.workload_specs.values()
         ),
     })  # fmt: skip
     write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")

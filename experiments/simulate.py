@@ -12,6 +12,7 @@ from typing import Any
 
 from cluster_sim.out_folder import folder_lock
 from cluster_sim.results import SimResult, write_atomic
+from cluster_sim.sim_presets import restart_phrase
 from cluster_sim.simulator import Simulator
 
 SUMMARY_COLUMNS = (
@@ -216,7 +217,8 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
             result.write(out)
     settings = simulator_settings(args)  # the title says them: `marlsched run`'s defaults differ (interference)
     title = f"{sim.jobs.source} on {sim.topo.name}, interference {settings['interference']}"
-    print(summary_table([r.metrics() for r in results], title=f"{title}, restart cost {settings['restart_cost']:g} s"))
+    costs = restart_phrase(settings["restart_cost"], settings["app_restart_costs"])
+    print(summary_table([r.metrics() for r in results], title=f"{title}, {costs}"))
     if args.plot:
         write_simulate_plots(Path(args.plot), args, results)
     if args.out and len(schedulers) > 1:
@@ -228,7 +230,7 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
         command = shlex.join(["marlsched", *getattr(args, "argv", ["simulate", "..."])])
         doc = {
             "written": sorted(names),
-            "provenance": result_provenance(command, split_policies(args.policy), args.plugin),
+            "provenance": result_provenance(command, split_policies(args.policy), args.plugin, [args.workload]),
         }
         write_atomic(Path(args.out) / SIMULATE_MANIFEST, json.dumps(doc, indent=1) + "\n")
     unfinished = [r.scheduler for r in results if r.metrics()["jobs_completed"] != len(sim.jobs)]

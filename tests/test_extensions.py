@@ -101,9 +101,9 @@ def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(
 
     prov = json.loads((tmp_path / "run" / "state.json").read_text())["invocations"][-1]["provenance"]
     assert prov["code_version"] == code_version() and {"numpy", "torch", "ray"} <= set(prov["libraries"])
-    for example in ("smallest_first.py", "rack_local_placement.py"):
-        path = EXAMPLES / example
+    for path in (EXAMPLES / "smallest_first.py", EXAMPLES / "rack_local_placement.py", Path(tiny[1])):
         assert prov["files"][str(path.resolve())] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert prov["command"] == f"marlsched run {cfg.source}"
 
 
 @pytest.mark.parametrize(
@@ -388,7 +388,7 @@ def test_an_output_folder_is_held_by_one_command_and_simulate_replaces_its_own_r
     assert {p.name for p in out.iterdir()} == {".lock", "fifo", "sjf", "summary.json", "simulate.json"}
     prov = json.loads((out / "simulate.json").read_text())["provenance"]
     assert prov["command"] == shlex.join(["marlsched", *args, "--policy", "fifo,sjf"])
-    assert prov["code_version"] and prov["files"] == {}
+    assert prov["code_version"] and prov["files"] == {}  # synthetic jobs and built-in schedulers read no file
     assert main([*args, "--policy", "tiresias"]) == 0
     assert {p.name for p in out.iterdir()} == {".lock", "jobs.csv", "metrics.json", "simulate.json"}
     assert json.loads((out / "metrics.json").read_text())["scheduler"] == "tiresias"
@@ -511,3 +511,20 @@ def test_readme_examples_runner_runs_commands_in_order_and_stops_at_a_failure(tm
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "[1/4]" in proc.stdout and "ok in" in proc.stdout and "[2/4] skipped" in proc.stdout
     assert "FAILED (exit 1)" in proc.stderr and "--from 3" in proc.stderr and "[4/4]" not in proc.stdout
+
+
+def test_a_results_provenance_hashes_the_policy_folder_and_the_trace_it_read(tmp_path: Path, traces_dir: Path) -> None:
+    """``simulate.json`` names what the numbers came from beyond the code: every file of the ``marl:DIR`` folder its
+    loader reads (weights, metadata; not README or plots) and the trace, each with its SHA-256."""
+    import hashlib
+
+    folder = REPO / "experiments" / "policies" / "philly-small-dagger"
+    trace = traces_dir / "pollux-osdi21" / "traces" / "philly.csv"
+    out = tmp_path / "out"
+    args = ["simulate", "--cluster", "small", "--workload", f"philly:{trace},start=2017-11-07,end=2017-11-08,load=0.9",
+            "--policy", f"marl:{folder}", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    files = json.loads((out / "simulate.json").read_text())["provenance"]["files"]
+    read = [trace, *(p for p in folder.iterdir() if p.suffix not in (".md", ".png"))]
+    assert files == {str(p.resolve()): hashlib.sha256(p.read_bytes()).hexdigest() for p in read}
+    assert str((folder / "policy.pt").resolve()) in files and str((folder / "README.md").resolve()) not in files

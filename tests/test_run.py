@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -528,6 +529,8 @@ def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> No
     assert "[8/8] " in proc.stdout and "report.md (8 runs done now, 0 reused)" in proc.stdout
     state = json.loads((out / "state.json").read_text())
     assert state["invocations"][0]["ray"] == {"address": address, "nodes": 2, "CPU": 2.0}
+    given = ["marlsched", "run", str(config), "--address", address, "--out", str(out)]
+    assert state["invocations"][0]["provenance"]["command"] == shlex.join(given)  # the command as given
     tasks = [json.loads(p.read_text()) for p in sorted((out / "tasks").glob("*/metrics.json"))]
     assert len(tasks) == 8 and all(t["jobs_completed"] == 40 for t in tasks)
     assert len({t["node_id"] for t in tasks}) == 2  # both nodes ran simulations

@@ -443,6 +443,7 @@ def test_the_retired_module_commands_that_folders_record_name_the_one_command(mo
     assert one_command("c.yaml", ["--seed=2", "--no-calibrate", "--out", "o"]) == (
         "marlsched train --config c.yaml --set seed=2 --set no_calibrate=true --out o"
     )
+    assert one_command("c.yaml", ["--help"]) == "marlsched train --config c.yaml --out DIR"  # no --set help=true
 
 
 def test_a_policy_stopped_by_its_time_budget_records_a_command_that_makes_it_again_anywhere() -> None:

@@ -11,8 +11,8 @@ from typing import NoReturn
 
 
 def one_command(config: str, argv: Sequence[str]) -> str:
-    """``marlsched train`` for ``config`` with the old command's flags: ``--out DIR`` kept, every other
-    ``--KEY VALUE`` (or ``--KEY=VALUE``) as ``--set KEY=VALUE`` (the flags were the config's keys)."""
+    """``marlsched train`` for ``config`` with the old command's flags: ``--out DIR`` kept, ``--help`` dropped,
+    every other ``--KEY VALUE`` (or ``--KEY=VALUE``) as ``--set KEY=VALUE`` (the flags were the config's keys)."""
     out, sets, args = "DIR", [], list(argv)
     while args:
         arg = args.pop(0)
@@ -20,6 +20,8 @@ def one_command(config: str, argv: Sequence[str]) -> str:
         if not eq and args and not args[0].startswith("--"):
             value = args.pop(0)
         key = key.replace("-", "_")
+        if key in ("h", "help"):  # asked what the command takes: the one command's own help answers
+            continue
         if key == "out":
             out = value
         elif arg.startswith("--"):
