@@ -8,6 +8,13 @@ import sys
 import warnings
 
 
+def predictor_provenance(command: str, data: list[str]) -> dict:
+    """What ``marlsched interference train`` records in the predictor it writes, as results record theirs."""
+    from experiments.provenance import result_provenance
+
+    return result_provenance(command, [], (), data)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``marlsched`` parser with every subcommand (the CLI reference page is rendered from it)."""
     from experiments.run import add_run_command
@@ -33,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     add_simulate_command(sub)
-    add_interference_commands(sub)
+    add_interference_commands(sub, provenance=predictor_provenance)
     add_train_commands(sub)
     add_run_command(sub)
     return parser

@@ -7,7 +7,9 @@ interference.cli`` runs the same commands on their own.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -102,6 +104,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"std beyond the ensemble's: both types measured {sigma[0]:.3f}, one new {sigma[1]:.3f}, "
             f"both new {sigma[2]:.3f}"
         )
+    if args.provenance is not None:  # the command as given, the code and library versions, the data's SHA-256
+        command = shlex.join(["marlsched", *getattr(args, "argv", sys.argv[1:])])
+        model.meta["provenance"] = args.provenance(command, args.data)
     model.save(args.out)
     _say(
         f"wrote {args.out} (in-sample MAE {fit_metrics['mae']:.4f} on {fit_metrics['n']} samples, "
@@ -241,8 +246,12 @@ def _guard(fn):
     return run
 
 
-def add_interference_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``interference`` with sub-commands train, eval and predict; each sets ``func``."""
+def add_interference_commands(
+    subparsers: argparse._SubParsersAction, provenance: Callable[[str, list[str]], dict] | None = None
+) -> argparse.ArgumentParser:
+    """Register ``interference`` with sub-commands train, eval and predict; each sets ``func``. ``provenance``:
+    given the command line and the ``--data`` sources, what a trained predictor records of how it was made (the
+    caller's, which knows the code version; this package sits below the one that reads it)."""
     p = subparsers.add_parser(
         "interference", help="co-location interference: train, evaluate and query the learned predictor"
     )
@@ -283,7 +292,7 @@ def add_interference_commands(subparsers: argparse._SubParsersAction) -> argpars
         default=1,
         help="torch CPU threads (default 1: the network is tiny, more threads only add overhead)",
     )
-    t.set_defaults(func=_guard(cmd_train))
+    t.set_defaults(func=_guard(cmd_train), provenance=provenance)
 
     e = sub.add_parser(
         "eval",

@@ -1034,3 +1034,24 @@ def test_online_packing_observes_the_gpu_term_on_shared_servers(small_model: Pat
     observed = np.array([f for _, _, f in history])
     measured = np.array([truth.pair_factor(a, b, Sharing.GPU) for a, b, _ in history])
     np.testing.assert_allclose(observed, np.minimum(measured, 1.0), atol=1e-9)
+
+
+def test_the_marlsched_command_records_how_a_predictor_was_made(own_pairs, tmp_path: Path) -> None:
+    """``marlsched interference train`` writes the command as given, the code and library versions and the SHA-256
+    of its data into the predictor, as a policy folder records its own; the file still loads and predicts."""
+    import hashlib
+    import shlex
+
+    from experiments.cli import main
+    from marl.deploy.policy_files import code_version
+
+    out = tmp_path / "m.json"
+    argv = ["interference", "train", "--data", f"pairs:{own_pairs['few']}", "--members", "2", "--steps", "50",
+            "--no-calibrate", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    prov = json.loads(out.read_text())["provenance"]
+    assert prov["command"] == shlex.join(["marlsched", *argv])
+    assert prov["code_version"] == code_version() and {"numpy", "torch"} <= set(prov["libraries"])
+    data = Path(own_pairs["few"])
+    assert prov["files"] == {str(data.resolve()): hashlib.sha256(data.read_bytes()).hexdigest()}
+    assert LearnedInterference.load(out).meta["provenance"] == prov
