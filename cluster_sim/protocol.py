@@ -69,6 +69,11 @@ class SimulationWarning(UserWarning):
     `marlsched run` collects it from its tasks into the report)."""
 
 
+class MixedGpuTypesWarning(SimulationWarning):
+    """A scheduler that does not keep Sia's one-GPU-type rule ran jobs across several GPU types at once, where
+    the built-in schedulers keep each job on one type: the comparison is under different rules."""
+
+
 class PolicyClusterWarning(SimulationWarning):
     """A learned policy runs on a cluster other than the one it was trained on, or with co-location interference
     where it was trained without it (or the reverse): its figures may not hold there."""

@@ -47,6 +47,7 @@ from cluster_sim.protocol import (
     Decision,
     InvalidDecision,
     JobReport,
+    MixedGpuTypesWarning,
     PolicyClusterWarning,
     Preempt,
     Resize,
@@ -144,6 +145,7 @@ class Simulator:
         self._elastic_setting = elastic
         self.elastic = bool(elastic)
         self._mix_setting = mix_gpu_types
+        self._mixed_jobs: set[int] | None = None
         self.mix_gpu_types = mix_gpu_types is None or bool(mix_gpu_types) or len(view.gpu_types) == 1
         self.app_restart_costs = bool(app_restart_costs)
         self.calibration = bool(calibration)
@@ -476,6 +478,15 @@ class Simulator:
         if bar is not None:
             bar.update(self._done - last_done)
             bar.close()
+        if self._mixed_jobs:
+            warnings.warn(
+                f"{scheduler.name}: {len(self._mixed_jobs)} of {len(self.jobs)} jobs ran on several GPU types at once, "
+                "where the built-in schedulers keep each job on one type (Sia's rule): declare one_gpu_type = True on "
+                "the scheduler to be held to it, and place within one type (cluster_sim.typed_placement."
+                "one_type_placement); mix_gpu_types=True allows mixing without this warning",
+                MixedGpuTypesWarning,
+                stacklevel=2,
+            )
         # a periodic policy is called at every event but decides once a round: its own round times are the figure
         if getattr(scheduler, "round_seconds", None) is not None:
             self._round_seconds = list(scheduler.round_seconds)
@@ -490,6 +501,8 @@ class Simulator:
             self.elastic = traits.elastic
         if self._mix_setting is None:
             self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not traits.one_gpu_type
+        # jobs that ran across types where only the scheduler's silence allowed it (said after the run)
+        self._mixed_jobs = set() if self._mix_setting is None and len(self.topo.gpu_types) > 1 else None
         self._check_fits_one_type()
         if (trained := traits.trained_on) is not None:
             for why in (trained.mismatch(self.topo), trained.interference_mismatch(self._interfere)):
@@ -704,6 +717,8 @@ class Simulator:
     def _check_one_type(self, job: int, gpus: np.ndarray, action: str) -> None:
         """A job runs on one GPU type at a time unless the simulation allows mixing (``mix_gpu_types``)."""
         if self.mix_gpu_types:
+            if self._mixed_jobs is not None and len(np.unique(self._gpu_type[gpus])) > 1:
+                self._mixed_jobs.add(job)
             return
         types = self._gpu_type[gpus]
         if (types != types[0]).any():

@@ -471,7 +471,21 @@ def load_experiment_config(
                     f"workloads, not figures for the {len(set(workloads))} this run has: run the config without "
                     "--workload to put them beside ours"
                 )
+    changed = sorted({key for key, _, _ in (text.partition("=") for text in sets) if key.split(".")[0] in SETUP_KEYS})
+    if changed and isinstance(data, Mapping) and data.get("published"):
+        data = {**data, "published_source": (
+            f"{data.get('published_source') or 'the config'}; this run changed {', '.join(changed)} (--set), so those "
+            "figures are of the experiment the config describes, not of this one: a ratio says how far the change "
+            "moved a scheduler, not how faithful the replay is"
+        )}  # fmt: skip
     return parse_experiment_config(data, str(path), lines, given)
+
+
+# the settings that make an experiment another one than its published figures describe (not seeds, schedulers ...)
+SETUP_KEYS = frozenset({
+    "cluster", "workload", "workloads", "preset", "interference", "interference_data", "restart_cost", "start_cost",
+    "app_restart_costs", "calibration", "perf_model", "scheduler_options",
+})  # fmt: skip
 
 
 def absolute_spec(spec: str) -> str:

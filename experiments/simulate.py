@@ -216,7 +216,7 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
             out = Path(args.out) if len(schedulers) == 1 else Path(args.out) / _safe(sched.name)
             result.write(out)
     settings = simulator_settings(args)  # the title says them: `marlsched run`'s defaults differ (interference)
-    title = f"{sim.jobs.source} on {sim.topo.name}, interference {settings['interference']}"
+    title = f"{sim.jobs.source} jobs on {sim.topo.name}, interference {settings['interference']}"
     costs = restart_phrase(settings["restart_cost"], settings["app_restart_costs"])
     print(summary_table([r.metrics() for r in results], title=f"{title}, {costs}"))
     if args.plot:

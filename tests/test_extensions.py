@@ -528,3 +528,49 @@ def test_a_results_provenance_hashes_the_policy_folder_and_the_trace_it_read(tmp
     read = [trace, *(p for p in folder.iterdir() if p.suffix not in (".md", ".png"))]
     assert files == {str(p.resolve()): hashlib.sha256(p.read_bytes()).hexdigest() for p in read}
     assert str((folder / "policy.pt").resolve()) in files and str((folder / "README.md").resolve()) not in files
+
+
+class _FirstFreeGpus:
+    """A scheduler of one's own that places on the first free GPUs whatever their type (no traits declared)."""
+
+    name = "first-free"
+
+    def reset(self, view) -> None:
+        pass
+
+    def schedule(self, view) -> list:
+        from cluster_sim.protocol import Start
+
+        out, free = [], np.flatnonzero(np.asarray(view.gpu_job) < 0)
+        for j in view.queue:
+            n = int(view.jobs.num_gpus[j])
+            if n <= len(free):
+                out.append(Start(int(j), free[:n]))
+                free = free[n:]
+        return out
+
+
+def test_a_scheduler_of_ones_own_that_mixes_gpu_types_is_told_and_can_be_held_to_one_type() -> None:
+    """On mixed GPUs a scheduler that declares nothing may place a job across types, as the built-in ones never
+    do: the run says how many jobs it did and how to keep Sia's rule; declaring ``one_gpu_type`` refuses such a
+    decision, and ``mix_gpu_types=True`` allows it without a word."""
+    import warnings
+
+    from cluster_sim import policies
+    from cluster_sim.build import build_simulator
+    from cluster_sim.protocol import InvalidDecision, MixedGpuTypesWarning
+
+    def sim(**kw):
+        return build_simulator("small-hetero", "synthetic:1000,window_load=0.9", seed=0, **kw)
+
+    with pytest.warns(MixedGpuTypesWarning, match=r"first-free: \d+ of 1000 jobs ran on several GPU types at once"):
+        mixed = sim().run(_FirstFreeGpus())
+    assert mixed.metrics()["jobs_completed"] == 1000
+    held = _FirstFreeGpus()
+    held.one_gpu_type = True
+    with pytest.raises(InvalidDecision, match="a job runs on one GPU type at a time"):
+        sim().run(held)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MixedGpuTypesWarning)
+        sim(mix_gpu_types=True).run(_FirstFreeGpus())
+        sim().run(policies.get_policy("fifo"))  # a built-in one keeps the rule: nothing to say

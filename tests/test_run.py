@@ -653,6 +653,15 @@ def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Pa
     config = _write(tmp_path, yaml.safe_dump(TINY), "tiny.yaml")
     with pytest.raises(ExperimentConfigError, match="this config has none"):
         load_experiment_config(config, workloads=["a"])
+    # a --set that changes the experiment (its cluster) says so beside the paper's figures; one of seeds does not
+    moved = load_experiment_config("experiments/configs/pollux_osdi21.yaml", sets=["cluster=small", "seeds=[1]"])
+    assert (
+        "this run changed cluster (--set), so those figures are of the experiment the config" in moved.published_source
+    )
+    assert (
+        "changed"
+        not in load_experiment_config("experiments/configs/pollux_osdi21.yaml", sets=["seeds=[1]"]).published_source
+    )
 
 
 def test_set_replaces_a_configs_settings_checked_as_the_files_are(monkeypatch) -> None:
