@@ -61,7 +61,7 @@ def add_train_commands(subparsers) -> None:
             help="Ray cluster to train on (auto, HOST:PORT; default: the config's ray.address, then RAY_ADDRESS, "
             "else Ray in-process); algo ppo",
         )
-        p.add_argument("--resume", action="store_true", help="continue a killed training in --out (algo ppo)")
+        p.add_argument("--resume", action="store_true", help="continue a killed training in --out (algo ppo or appo)")
         p.add_argument(
             "--no-eval", action="store_true",
             help="skip what runs after training, for a quick try: the final evaluation against the heuristics and "

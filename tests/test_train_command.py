@@ -247,6 +247,8 @@ def test_ppo_trains_through_the_one_command_and_the_policy_runs_through_get_poli
     assert result.metrics()["jobs_completed"] == 30
     assert main(["train", "--config", str(cfg), "--out", str(out)]) == 2  # a finished run is not overwritten
     assert "already holds a trained policy" in capfd.readouterr().err
+    assert main(["train", "--config", str(cfg), "--out", str(out), "--resume"]) == 2  # nor trained again
+    assert "holds a finished training (its policy, no checkpoint): nothing to resume" in capfd.readouterr().err
     # Ray's standard result logs: one result per line, and TensorBoard's events with RLlib's metrics
     results = [json.loads(line) for line in (out / "result.json").read_text().splitlines()]
     assert len(results) == 1 and results[0]["env_runners"]["num_env_steps_sampled"] > 0
@@ -284,6 +286,11 @@ def test_appo_trains_the_same_agents_asynchronously_and_exports(ray_local, tmp_p
     assert "tuned" not in meta and meta["trained"]["command"].endswith(" --no-eval")
     result = build_simulator("small", "synthetic:30,load=0.9", seed=0).run(get_policy(f"marl:{out / 'policy'}"))
     assert result.metrics()["jobs_completed"] == 30
+    # the folder holds what the learner learned, not the network the runners started from
+    import torch
+
+    trained, start = (torch.jit.load(str(out / d / "policy.pt")).state_dict() for d in ("policy", "warm_start"))
+    assert any(not torch.equal(trained[k], start[k]) for k in trained)
 
 
 def test_ppo_imitates_the_privileged_label_inside_rllibs_learner(ray_local, tmp_path: Path) -> None:
@@ -457,3 +464,19 @@ def test_a_policy_stopped_by_its_time_budget_records_a_command_that_makes_it_aga
     assert rebuild_command(typed, 100, 100) == typed
     _, _, cfg = load_recipe_config(REPO / "experiments/configs/default_small.yaml", 28, ["ppo.time_budget_min=1e9"])
     assert cfg["ppo"]["iterations"] == 28 and cfg["ppo"]["time_budget_min"] == 1e9
+
+
+def test_an_absolute_reward_reports_the_episodes_jct_without_a_reference(tmp_path: Path) -> None:
+    """``env.relative: false`` runs no reference schedule: the progress line and the curve give the training
+    episodes' average JCT, where they printed ``nan%`` and drew nothing."""
+    from marl.training.priority_train import _reference_of, plot_curve, progress_line
+
+    row = {"iteration": 1, "minutes": 0.5, "env_steps": 100, "env_steps_per_s": 50.0, "episodes": 1,
+           "avg_jct": 15_084.0, "gain": float("nan")}  # fmt: skip
+    assert _reference_of({"relative": False}) is None and _reference_of({}) == "QSSF's scores"
+    line = progress_line(row, None)
+    assert line.endswith("avg JCT 15,084 s (not held out)") and "nan" not in line
+    assert "1.10% shorter than QSSF's scores" in progress_line({**row, "gain": 0.011})
+    rows = [{**row, "iteration": i, "minutes": i / 2, "avg_jct": 15_000.0 - 10 * i} for i in range(1, 7)]
+    plot_curve(rows, tmp_path / "curve.png", None)
+    assert (tmp_path / "curve.png").stat().st_size > 1000

@@ -21,8 +21,14 @@ def resolve(ref: str) -> Any:
 class Algorithm:
     """One loop that trains an agent: ``name`` is the config's ``algo:``. ``settings`` is the flat config
     dataclass (``module:Class``) or None for the agent's sectioned format, read by ``parse``
-    (``(data, source, lines, chk=None) -> config``); ``trainer`` writes the policy; ``iterations`` is the key that
-    ``--iterations`` sets; ``example`` a config in experiments/configs."""
+    (``(data, source, lines, chk=None) -> config``); ``iterations`` is the key that ``--iterations`` sets;
+    ``example`` a config in experiments/configs. ``trainer`` (``module:function``) writes the policy and returns
+    a summary dict; :func:`marl.training.recipes.run_recipe` calls it, after the config is checked, as
+
+    - ``trainer(cfg, out / "policy", command=, log=)`` with ``settings`` (it writes that folder);
+    - ``trainer(cfg, out, iterations=, evaluate=, command=, log=)`` with ``parse`` (the run folder is its own);
+    - ``trainer(cfg, out, log=, command=, resume=)`` for ``name`` ``ppo`` or ``appo``, RLlib's loops: the only
+      ones given ``--resume`` and ``--address`` (a Ray cluster), which the others refuse."""
 
     name: str
     about: str

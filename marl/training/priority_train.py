@@ -42,6 +42,8 @@ from marl.training.learning_curve import Series, plot_learning_curve
 from marl.training.ppo_iteration import train_iteration
 from marl.training.result_log import ResultLog
 
+CHECKPOINT_DIR = "checkpoint"  # OUT/checkpoint: the algorithm and progress after the last saved iteration
+
 POLICY_ID = "shared"
 Log = Callable[[str], None]
 PPO_DEFAULTS: dict[str, Any] = {
@@ -80,7 +82,6 @@ PPO_DEFAULTS: dict[str, Any] = {
 MODEL_DEFAULTS: dict[str, Any] = {"hidden": 64, "init_log_std": -1.0, "init_policy": None, "init_type_log_std": None}
 CONFIG_SECTIONS = frozenset({"name", "seed", "env", "model", "ppo", "ray", "select", "tune"})
 WARM_START_DIR = "warm_start"  # OUT/warm_start: the network before any update (the paired reference)
-CHECKPOINT_DIR = "checkpoint"  # OUT/checkpoint: the algorithm and progress after the last saved iteration
 
 
 # env settings that the ppo section decides, and what to set instead
@@ -374,9 +375,15 @@ def reference_name(env: Mapping[str, Any]) -> str:
     return "QSSF's scores" if decision == "partitions" else decision
 
 
-def progress_line(row: Mapping[str, Any], reference: str = "QSSF's scores") -> str:
+def _reference_of(env: Mapping[str, Any]) -> str | None:
+    """:func:`reference_name`, or None where the reward is absolute (``relative: false``: no reference runs)."""
+    return reference_name(env) if env.get("relative", True) else None
+
+
+def progress_line(row: Mapping[str, Any], reference: str | None = "QSSF's scores") -> str:
     """One iteration's line: its steps and speed, and the episodes that finished in it (on training windows, so
-    a training figure, not a held-out one); says so where none finished instead of printing nan."""
+    a training figure, not a held-out one); says so where none finished instead of printing nan. ``reference``
+    None: no reference schedule ran, the episodes' JCT alone."""
     head = (
         f"iter {row['iteration']:3d}  {row['minutes']:5.1f} min  steps {row['env_steps']:>8} "
         f"({row['env_steps_per_s']:,.0f}/s)  episodes {row['episodes']:>4}"
@@ -389,6 +396,8 @@ def progress_line(row: Mapping[str, Any], reference: str = "QSSF's scores") -> s
         head += f"  imitation loss {row['imitation_loss']:.3f}"
     if not math.isfinite(row["avg_jct"]):
         return f"{head}  no episode finished in this iteration (a window outlasts one iteration's batch)"
+    if reference is None or not math.isfinite(row["gain"]):
+        return f"{head}  training windows, exploring: avg JCT {row['avg_jct']:,.0f} s (not held out)"
     than = "shorter" if row["gain"] >= 0 else "longer"
     return (
         f"{head}  training windows, exploring: avg JCT {row['avg_jct']:,.0f} s, {abs(100 * row['gain']):.2f}% "
@@ -399,9 +408,17 @@ def progress_line(row: Mapping[str, Any], reference: str = "QSSF's scores") -> s
 MIN_CURVE_POINTS = 5  # fewer iterations with a finished episode draw no trend: the plot says so
 
 
-def plot_curve(rows: list[dict[str, Any]], path: Path, reference: str = "QSSF's scores") -> None:
+def plot_curve(rows: list[dict[str, Any]], path: Path, reference: str | None = "QSSF's scores") -> None:
     """Training episodes' gain over the reference schedule of the same window (the untrained agents': QSSF's
-    scores, or ``gavel-las`` on its rounds; not the start of a run from ``init_policy``), against training time."""
+    scores, or ``gavel-las`` on its rounds; not the start of a run from ``init_policy``), against training time;
+    ``reference`` None (an absolute reward): their average JCT."""
+    if reference is None:
+        plot_learning_curve(
+            rows, path, [Series("avg_jct", x="minutes")], xlabel="training time (min)",
+            ylabel="training episodes' avg JCT (s)", min_points=MIN_CURVE_POINTS,
+            title="training episodes (each on its own window: absolute reward, no reference)",
+        )  # fmt: skip
+        return
     plot_learning_curve(
         rows, path, [Series("gain", x="minutes", scale=100.0)], xlabel="training time (min)",
         ylabel="avg JCT below reference (%)", references={f"{reference} (reference)": 0.0},
@@ -518,9 +535,9 @@ def train_priority(
             seconds = 60.0 * (row["minutes"] - (rows[-1]["minutes"] if rows else 0.0))
             row["env_steps_per_s"] = (row["env_steps"] - (rows[-1]["env_steps"] if rows else 0)) / max(seconds, 1e-9)
             rows.append(row)
-            log(progress_line(row, reference_name(cfg["env"])))
+            log(progress_line(row, _reference_of(cfg["env"])))
             write_dict_rows(rows, out / "progress.csv")
-            plot_curve(rows, out / "learning_curve.png", reference_name(cfg["env"]))
+            plot_curve(rows, out / "learning_curve.png", _reference_of(cfg["env"]))
             last = row["minutes"] >= float(p["time_budget_min"]) or it == int(p["iterations"])
             every = int(p["snapshot_every"])
             if every and it % every == 0 and not last:
@@ -586,6 +603,9 @@ def _exporter(
 
     def export(folder: Path) -> Path:
         module = algo.get_module(POLICY_ID)
+        # the learner's weights: PPO copies them to this (driver's) runner every iteration, APPO only to the runners
+        # that sample, so the driver's copy would still be the warm start
+        module.set_state(algo.learner_group.get_weights([POLICY_ID])[POLICY_ID])
         env = cfg["env"]
         hidden = int(cfg["model"]["hidden"])
         inputs = bool(env.get("interference_inputs"))

@@ -123,6 +123,12 @@ def train(req: TrainRequest) -> dict[str, Any]:
     spec, algorithm, cfg = load_recipe_config(req.config, req.iterations, req.sets)
     if (req.out / POLICY).exists() and not req.resume:
         raise ValueError(f"{req.out} already holds a trained policy; choose another --out")
+    from marl.training.priority_train import CHECKPOINT_DIR  # what a killed RLlib training leaves to resume
+
+    if req.resume and (req.out / POLICY).exists() and not (req.out / CHECKPOINT_DIR).exists():
+        raise ValueError(  # --resume would train it all again over the finished run
+            f"{req.out} holds a finished training (its policy, no checkpoint): nothing to resume; choose another --out"
+        )
     return run_recipe(spec, algorithm, cfg, req)
 
 
