@@ -233,6 +233,8 @@ class FreePool:
 
     def take(self, gpus: np.ndarray, job: int) -> None:
         """Mark ``gpus`` as held by ``job``; raises if one is not free or is named twice."""
+        if gpus is None:  # what a placement returns where it finds no room
+            raise ValueError(f"cannot give GPUs to job {job}: the placement found none (None); leave the job waiting")
         gpus = np.asarray(gpus)
         ids = gpus.tolist()
         held = self.gpu_job

@@ -461,7 +461,7 @@ def test_an_exported_policy_called_with_torch_alone_decides_as_marlsched(
 
     from marl.deploy.recorded_rounds import record_rounds
 
-    folder, out = REPO / "experiments" / "policies" / "default-small", tmp_path / "rounds.npz"
+    folder, out = REPO / "experiments" / "policies" / "default-small", tmp_path / "results" / "rounds.npz"  # made
     with pytest.warns(UserWarning, match="interference"):
         counts = record_rounds(folder, "small", PHILLY_DAYS.format(traces_dir), out, rounds=30, skip=360)
     assert counts == {"rounds": 30, "preemptions": 2, "starts": 30}

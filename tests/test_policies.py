@@ -405,6 +405,8 @@ def test_pool_refuses_double_allocation():
         pool.take(np.array([1, 2]), 1)
     with pytest.raises(ValueError, match="taken or repeated"):
         pool.take(np.array([3, 3]), 1)
+    with pytest.raises(ValueError, match=r"job 1: the placement found none \(None\); leave the job waiting"):
+        pool.take(None, 1)  # a placement that found no room, passed on
     with pytest.raises(ValueError, match="does not hold them all"):
         pool.release(np.array([1, 2]), 0)
     many = np.arange(2, 2 + 20)  # past the few-GPU path: the same checks, vectorised

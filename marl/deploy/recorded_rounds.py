@@ -116,6 +116,7 @@ def record_rounds(
     arrays["hysteresis"] = np.float64(sched.hysteresis)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(Path(out), buf.getvalue())
     return {
         "rounds": len(rows),
