@@ -96,9 +96,21 @@ def _import_file(target: str) -> ModuleType:
     return module
 
 
+# every plugin this process imported (file paths absolute), in order: the processes it starts import them again
+_LOADED: list[str] = []
+
+
 def load_plugins(targets: list[str] | tuple[str, ...]) -> list[ModuleType]:
     """Import each plugin module (it registers its extensions on import), in order."""
-    return [import_target(t) for t in targets]
+    modules = [import_target(t) for t in targets]
+    _LOADED.extend(a for a in map(absolute_target, targets) if a not in _LOADED)
+    return modules
+
+
+def loaded_plugins() -> list[str]:
+    """The plugins this process imported (:func:`load_plugins`), for the workers it starts: a worker process
+    (an RLlib EnvRunner, a trainer's pool) knows a plugin's workload kind or scheduler only once it imports it."""
+    return list(_LOADED)
 
 
 def spec_options(spec: str, items: list[str]) -> dict[str, Any]:

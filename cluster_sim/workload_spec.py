@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +181,23 @@ def _split(spec: str) -> tuple[str, WorkloadKind, str, dict[str, object]]:
     return kind, source, arg, opts
 
 
+def trace_start(spec: str) -> str | None:
+    """The date the trace of ``spec`` counts its seconds from (its first arrival, as its loader records it), or
+    None where it records none (synthetic jobs, a loader without dates). Its window options are ignored: a
+    window's dates count from the whole trace's start. Read once per file version."""
+    kind, source, arg, opts = _split(spec)
+    path = Path(arg)
+    stamp = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
+    return _trace_start(kind, arg, stamp, tuple(sorted((k, v) for k, v in opts.items() if k in source.options)))
+
+
+@lru_cache(maxsize=8)
+def _trace_start(kind: str, arg: str, stamp: tuple[int, int] | None, options: tuple) -> str | None:
+    whole = WORKLOAD_KINDS[kind].load(arg, seed=0, cluster_gpus=1, **dict(options))
+    origin = whole.meta.get("trace_start")
+    return None if origin is None else str(origin)
+
+
 def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     """The workload a spec string names; ``seed`` drives every random choice (synthetic jobs, models)."""
     _, source, arg, opts = _split(spec)
@@ -238,7 +256,7 @@ def _seconds(spec: str, workload: Workload, key: str, value: float | str | None)
             f"workload spec {spec!r}: {key}={value} is a date, but {workload.source} records no start time to "
             "count from; give seconds from its first arrival"
         )
-    return seconds_since(origin, value)
+    return max(0.0, seconds_since(origin, value))  # a date before the first arrival is the trace's start
 
 
 def _synthetic(

@@ -17,7 +17,7 @@ import numpy as np
 from cluster_sim.policies import reads_true_durations
 from cluster_sim.results import METRIC_KEYS, write_atomic
 from cluster_sim.sim_presets import restart_phrase
-from cluster_sim.traces.periods import philly_date
+from cluster_sim.traces.periods import trace_date
 from experiments.plots import Runs, improvement
 from experiments.run_config import MARL, MARL_WARM_START, ExperimentConfig, PriorityTrainSection
 
@@ -155,11 +155,13 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
 
 
 def _trace_span(env: Any) -> str:
-    """Where the training windows lie: dates on Philly's trace (with the seconds the spec holds), else seconds."""
-    if not env.trace.startswith("philly:"):
+    """Where the training windows lie: dates of the trace where it records them (with the seconds the spec holds),
+    else seconds."""
+    start = trace_date(env.train_start, env.trace)
+    if start.endswith(" s"):
         return f"between {env.train_start:,.0f} s and {env.train_end:,.0f} s"
     return (
-        f"between {philly_date(env.train_start)} and {philly_date(env.train_end)} ({env.train_start:,.0f}–"
+        f"between {start} and {trace_date(env.train_end, env.trace)} ({env.train_start:,.0f}–"
         f"{env.train_end:,.0f} s from the trace's start)"
     )
 
@@ -214,12 +216,16 @@ def _training_verdict(cfg: ExperimentConfig, rows: Runs, train_info: Mapping[str
     gains = improvement(rows, MARL, MARL_WARM_START, "avg_jct")
     if not gains:
         return []
-    better = sum(g > 0 for g in gains)
+    better, same = sum(g > 0 for g in gains), sum(g == 0 for g in gains)
     change = -float(np.mean(gains)) + 0.0  # the change in average JCT (+0.0, not -0.0, where none)
+    # equal runs are said as such: "better in 0 of 6" reads as worse where the two decided alike
+    counts = f"better in {better} of {len(gains)}" + (f", the same in {same}" if same else "")
+    if same == len(gains):
+        counts = f"the same average JCT in all {len(gains)}: training changed no decision here"
     lines = [
         f"**What training added** (the verdict on it): `{MARL}` against `{MARL_WARM_START}`, paired on the same "
-        f"{_count(len(gains), 'run')}: average JCT {change:+.1f}% ± {np.std(gains):.1f}% (better in {better} of "
-        f"{len(gains)}). `{MARL}`'s standing against the other schedulers includes its warm start's."
+        f"{_count(len(gains), 'run')}: average JCT {change:+.1f}% ± {np.std(gains):.1f}% ({counts}). "
+        f"`{MARL}`'s standing against the other schedulers includes its warm start's."
     ]
     held = _held_out(cfg)
     if held:
@@ -251,7 +257,7 @@ def _held_out(cfg: ExperimentConfig) -> str:
         opts = dict(o.split("=", 1) for o in spec.split(",")[1:] if "=" in o)
         if "start" not in opts or "end" not in opts:
             return ""
-        start, end = (_seconds(opts[k]) for k in ("start", "end"))
+        start, end = (_seconds(opts[k], spec) for k in ("start", "end"))
         if start < env.train_end and end > env.train_start:
             inside.append(label or spec)
     if inside:
@@ -259,14 +265,11 @@ def _held_out(cfg: ExperimentConfig) -> str:
     return "Every workload lies outside the training span: held out."
 
 
-def _seconds(value: str) -> float:
-    """A window bound of a trace spec: seconds from the trace's start, or a date."""
+def _seconds(value: str, spec: str) -> float:
+    """A window bound of the trace spec ``spec``: seconds from the trace's start, or a date (counted from its start)."""
     from cluster_sim.traces.periods import trace_seconds
 
-    try:
-        return float(value)
-    except ValueError:
-        return trace_seconds(value)
+    return trace_seconds(value, spec)
 
 
 def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:

@@ -202,6 +202,7 @@ def parse_experiment_config(
     data = _with_preset(data, chk)
     cfg: ExperimentConfig = chk.section(ExperimentConfig, data, ())
     cfg = dataclasses.replace(cfg, source=source)
+    _load_plugins(cfg, chk)  # first: the train section and the workloads may name their kinds
     if cfg.train is not None:
         cfg.__dict__["_train"] = _parse_train(cfg.train, cfg, source, lines, given)
     if cfg.scaling is not None:
@@ -265,16 +266,23 @@ def _parse_train(
     return PriorityTrainSection(parsed)
 
 
-def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
-    from cluster_sim.plugins import PluginError, import_target
-    from cluster_sim.policies import combination_syntax, get_policy, policy_names
-    from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
+def _load_plugins(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
+    """Import the config's plugins (and so the processes its training starts: ``loaded_plugins``), each failure
+    named by its entry."""
+    from cluster_sim.plugins import PluginError, load_plugins
 
     for i, target in enumerate(cfg.plugins):
         try:
-            import_target(target)
+            load_plugins([target])
         except PluginError as err:
             raise chk.fail(("plugins", str(i)), str(err)) from None
+
+
+def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
+    from cluster_sim.plugins import PluginError
+    from cluster_sim.policies import combination_syntax, get_policy, policy_names
+    from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
+
     _cluster_of(cfg, chk)  # a bad cluster file is named before Ray starts or the run's folder is made
     if cfg.interference not in interference_modes():
         raise chk.fail(("interference",), f"{cfg.interference!r} is not one of {', '.join(interference_modes())}")

@@ -237,6 +237,47 @@ def test_plugins_register_a_placement_a_workload_kind_and_an_interference_model(
     np.testing.assert_allclose(_jcts(out / "gandiva"), [100, 1 + 10 / 0.9 + 39, 10 / 0.9], atol=1e-3)
 
 
+def _workload_kinds(_: object) -> list[str]:
+    """In a trainer's pool process: the workload kinds it knows."""
+    from cluster_sim.workload_spec import WORKLOAD_KINDS
+
+    return sorted(WORKLOAD_KINDS)
+
+
+def test_a_plugins_workload_kind_reaches_the_processes_training_starts(tmp_path: Path) -> None:
+    """``marlsched --plugin jobs_csv_workload.py train`` on ``jobs:`` windows: RLlib's EnvRunners (other processes)
+    build the environment from its config, which carries the plugins the command imported, and a trainer's pool
+    processes import them at their start, so neither meets an unknown kind 'jobs'."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from cluster_sim.plugins import load_plugins, loaded_plugins
+    from marl.training.priority_train import parse_config, ppo_config
+    from marl.training.worker_map import WorkerPool
+
+    rng = np.random.default_rng(0)
+    rows = [f"{t:.0f},{rng.choice([4, 8])},{rng.uniform(600, 7200):.0f},lab" for t in np.sort(rng.uniform(0, 3e5, 150))]
+    (tmp_path / "jobs.csv").write_text("arrival_s,gpus,duration_s,tenant\n" + "\n".join(rows) + "\n")
+    plugin = str(EXAMPLES / "jobs_csv_workload.py")
+    load_plugins([plugin])
+    assert plugin in loaded_plugins()
+    env = {"trace": f"jobs:{tmp_path / 'jobs.csv'}", "train_start": 0, "train_end": 3e5, "window_days": 1,
+           "load": 0.3, "interference": "none", "interference_data": None}  # fmt: skip
+    env_config = dict(ppo_config(parse_config(yaml.safe_load(yaml.safe_dump({"env": env})), "x.yaml")).env_config)
+    assert plugin in env_config["plugins"]
+    build = "import json, sys; from marl.env.priority_env import PriorityEnv as E; E(json.loads(sys.argv[1])).reset()"
+    proc = subprocess.run([sys.executable, "-c", build, json.dumps(env_config)], capture_output=True, text=True,
+                          cwd=REPO)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pool = WorkerPool(2)
+    try:
+        assert all("jobs" in kinds for kinds in pool.map(_workload_kinds, [0, 1]))
+    finally:
+        pool.close()
+
+
 def test_registries_refuse_a_taken_name_and_plugins_fail_in_one_line(tmp_path: Path) -> None:
     from cluster_sim.placement import consolidate, register_placement
     from cluster_sim.plugins import PluginError, import_target

@@ -245,6 +245,12 @@ def test_export_equals_the_network_and_runs_on_another_cluster(tmp_path: Path, w
     res = sim.run(sched)
     assert sched.num_agents == sim.topo.num_racks > 4
     assert res.metrics()["jobs_completed"] == len(res.jct)
+    # trained other than one per rack (one agent on small's 4 racks), a folder says so and runs as trained
+    from marl.deploy.priority_export import agents_as_trained
+
+    assert agents_as_trained("small", 4) == {} and agents_as_trained("small", 1) == {"num_agents": 1}
+    save_priority_policy(net, tmp_path / "one", {"agents": {"hysteresis": 3.0, **agents_as_trained("small", 1)}})
+    assert load_priority_policy(tmp_path / "one").agents_wanted == 1 and sched.agents_wanted is None  # per rack
 
 
 @pytest.mark.skipif(not (SHIPPED / "metadata.json").is_file(), reason="no shipped policy")
@@ -547,7 +553,8 @@ def test_training_windows_that_reach_the_report_period_are_refused_by_name(monke
     assert PriorityEnvConfig.from_dict({**philly, "train_end": "2017-11-01"}).train_end == HELD_OUT_START
     with pytest.raises(EnvConfigError, match=r"train_end: the span 2017-10-20\.\.2017-11-10 reaches into the report"):
         PriorityEnvConfig.from_dict({**philly, "train_end": "2017-11-10"})
-    assert PriorityEnvConfig.from_dict({**philly, "trace": "gavel:x.json", "train_end": 6e6}).train_end == 6e6
+    gavel = {**philly, "trace": "gavel:x.json", "train_start": 4e6, "train_end": 6e6}  # seconds of its own
+    assert PriorityEnvConfig.from_dict(gavel).train_end == 6e6
     with pytest.raises(ValueError, match=r"train_end: the span .*\.\.2017-11-03 reaches into the report period"):
         PriorityDaggerConfig(train_end=HELD_OUT_START + 2 * DAY)
     monkeypatch.chdir(Path(__file__).resolve().parents[1])

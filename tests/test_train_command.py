@@ -146,6 +146,45 @@ def test_a_bad_config_names_its_line_and_key_and_writes_nothing(tmp_path: Path, 
     assert not (tmp_path / "o").exists()
 
 
+def test_dates_of_a_trace_of_ones_own_count_from_its_first_arrival(tmp_path: Path) -> None:
+    """A Philly-format file of one's own (a lab's log from 2024-03-01): a training config's dates, its select span,
+    window labels and a report's held-out check read the file's own calendar, not the Philly trace's; the select
+    stage, whose default windows are Philly's select period, is refused before training until it is given a span."""
+    from cluster_sim.traces.periods import on_philly_calendar, window_label, window_spec
+    from experiments.report import _seconds
+    from marl.env.priority_env import PriorityEnvConfig
+    from marl.training.config import TrainConfigError
+    from marl.training.priority_select import select_windows
+    from marl.training.priority_train import parse_config
+
+    rng = np.random.default_rng(0)
+    first = np.datetime64("2024-03-01T06:00:00")
+    stamps = sorted(first + np.timedelta64(int(t), "s") for t in rng.uniform(0, 12 * 86_400, 80))
+    stamps[0] = first
+    rows = [f"{str(t).replace('T', ' ')},{rng.uniform(600, 9000):.0f},1,1,lab" for t in stamps]
+    (tmp_path / "log.csv").write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "\n".join(rows) + "\n")
+    trace = f"philly:{tmp_path / 'log.csv'}"
+    day = 86_400.0
+    assert not on_philly_calendar(trace)
+    env = PriorityEnvConfig.from_dict(
+        {"trace": trace, "train_start": "2024-03-02T06:00", "train_end": "2024-03-08T06:00", "window_days": 1}
+    )
+    assert (env.train_start, env.train_end) == (day, 7 * day)  # from 2024-03-01T06:00, its first arrival
+    assert window_label(window_spec(trace, day, 3 * day, 0.9)) == "2024-03-02T06:00:00..2024-03-04T06:00:00,load=0.9"
+    assert _seconds("2024-03-05T06:00", f"{trace},start=2024-03-05T06:00") == 4 * day
+    raw = {"env": {"trace": trace, "train_start": 0, "train_end": "2024-03-08T06:00", "window_days": 1}, "select": {}}
+    with pytest.raises(TrainConfigError, match=r"select: .*counts its seconds from its own first arrival; give "):
+        parse_config(raw, "own.yaml")
+    raw["select"] = {"start": "2024-03-08T06:00", "end": "2024-03-11T06:00", "days": 1, "stride": 1}
+    with pytest.raises(TrainConfigError, match=r"own\.yaml: select\.load: .*load=0\.9: this window's"):
+        parse_config(raw, "own.yaml")  # its windows cannot offer the default load on small: said before training
+    raw["select"]["load"] = 0.005
+    select = parse_config(raw, "own.yaml")["select"]
+    assert (select["start"], select["end"]) == (7 * day, 10 * day)  # seconds: the config is recorded as JSON
+    specs = select_windows(trace, 1, 1, 0.005, select["start"], select["end"])
+    assert [window_label(s)[:10] for s in specs] == ["2024-03-08", "2024-03-09", "2024-03-10"]
+
+
 def test_training_windows_may_be_given_as_dates(tmp_path: Path) -> None:
     """``train_end: 2017-10-15`` is the train period's end in seconds, in both config styles."""
     from cluster_sim.traces.periods import PERIODS
@@ -473,7 +512,9 @@ def test_an_absolute_reward_reports_the_episodes_jct_without_a_reference(tmp_pat
 
     row = {"iteration": 1, "minutes": 0.5, "env_steps": 100, "env_steps_per_s": 50.0, "episodes": 1,
            "avg_jct": 15_084.0, "gain": float("nan")}  # fmt: skip
-    assert _reference_of({"relative": False}) is None and _reference_of({}) == "QSSF's scores"
+    assert _reference_of({"relative": False}) is None and _reference_of({"num_agents": 1}) == "QSSF's scores"
+    # on partitions, what the agents start from is named as such: not the QSSF scheduler, one queue over the cluster
+    assert _reference_of({}) == "the untrained agents (QSSF's scores on 4 partitions)"
     line = progress_line(row, None)
     assert line.endswith("avg JCT 15,084 s (not held out)") and "nan" not in line
     assert "1.10% shorter than QSSF's scores" in progress_line({**row, "gain": 0.011})

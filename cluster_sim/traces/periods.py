@@ -52,9 +52,10 @@ class TraceTime(float):
     (``train_end: 2017-10-15``), so that configs name the periods' boundaries instead of 3504559."""
 
 
-def trace_seconds(value: object) -> float:
-    """``value`` as seconds from the trace's first arrival: a number as it is; a date or date-time (a string, or
-    what YAML reads ``2017-10-15`` as) through :func:`philly_seconds`."""
+def trace_seconds(value: object, trace: str | None = None) -> float:
+    """``value`` as seconds from the first arrival of ``trace`` (a workload spec; None: the Philly trace): a number
+    as it is; a date or date-time (a string, or what YAML reads ``2017-10-15`` as) counted from that trace's own
+    start, as a window's ``start=DATE`` is (:func:`trace_origin`; a date before it is 0)."""
     import datetime as dt
 
     if isinstance(value, bool):
@@ -62,13 +63,62 @@ def trace_seconds(value: object) -> float:
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, dt.date):  # datetime is a date too
-        return philly_seconds(value.isoformat(timespec="seconds") if isinstance(value, dt.datetime) else str(value))
+        value = value.isoformat(timespec="seconds") if isinstance(value, dt.datetime) else str(value)
     if isinstance(value, str):
         try:
             return float(value)
         except ValueError:
-            return philly_seconds(value.strip())
+            pass
+        seconds_since("1970-01-01", value.strip())  # not a date: the error names the forms
+        # a date before the first arrival (its day's midnight) is the trace's start
+        return max(0.0, seconds_since(trace_origin(trace, value), value.strip()))
     raise ValueError(f"expected seconds from the trace's start or a date like 2017-10-15, got {value!r}")
+
+
+def trace_origin(trace: str | None, date: str = "") -> np.datetime64:
+    """The first arrival that ``trace``'s seconds count from (None, or a Philly-format file not at hand: the Philly
+    trace's); an error naming the trace where its loader records no date to count ``date`` from."""
+    if trace is None:
+        return PHILLY_START
+    from cluster_sim.workload_spec import trace_start  # the spec module imports this one
+
+    try:
+        origin = trace_start(trace)
+    except FileNotFoundError:
+        if trace.partition(":")[0].strip().lower() != "philly":
+            raise
+        # a config is checked before its trace is at hand (a fresh clone without ../shared): Philly's calendar
+        # until the file is there; loading it then reads windows from the file's own start
+        return PHILLY_START
+    if origin is None:
+        raise ValueError(
+            f"{date or 'a date'} is a date, but {trace} records no start time to count from; give seconds from its "
+            "first arrival"
+        )
+    return np.datetime64(origin, "s")
+
+
+def on_philly_calendar(trace: str | None) -> bool:
+    """Whether ``trace``'s seconds are the Philly trace's (its periods apply): a Philly-format file whose first
+    arrival is the shipped trace's. Another file in that format counts from its own first arrival."""
+    if trace is None:
+        return True
+    if trace.partition(":")[0].strip().lower() != "philly":
+        return False
+    try:
+        return trace_origin(trace) == PHILLY_START
+    except (ValueError, OSError):
+        return False
+
+
+def trace_date(seconds: float, trace: str | None = None) -> str:
+    """The date of ``seconds`` from ``trace``'s first arrival (None: Philly's; :func:`philly_date`'s format), or
+    ``N s`` where the trace records no date."""
+    try:
+        origin = trace_origin(trace)
+    except (ValueError, OSError):
+        return f"{seconds:.0f} s"
+    return str(origin + np.timedelta64(int(seconds), "s")).removesuffix("T00:00:00")
 
 
 @dataclass(frozen=True)
@@ -90,13 +140,19 @@ class Period:
 
     def windows(self, trace: str, days: float, stride: float, load: float | None) -> list[str]:
         """Workload specs of ``days``-long windows of ``trace`` every ``stride`` days inside the period."""
-        length, step = days * DAY, stride * DAY
-        starts = np.arange(self.start_s, self.end_s - length + 1.0, step)
-        if not len(starts):
-            raise ValueError(
-                f"the {self.name} period ({(self.end_s - self.start_s) / DAY:.1f} days) holds no {days:g}-day window"
-            )
-        return [window_spec(trace, t, t + length, load) for t in starts]
+        return span_windows(trace, self.start_s, self.end_s, days, stride, load, f"the {self.name} period")
+
+
+def span_windows(
+    trace: str, start: float, end: float, days: float, stride: float, load: float | None, what: str = "the span"
+) -> list[str]:
+    """Workload specs of ``days``-long windows of ``trace`` every ``stride`` days from ``start`` to ``end``
+    (seconds from its first arrival); ``what`` names the span in the error where none fits."""
+    length, step = days * DAY, stride * DAY
+    starts = np.arange(start, end - length + 1.0, step)
+    if not len(starts):
+        raise ValueError(f"{what} ({(end - start) / DAY:.1f} days) holds no {days:g}-day window")
+    return [window_spec(trace, t, t + length, load) for t in starts]
 
 
 PERIODS: dict[str, Period] = {
@@ -112,8 +168,9 @@ REPORT_END = PERIODS["report"].end_s
 def refuse_report_period(what: str, start: float, end: float, trace: str = "philly:") -> None:
     """Refuse a span of the Philly trace that fits or chooses something (training windows, the windows a margin
     is tuned on) where it reaches into the report period, whose figures would then be selection figures. Other
-    traces have no periods: nothing is refused."""
-    if trace.partition(":")[0].strip().lower() != "philly" or end <= HELD_OUT_START or start >= REPORT_END:
+    traces (another file in Philly's format included: its seconds count from its own start) have no periods:
+    nothing is refused."""
+    if end <= HELD_OUT_START or start >= REPORT_END or not on_philly_calendar(trace):
         return
     report = PERIODS["report"]
     raise ValueError(
@@ -140,29 +197,16 @@ def window_spec(trace: str, start: float, end: float, load: float | None = None,
 
 
 def window_label(spec: str) -> str:
-    """A window spec's ``start=S,end=E`` as Philly dates (``2017-10-01..2017-10-08``) and its other options, for
-    progress lines; a spec of another trace keeps its seconds."""
+    """A window spec's ``start=S,end=E`` as dates of its trace (``2017-10-01..2017-10-08``) and its other options,
+    for progress lines; a spec of a trace without dates keeps its seconds."""
     kind, _, rest = spec.partition(":")
-    options = dict(item.split("=", 1) for item in rest.split(",")[1:] if "=" in item)
-    if kind.strip().lower() != "philly" or not {"start", "end"} <= options.keys():
-        return ",".join(rest.split(",")[1:]) or spec
-    dates = f"{philly_date(float(options.pop('start')))}..{philly_date(float(options.pop('end')))}"
+    items = rest.split(",")
+    options = dict(item.split("=", 1) for item in items[1:] if "=" in item)
+    trace = f"{kind}:{items[0]}"
+    if not {"start", "end"} <= options.keys() or kind.strip().lower() == "synthetic":
+        return ",".join(items[1:]) or spec
+    start, end = float(options.pop("start")), float(options.pop("end"))
+    if trace_date(start, trace).endswith(" s"):
+        return ",".join(items[1:])
+    dates = f"{trace_date(start, trace)}..{trace_date(end, trace)}"
     return ",".join([dates, *(f"{k}={v}" for k, v in options.items())])
-
-
-__all__ = [
-    "DAY",
-    "HELD_OUT_START",
-    "PERIODS",
-    "PHILLY_START",
-    "REPORT_END",
-    "Period",
-    "TraceTime",
-    "period",
-    "philly_seconds",
-    "refuse_report_period",
-    "seconds_since",
-    "trace_seconds",
-    "window_label",
-    "window_spec",
-]

@@ -33,6 +33,8 @@ def load_jobs_csv(arg: str, *, seed: int, cluster_gpus: int, model: str = "resne
                 rows.append((float(row[0]), int(row[1]), float(row[2]), row[3] if len(row) > 3 else "default"))
             except (ValueError, IndexError):
                 raise ValueError(f"{arg}:{line}: expected arrival_s,gpus,duration_s[,tenant], got {row}") from None
+            if rows[-1][1] < 1 or not rows[-1][2] > 0:  # a job cancelled before it ran: drop its line
+                raise ValueError(f"{arg}:{line}: a job needs gpus >= 1 and duration_s > 0, got {row}; drop the line")
     rows.sort(key=lambda r: r[0])
     tenants = sorted({r[3] for r in rows})
     gpus = np.array([r[1] for r in rows], dtype=np.int32)

@@ -127,6 +127,15 @@ def read_priority_metadata(policy_dir: str | Path) -> dict[str, Any]:
     return read_network_metadata(policy_dir, KIND, columns, "retrain it (marlsched train) or re-export it")
 
 
+def agents_as_trained(cluster: str, num_agents: int) -> dict[str, int]:
+    """``{"num_agents": N}`` for a folder's ``agents`` where the agents trained other than one per rack of their
+    cluster (one agent on a 2-rack cluster), so that it runs as trained there; empty where one per rack is how they
+    trained, the default a folder runs with on any cluster (:func:`load_priority_policy`)."""
+    from topology import build_cluster
+
+    return {} if build_cluster(cluster).view.num_racks == num_agents else {"num_agents": int(num_agents)}
+
+
 def load_priority_policy(
     policy_dir: str | Path,
     *,
@@ -138,7 +147,8 @@ def load_priority_policy(
 ) -> PriorityAgents:
     """The policy in ``policy_dir`` as a cluster_sim scheduler; ``num_agents`` None: as many as it was trained
     with when its metadata says (placing policies: an agent must hold several GPU types to choose among
-    them), else one per rack. ``interference_online`` (None: as trained): agents with interference inputs
+    them; others trained other than one per rack: :func:`agents_as_trained`), else one per rack.
+    ``interference_online`` (None: as trained): agents with interference inputs
     correct their predictor from the co-locations they observe (:mod:`marl.env.interference_obs`).
     ``interference_inputs`` (None: its own copy): another predictor for those inputs, ``none`` to blank them
     (every estimate 1.0: what the trained network makes of its inputs, as an ablation)."""

@@ -41,6 +41,7 @@ import numpy as np
 from ray.rllib.env.multi_agent_env import MultiAgentEnv
 
 from cluster_sim.build import assemble_simulator, build_simulator
+from cluster_sim.plugins import load_plugins
 from cluster_sim.policies import get_policy
 from cluster_sim.simulator import Simulator
 from cluster_sim.traces.periods import HELD_OUT_START, refuse_report_period, trace_seconds, window_spec
@@ -91,6 +92,7 @@ class PriorityEnvConfig:
     interference_online: bool = False  # ... corrected from the co-locations each episode observes
     decision: str = "partitions"  # or "gavel-las": the agents lean one cluster-wide gavel-las round (rounds_agents)
     imitation_label: bool = False  # set by training: each agent's info carries the privileged LABEL (slot_labels)
+    plugins: tuple[str, ...] = ()  # set by training: the plugins its process imported, imported again by each runner
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PriorityEnvConfig:
@@ -101,7 +103,7 @@ class PriorityEnvConfig:
             raise EnvConfigError(unknown[0], f"priority env_config: unknown keys {unknown}; allowed: {sorted(known)}")
         for key in ("train_start", "train_end"):  # seconds from the trace's start, or a date (2017-10-15)
             if key in data:
-                data[key] = trace_seconds(data[key])
+                data[key] = trace_seconds(data[key], data.get("trace", cls.trace))
         if "load" in data:
             load = data["load"]
             data["load"] = (float(load), float(load)) if np.isscalar(load) else tuple(float(x) for x in load)
@@ -251,6 +253,7 @@ class PriorityEnv(MultiAgentEnv):
 
     def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         super().__init__()
+        load_plugins(tuple((config or {}).get("plugins", ())))  # first: they may name the trace's kind
         self.config = cfg = PriorityEnvConfig.from_dict(config)
         self.agents_policy = agents_class(cfg.decision)(
             None,

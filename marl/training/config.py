@@ -41,6 +41,7 @@ class ConfigChecker:
     ) -> None:
         # given: the key paths a command line set (``--set KEY=VALUE``), named by that option instead of a line
         self.source, self.lines, self.given = source, lines, given or {}
+        self._trace: str | None = None  # the trace of the section being checked
 
     def fail(self, path: tuple[str, ...], message: str) -> TrainConfigError:
         where = ".".join(path) if path else "<top level>"
@@ -91,7 +92,7 @@ class ConfigChecker:
             return value
         if hint is TraceTime:
             try:
-                return trace_seconds(value)
+                return trace_seconds(value, self._trace)
             except ValueError as err:
                 raise self.fail(path, str(err)) from None
         if hint is float:
@@ -115,6 +116,9 @@ class ConfigChecker:
         if unknown:
             raise self.unknown((*path, str(unknown[0])), list(by_key))
         kwargs = {}
+        # a date (TraceTime) counts from the first arrival of the section's trace, as a window's start=DATE does
+        trace = data.get("trace", getattr(cls, "trace", None))
+        self._trace = trace if isinstance(trace, str) else None
         for key, value in data.items():
             f = by_key[key]
             hint = hints[f.name]

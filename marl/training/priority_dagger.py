@@ -40,7 +40,7 @@ import torch
 
 from cluster_sim.traces.periods import HELD_OUT_START, TraceTime, refuse_report_period, window_label
 from cluster_sim.workload_spec import QuietWorkloadSpecError
-from marl.deploy.priority_export import save_priority_policy
+from marl.deploy.priority_export import agents_as_trained, save_priority_policy
 from marl.env.priority_agents import PriorityAgents
 from marl.env.priority_env import PriorityEnvConfig, slot_labels
 from marl.env.priority_features import JobSetLayout
@@ -278,7 +278,7 @@ def train(cfg: PriorityDaggerConfig, out: str | Path, *, command: str = "", log=
         describe=lambda task: window_label(task[1]), teacher="qssf", workers=cfg.workers, log=log, started=started,
     )  # fmt: skip
     meta = {
-        "agents": {"hysteresis": float(np.log(cfg.factor))},
+        "agents": {"hysteresis": float(np.log(cfg.factor))} | agents_as_trained(cfg.cluster, cfg.num_agents),
         "warm_start": "QSSF's scores (the untrained network)",
         "teacher": "the true remaining time of each recorded job (privileged label, training only)",
         "training": "regression on QSSF's states, then DAgger on the policy's own (marl.training.priority_dagger)",

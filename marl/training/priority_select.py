@@ -25,12 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from cluster_sim.traces.periods import PERIODS
+from cluster_sim.traces.periods import PERIODS, on_philly_calendar, span_windows, trace_seconds
 from marl.deploy.policy_files import METADATA, atomic_folder
 from marl.env.priority_env import PriorityEnvConfig
 from marl.training.priority_tune import run_window, window_table
 
-SELECT_DEFAULTS: dict[str, Any] = {"days": 2.0, "stride": 2.0, "load": 0.9, "workers": None}
+# start, end: the span the windows are drawn from (dates or seconds of the training trace); None: the Philly
+# trace's select period, which another trace (counting from its own start) has to replace with its own
+SELECT_DEFAULTS: dict[str, Any] = {"days": 2.0, "stride": 2.0, "load": 0.9, "workers": None, "start": None, "end": None}
 Log = Callable[[str], None]
 
 
@@ -47,6 +49,26 @@ def candidates_of(out: str | Path) -> dict[str, Path]:
     return found
 
 
+def select_windows(
+    trace: str, days: float, stride: float, load: float, start: Any = None, end: Any = None
+) -> list[str]:
+    """The select stage's windows of ``trace``: the Philly select period's, or those of ``start``..``end`` (dates or
+    seconds); an error saying what to give where the trace is not on Philly's calendar and no span is given."""
+    if start is None and end is None:
+        if not on_philly_calendar(trace):
+            sel = PERIODS["select"]
+            raise ValueError(
+                f"select: without start and end the windows are the Philly trace's select period ({sel.first}.."
+                f"{sel.end}), and {trace.split(',')[0]} counts its seconds from its own first arrival; give "
+                "select: {start: DATE, end: DATE}, days after the training span and before the windows you report on"
+            )
+        return PERIODS["select"].windows(trace, days, stride, load)
+    if start is None or end is None:
+        raise ValueError("select: give both start and end (dates like 2017-10-15 or seconds from the trace's start)")
+    first, last = trace_seconds(start, trace), trace_seconds(end, trace)
+    return span_windows(trace, first, last, days, stride, load, f"select: the span {start}..{end}")
+
+
 def select_iterate(
     out: str | Path,
     env: Mapping[str, Any],
@@ -55,15 +77,18 @@ def select_iterate(
     stride: float = 2.0,
     load: float = 0.9,
     workers: int | None = None,
+    start: Any = None,
+    end: Any = None,
     command: str = "",
     log: Log = print,
 ) -> dict[str, Any]:
     """Run every candidate of the training in ``out`` on the select period's windows and make the best
-    ``OUT/policy`` (see the module docstring); returns the record written into its metadata."""
+    ``OUT/policy`` (see the module docstring; ``start``, ``end``: :func:`select_windows`); returns the record
+    written into its metadata."""
     out = Path(out)
     found = candidates_of(out)
     cfg = PriorityEnvConfig.from_dict(env)
-    specs = PERIODS["select"].windows(cfg.trace, days, stride, load)
+    specs = select_windows(cfg.trace, days, stride, load, start, end)
     labels = list(found)
     tasks = [(str(found[c]), dict(env), s, None) for s in specs for c in labels]
     t0 = time.perf_counter()
@@ -93,4 +118,4 @@ def select_iterate(
     return record
 
 
-__all__ = ["SELECT_DEFAULTS", "candidates_of", "select_iterate"]
+__all__ = ["SELECT_DEFAULTS", "candidates_of", "select_iterate", "select_windows"]

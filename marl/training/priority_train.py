@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cluster_sim.plugins import loaded_plugins
 from cluster_sim.results import write_dict_rows
 from cluster_sim.traces.periods import trace_seconds
 from marl.deploy.local_ray import QUIET_LEVEL, init_ray, stop_algorithm, without_known_noise
@@ -85,7 +86,11 @@ WARM_START_DIR = "warm_start"  # OUT/warm_start: the network before any update (
 
 
 # env settings that the ppo section decides, and what to set instead
-SET_BY_TRAINING = {"envs_per_runner": "ppo.num_envs_per_env_runner", "imitation_label": "ppo.imitation_coef"}
+SET_BY_TRAINING = {
+    "envs_per_runner": "ppo.num_envs_per_env_runner",
+    "imitation_label": "ppo.imitation_coef",
+    "plugins": "marlsched --plugin FILE (or a run config's plugins:)",
+}
 IMITATION_ZERO = {"imitation_coef": "no imitation", "imitation_iterations": "every iteration",
                   "imitation_rank_weight": "the squared error alone"}  # fmt: skip
 RAY_KEYS = ("num_cpus", "object_store_mb", "address")  # address: a Ray cluster (None: Ray starts in-process)
@@ -202,7 +207,7 @@ def parse_config(
     for key in ("train_start", "train_end"):  # dates as seconds: the config is recorded as JSON
         if key in env:
             try:
-                env[key] = trace_seconds(env[key])
+                env[key] = trace_seconds(env[key], env.get("trace", PriorityEnvConfig.trace))
             except ValueError as err:
                 raise chk.fail(("env", key), str(err)) from None
     if "load" in env:  # a number or a [low, high] range: anything else is named here, with its key
@@ -220,6 +225,22 @@ def parse_config(
     except (TypeError, ValueError) as e:
         raise chk.fail(("env",), str(e)) from None
     _check_partitions(env_cfg, chk)
+    select = {**SELECT_DEFAULTS, **raw["select"]} if raw.get("select") is not None else None
+    if select is not None:  # its windows, before training rather than after it
+        from marl.training.priority_select import select_windows
+
+        for key in ("start", "end"):  # dates as seconds: the config is recorded as JSON
+            try:
+                if select[key] is not None:
+                    select[key] = trace_seconds(select[key], env_cfg.trace)
+            except ValueError as err:
+                raise chk.fail(("select", key), str(err)) from None
+        try:
+            specs = select_windows(env_cfg.trace, select["days"], select["stride"], select["load"], select["start"],
+                                   select["end"])  # fmt: skip
+        except ValueError as err:
+            raise chk.fail(("select",), str(err).removeprefix("select: ")) from None
+        _check_windows(specs, env_cfg.cluster, ("select", "load"), chk)
     return {
         "name": raw.get("name", default_name),
         "seed": int(raw.get("seed", 0)),
@@ -228,10 +249,23 @@ def parse_config(
         "ppo": ppo,
         "ray": {"num_cpus": 2, "object_store_mb": 100, "address": None, **(raw.get("ray") or {})},
         # None: the last iterate is exported (no selection on the select period's windows)
-        "select": {**SELECT_DEFAULTS, **raw["select"]} if raw.get("select") is not None else None,
+        "select": select,
         # None: no margin selection after training (``marlsched tune-priority`` can run it later)
         "tune": {**TUNE_DEFAULTS, **raw["tune"]} if raw.get("tune") is not None else None,
     }
+
+
+def _check_windows(specs: list[str], cluster: str, key: tuple[str, ...], chk: ConfigChecker) -> None:
+    """Each window offers its load on the cluster: said at ``key`` before training, not after it."""
+    from cluster_sim.workload_spec import parse_workload_spec
+    from topology import build_cluster
+
+    gpus = build_cluster(cluster).view.num_gpus
+    for spec in specs:
+        try:
+            parse_workload_spec(spec, cluster_gpus=gpus, seed=0)
+        except ValueError as err:
+            raise chk.fail(key, str(err)) from None
 
 
 def _check_partitions(env: PriorityEnvConfig, chk: ConfigChecker) -> None:
@@ -310,7 +344,8 @@ def ppo_config(cfg: Mapping[str, Any]) -> Any:
         (APPOConfig() if appo else PPOConfig())
         .environment(
             PriorityEnv,
-            env_config={**cfg["env"], "envs_per_runner": p["num_envs_per_env_runner"], "imitation_label": imitation},
+            env_config={**cfg["env"], "envs_per_runner": p["num_envs_per_env_runner"], "imitation_label": imitation,
+                        "plugins": tuple(loaded_plugins())},
             disable_env_checking=True,
             normalize_actions=False,
             clip_actions=False,
@@ -369,10 +404,20 @@ def runner_faults(result: Mapping[str, Any], runners: int, envs_per_runner: int)
     return {"runner_failures": restarts + down, "episodes_dropped": (restarts + down) * envs_per_runner}
 
 
-def reference_name(env: Mapping[str, Any]) -> str:
-    """What the reward is relative to: the untrained agents' schedule of the same window."""
+def _untrained_scores(env: Mapping[str, Any]) -> str:
+    """What the untrained network's outputs are: QSSF's scores, or the rounds' heuristic it leans."""
     decision = env.get("decision", "partitions")
     return "QSSF's scores" if decision == "partitions" else decision
+
+
+def reference_name(env: Mapping[str, Any]) -> str:
+    """What the reward is relative to: the untrained agents' schedule of the same window. On partitions that is
+    QSSF's order within each agent's racks, not the QSSF scheduler (one queue over the cluster), which on a
+    small cluster cut in few partitions can be much better: the name says how many."""
+    if env.get("decision", "partitions") != "partitions":
+        return _untrained_scores(env)
+    agents = int(env.get("num_agents", PriorityEnvConfig.num_agents))
+    return "QSSF's scores" if agents == 1 else f"the untrained agents (QSSF's scores on {agents} partitions)"
 
 
 def _reference_of(env: Mapping[str, Any]) -> str | None:
@@ -568,7 +613,7 @@ def train_priority(
         s = cfg["select"]
         summary["selected"] = select_iterate(
             out, cfg["env"], days=s["days"], stride=s["stride"], load=s["load"], workers=s["workers"],
-            command=command, log=log,
+            start=s.get("start"), end=s.get("end"), command=command, log=log,
         )  # fmt: skip
     if cfg["tune"] is not None:
         from marl.training.priority_tune import tune_hysteresis
@@ -598,7 +643,7 @@ def _exporter(
     algo: Any, cfg: Mapping[str, Any], rows: list[dict[str, Any]], command: str, resumed: list[int]
 ) -> Callable[[Path], Path]:
     """``export(folder)``: the shared module's network as a policy folder, with how it was made."""
-    from marl.deploy.priority_export import save_priority_policy
+    from marl.deploy.priority_export import agents_as_trained, save_priority_policy
     from marl.models.priority_net import PlacingPriorityNet, PriorityNet
 
     def export(folder: Path) -> Path:
@@ -611,7 +656,9 @@ def _exporter(
         inputs = bool(env.get("interference_inputs"))
         net = PlacingPriorityNet(hidden, inputs) if env.get("placing") else PriorityNet(hidden)
         net.load_state_dict(module.net.state_dict())
-        agents = {"hysteresis": env.get("hysteresis", PriorityEnvConfig.hysteresis), "per": "rack"}
+        # one per rack, on any cluster, unless trained otherwise (then as trained: agents_as_trained)
+        counted = agents_as_trained(env["cluster"], int(env.get("num_agents", PriorityEnvConfig.num_agents)))
+        agents = {"hysteresis": env.get("hysteresis", PriorityEnvConfig.hysteresis), **(counted or {"per": "rack"})}
         if env.get("placing"):  # an agent must hold several GPU types to choose: run as many as trained
             agents = {"hysteresis": agents["hysteresis"], "num_agents": env.get("num_agents", 4),
                       "migrate": env.get("migrate"), "interference_inputs": env.get("interference_inputs")}  # fmt: skip
@@ -621,7 +668,7 @@ def _exporter(
             agents["interference_online"] = True
         meta = {
             "agents": agents,
-            "warm_start": cfg["model"]["init_policy"] or f"{reference_name(env)} (the untrained network)",
+            "warm_start": cfg["model"]["init_policy"] or f"{_untrained_scores(env)} (the untrained network)",
             "trained": {
                 "command": command,
                 "config": cfg,

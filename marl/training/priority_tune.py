@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from cluster_sim.traces.periods import window_spec
+from cluster_sim.traces.periods import span_windows
 from marl.deploy.policy_files import not_a_policy_folder
 from marl.env.priority_env import PriorityEnvConfig
 from marl.training.worker_map import worker_map
@@ -39,14 +39,10 @@ Log = Callable[[str], None]
 
 def training_windows(env: PriorityEnvConfig, days: float, stride: float, load: float) -> list[str]:
     """Workload specs of ``days``-long windows every ``stride`` days of the training period at ``load``."""
-    length, step = days * 86400.0, stride * 86400.0
-    starts = np.arange(env.train_start, env.train_end - length + 1.0, step)
-    if not len(starts):
-        raise ValueError(
-            f"the training period ({(env.train_end - env.train_start) / 86400:.1f} days) holds no {days}-day window; "
-            "pass a smaller --days"
-        )
-    return [window_spec(env.trace, t, t + length, load) for t in starts]
+    try:
+        return span_windows(env.trace, env.train_start, env.train_end, days, stride, load, "the training period")
+    except ValueError as err:
+        raise ValueError(f"{err}; pass a smaller --days") from None
 
 
 def run_window(task: tuple[str, Mapping[str, Any], str, float | None]) -> float:

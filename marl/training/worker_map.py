@@ -8,6 +8,7 @@ the simulator, seconds) to the same result, so the windows play here instead.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -15,13 +16,17 @@ from typing import Any
 
 
 class WorkerPool:
-    """``workers`` spawned processes kept for a trainer's life (each started by ``initializer``), or this
-    process for ``workers <= 1`` (``initializer`` is for worker processes only: it is not run here)."""
+    """``workers`` spawned processes kept for a trainer's life (each imports the plugins this process imported,
+    then runs ``initializer``), or this process for ``workers <= 1`` (``initializer`` is for worker processes
+    only: it is not run here)."""
 
     def __init__(self, workers: int, initializer: Callable[[], None] | None = None) -> None:
+        from cluster_sim.plugins import loaded_plugins
+
         self.workers = int(workers)
+        start = functools.partial(_start_worker, loaded_plugins(), initializer)
         self._pool = (
-            ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=initializer)
+            ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=start)
             if self.workers > 1
             else None
         )
@@ -34,6 +39,16 @@ class WorkerPool:
         """Stop the processes; calls not started yet are cancelled."""
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
+
+
+def _start_worker(plugins: list[str], initializer: Callable[[], None] | None) -> None:
+    """A spawned worker's start: the plugins its parent imported (their workload kinds, schedulers), then
+    ``initializer``."""
+    from cluster_sim.plugins import load_plugins
+
+    load_plugins(plugins)
+    if initializer is not None:
+        initializer()
 
 
 @contextlib.contextmanager
