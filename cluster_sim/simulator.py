@@ -153,8 +153,9 @@ class Simulator:
         if len(too_big):
             j = int(too_big[0])
             raise ValueError(
-                f"job {j} asks for {int(workload.num_gpus[j])} GPUs but cluster {view.name!r} has only "
-                f"{view.num_gpus}; use a larger cluster or drop such jobs from the workload"
+                f"{len(too_big)} job(s) ask for more GPUs than cluster {view.name!r} has ({view.num_gpus}), the "
+                f"first (job {j} in arrival order) {int(workload.num_gpus[j])}; use a larger cluster or drop such "
+                f"jobs: a workload spec's ,max_gpus={view.num_gpus} does"
             )
         self.topo = view
         self.jobs = workload

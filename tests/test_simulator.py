@@ -175,7 +175,11 @@ def test_starting_a_running_job_twice_is_rejected():
 
 def test_job_larger_than_cluster_is_refused_up_front():
     c = tiny_cluster(servers=1)
-    with pytest.raises(ValueError, match="asks for 16 GPUs but cluster 'tiny' has only 8"):
+    with pytest.raises(
+        ValueError,
+        match=r"1 job\(s\) ask for more GPUs than cluster 'tiny' has \(8\), the first \(job 0 in "
+        r"arrival order\) 16; .* a workload spec's ,max_gpus=8 does",
+    ):
         Simulator(c.view, workload([0], [16], [10]))
 
 
