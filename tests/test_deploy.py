@@ -13,7 +13,8 @@ from cluster_sim.build import build_simulator
 from marl.deploy.registry import load_policy
 
 REPO = Path(__file__).resolve().parents[1]
-WORKLOAD = "synthetic:600,window_load=1.2"  # jobs queue on small: the scores decide who runs
+JOBS = 300
+WORKLOAD = f"synthetic:{JOBS},window_load=1.2,gpu_scale=2"  # jobs queue on small: the scores decide who runs
 
 
 def _same_results(a, b) -> None:
@@ -54,7 +55,7 @@ def reference(priority_dir: Path):
     inner = sched.scorer
     sched.scorer = lambda obs: calls.append(1) or inner(obs)
     result = _sim().run(sched)
-    assert result.metrics()["jobs_completed"] == 600
+    assert result.metrics()["jobs_completed"] == JOBS
     assert not np.array_equal(result.start, _sim().run(PriorityAgents(num_agents=4)).start)  # scores matter
     return result, len(calls)
 
@@ -104,7 +105,7 @@ def test_killed_agent_actor_is_restarted_and_no_job_is_lost(ray_local, priority_
 
         sched.scorer = crash_once
         result = _sim().run(sched)
-        assert result.metrics()["jobs_completed"] == 600
+        assert result.metrics()["jobs_completed"] == JOBS
         _same_results(result, ref)  # the restarted actor made the same decisions
         after = policy.info()[victim]
         assert after["pid"] != pid_before  # it really was a new process
