@@ -30,9 +30,10 @@ from marl.deploy.policy_files import METADATA, atomic_folder
 from marl.env.priority_env import PriorityEnvConfig
 from marl.training.priority_tune import run_window, window_table
 
-# start, end: the span the windows are drawn from (dates or seconds of the training trace); None: the Philly
-# trace's select period, which another trace (counting from its own start) has to replace with its own
-SELECT_DEFAULTS: dict[str, Any] = {"days": 2.0, "stride": 2.0, "load": 0.9, "workers": None, "start": None, "end": None}
+SELECT_DEFAULTS: dict[str, Any] = {"days": 2.0, "stride": 2.0, "load": 0.9, "workers": None}
+# keys without a default: the span the windows are drawn from (dates or seconds of the training trace); left out,
+# the Philly trace's select period, which another trace (counting from its own start) has to replace with its own
+SELECT_SPAN: tuple[str, ...] = ("start", "end")
 Log = Callable[[str], None]
 
 
@@ -118,4 +119,4 @@ def select_iterate(
     return record
 
 
-__all__ = ["SELECT_DEFAULTS", "candidates_of", "select_iterate", "select_windows"]
+__all__ = ["SELECT_DEFAULTS", "SELECT_SPAN", "candidates_of", "select_iterate", "select_windows"]

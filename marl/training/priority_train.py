@@ -133,13 +133,13 @@ def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
     """Every section and key known, else its path, line and the allowed keys (the values: :func:`parse_config`)."""
     from dataclasses import fields as dc_fields
 
-    from marl.training.priority_select import SELECT_DEFAULTS
+    from marl.training.priority_select import SELECT_DEFAULTS, SELECT_SPAN
     from marl.training.priority_tune import TUNE_DEFAULTS
 
     allowed = {
         "env": [f.name for f in dc_fields(PriorityEnvConfig) if f.name not in SET_BY_TRAINING],
         "model": list(MODEL_DEFAULTS), "ppo": list(PPO_DEFAULTS), "tune": list(TUNE_DEFAULTS), "ray": list(RAY_KEYS),
-        "select": list(SELECT_DEFAULTS),
+        "select": [*SELECT_DEFAULTS, *SELECT_SPAN],
     }  # fmt: skip
     if not isinstance(data, Mapping):
         raise chk.fail((), f"expected a mapping with the sections {', '.join(sorted(CONFIG_SECTIONS))}")
@@ -231,13 +231,13 @@ def parse_config(
 
         for key in ("start", "end"):  # dates as seconds: the config is recorded as JSON
             try:
-                if select[key] is not None:
+                if select.get(key) is not None:
                     select[key] = trace_seconds(select[key], env_cfg.trace)
             except ValueError as err:
                 raise chk.fail(("select", key), str(err)) from None
         try:
-            specs = select_windows(env_cfg.trace, select["days"], select["stride"], select["load"], select["start"],
-                                   select["end"])  # fmt: skip
+            specs = select_windows(env_cfg.trace, select["days"], select["stride"], select["load"], select.get("start"),
+                                   select.get("end"))  # fmt: skip
         except ValueError as err:
             raise chk.fail(("select",), str(err).removeprefix("select: ")) from None
         _check_windows(specs, env_cfg.cluster, ("select", "load"), chk)
