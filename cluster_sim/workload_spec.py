@@ -23,8 +23,8 @@ import numpy as np
 
 from cluster_sim.synthetic import synthetic_workload
 from cluster_sim.traces import QuietWindowError, load_gavel, load_openb, load_philly, load_pollux, window
+from cluster_sim.traces.dates import seconds_since
 from cluster_sim.traces.elastic_apps import with_applications
-from cluster_sim.traces.periods import seconds_since
 from cluster_sim.workload import Workload
 
 DEFAULT_SYNTHETIC_LOAD = 0.8

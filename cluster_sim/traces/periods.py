@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cluster_sim.traces.dates import seconds_since
+from cluster_sim.workload_spec import trace_start
+
 DAY = 86_400.0
 # first arrival of the Philly trace as Pollux's artifact ships it (pollux-osdi21/traces/philly.csv; its timestamps
 # carry no zone); load_philly measures arrivals from it, so a date maps to the same seconds on every machine
@@ -36,15 +39,6 @@ def philly_date(seconds: float) -> str:
     when = PHILLY_START + np.timedelta64(int(seconds), "s")
     text = str(when)
     return text.removesuffix("T00:00:00")
-
-
-def seconds_since(origin: np.datetime64 | str, date: str) -> float:
-    """Seconds from ``origin`` to ``date`` (both ISO dates or date-times without a zone)."""
-    try:
-        when = np.datetime64(date, "s")
-    except ValueError:
-        raise ValueError(f"{date!r} is not a date; write YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]") from None
-    return float((when - np.datetime64(origin, "s")) / np.timedelta64(1, "s"))
 
 
 class TraceTime(float):
@@ -80,8 +74,6 @@ def trace_origin(trace: str | None, date: str = "") -> np.datetime64:
     trace's); an error naming the trace where its loader records no date to count ``date`` from."""
     if trace is None:
         return PHILLY_START
-    from cluster_sim.workload_spec import trace_start  # the spec module imports this one
-
     try:
         origin = trace_start(trace)
     except FileNotFoundError:
