@@ -262,6 +262,7 @@ PHILLY_OK = "2017-10-09 07:01:55,66.0,1,66.0,aa\n"
         (PHILLY_OK + "2017-10-09 07:02:00,5.0,abc,5.0,bb\n", 3, "num_gpus='abc' is not an integer"),
         (PHILLY_OK * 3 + "2017-10-09 07:02:00,,1,5.0,bb\n", 5, "duration='' is not a number"),
         (PHILLY_OK + "yesterday,5.0,1,5.0,bb\n", 3, "timestamp='yesterday' is not a date-time"),
+        (PHILLY_OK + "2017-10-09 08:00:00+01:00,5.0,1,5.0,bb\n", 3, "carries a time zone; write every row in one zone"),
         (PHILLY_OK + "2017-10-09 07:02:00,5.0,1,5.0\n", 3, "expected 5 comma-separated fields"),
         (PHILLY_OK + "2017-10-09 07:02:00,5.0,0,0.0,bb\n", 3, "num_gpus='0' must be >= 1"),
         (PHILLY_OK + "2017-10-09 07:02:00,0.0,1,0.0,bb\n", 3, "duration='0.0' must be > 0"),
@@ -529,6 +530,7 @@ def test_max_gpus_drops_the_larger_jobs_before_the_window(philly_path: Path) -> 
     [
         ("helios:x.csv", "unknown kind 'helios'; use one of: synthetic:N_JOBS"),
         ("synthetic", "unknown kind 'synthetic'"),
+        ("slurm:x.csv", "a kind of a plugin's is known once it is imported: marlsched --plugin FILE, or a run config"),
         ("traces/philly.csv,load=0.9", "a file needs its kind in front, KIND:PATH (e.g. philly:traces/philly.csv for"),
         ("synthetic:100,speed=2", "unknown option 'speed=2' for synthetic; allowed: max_jobs=..., start=..."),
         (

@@ -10,6 +10,7 @@ the trace is loaded.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -34,8 +35,19 @@ POLLUX_MIN_DURATION_S = 60.0
 POLLUX_MAX_GPU_TIME_S = 1000 * 3600.0
 
 
+_ZONE = re.compile(r"(Z|[+-]\d\d:?\d\d)$")  # a UTC offset at a time stamp's end: +01:00, -0500, Z
+
+
 def _timestamps(values: np.ndarray, lines: np.ndarray, path: Path) -> np.ndarray:
-    """``YYYY-MM-DD HH:MM:SS`` strings as int64 seconds since the epoch (timezone as written)."""
+    """``YYYY-MM-DD HH:MM:SS`` strings as int64 seconds since the epoch (timezone as written; an offset is refused:
+    rows of several zones would be ordered wrong)."""
+    text = values.astype(str)
+    for i in np.flatnonzero(np.char.str_len(text) > 19):  # longer than 2017-10-09 07:01:55
+        if _ZONE.search(text[i].strip()):
+            raise TraceFormatError(
+                path, int(lines[i]), f"column timestamp={str(text[i])!r} carries a time zone; write every row in "
+                "one zone, without an offset (2017-10-09 07:01:55)"
+            )  # fmt: skip
     try:
         return values.astype("datetime64[s]").astype(np.int64)
     except ValueError:
