@@ -158,7 +158,8 @@ def _split(spec: str) -> tuple[str, WorkloadKind, str, dict[str, object]]:
         allowed = "; ".join(workload_syntax().values())
         raise WorkloadSpecError(
             f"workload spec {spec!r}: unknown kind {kind!r}; use one of: {allowed} "
-            f"(each optionally followed by ,{'=...,'.join(COMMON_OPTIONS)}=...)"
+            f"(each optionally followed by ,{'=...,'.join(COMMON_OPTIONS)}=...); a kind of a plugin's is known once it "
+            "is imported: marlsched --plugin FILE, or a run config's plugins:"
         )
     source = WORKLOAD_KINDS[kind]
     arg, *items = rest.split(",")
