@@ -143,6 +143,7 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         + f"; {len(specs)} simulations, each a Ray task. Values are mean ± std over {over}.",
         "",
     ]
+    lines += _policy_folders_held_out(cfg)
     if train_info is not None and isinstance(cfg.train_config, PriorityTrainSection):
         lines += _priority_training_lines(cfg.train_config, train_info)
     elif train_info is not None and cfg.train_config is not None:
@@ -221,7 +222,12 @@ def _training_verdict(cfg: ExperimentConfig, rows: Runs, train_info: Mapping[str
     # equal runs are said as such: "better in 0 of 6" reads as worse where the two decided alike
     counts = f"better in {better} of {len(gains)}" + (f", the same in {same}" if same else "")
     if same == len(gains):
-        counts = f"the same average JCT in all {len(gains)}: training changed no decision here"
+        why = (
+            "the select stage shipped the warm start: no iterate beat it on the select windows"
+            if train_info.get("selected") == "warm start"
+            else "training changed no decision here"
+        )
+        counts = f"the same average JCT in all {len(gains)}: {why}"
     lines = [
         f"**What training added** (the verdict on it): `{MARL}` against `{MARL_WARM_START}`, paired on the same "
         f"{_count(len(gains), 'run')}: average JCT {change:+.1f}% ± {np.std(gains):.1f}% ({counts}). "
@@ -241,7 +247,7 @@ def _training_verdict(cfg: ExperimentConfig, rows: Runs, train_info: Mapping[str
 
 def _held_out(cfg: ExperimentConfig) -> str:
     """Whether every workload is a window of the training trace outside the training span (the priority agents'
-    random windows): one sentence, or '' where that cannot be read from the specs."""
+    random windows) and the select stage's windows: one sentence, or '' where that cannot be read from the specs."""
     from marl.env.priority_env import PriorityEnvConfig
 
     if not isinstance(cfg.train_config, PriorityTrainSection):
@@ -249,8 +255,29 @@ def _held_out(cfg: ExperimentConfig) -> str:
     env = PriorityEnvConfig.from_dict(cfg.train_config.config["env"])
     if env.workload:
         return ""
-    trace = env.trace.split(",")[0]
-    inside = []
+    spans = {"the training span": (env.train_start, env.train_end)}
+    select = cfg.train_config.config.get("select")
+    if select is not None:  # its windows chose the iterate that ships
+        from marl.training.priority_select import select_windows
+
+        windows = select_windows(env.trace, select["days"], select["stride"], select["load"], select.get("start"),
+                                 select.get("end"))  # fmt: skip
+        spans["the select span"] = _span_of(windows)
+    return _outside(cfg, env.trace, spans)
+
+
+def _span_of(windows: list[str]) -> tuple[float, float]:
+    """The first start and the last end of window specs (seconds of their trace)."""
+    bounds = [_seconds(dict(o.split("=", 1) for o in w.split(",")[1:] if "=" in o)[k], w) for w in windows
+              for k in ("start", "end")]  # fmt: skip
+    return min(bounds), max(bounds)
+
+
+def _outside(cfg: ExperimentConfig, trace: str, spans: Mapping[str, tuple[float, float]]) -> str:
+    """'Every workload lies outside SPANS: held out.' or which workloads overlap which span; '' where a workload
+    is not a dated window of ``trace``."""
+    trace = trace.split(",")[0]
+    inside: dict[str, list[str]] = {name: [] for name in spans}
     for label, spec in cfg.workload_specs.items():
         if not isinstance(spec, str) or spec.split(",")[0] != trace:
             return ""
@@ -258,11 +285,43 @@ def _held_out(cfg: ExperimentConfig) -> str:
         if "start" not in opts or "end" not in opts:
             return ""
         start, end = (_seconds(opts[k], spec) for k in ("start", "end"))
-        if start < env.train_end and end > env.train_start:
-            inside.append(label or spec)
-    if inside:
-        return f"Not held out: {', '.join(inside)} overlap the training span."
-    return "Every workload lies outside the training span: held out."
+        for name, (first, last) in spans.items():
+            if start < last and end > first:
+                inside[name].append(label or spec)
+    said = [f"{', '.join(labels)} {'overlaps' if len(labels) == 1 else 'overlap'} {name}"
+            for name, labels in inside.items() if labels]  # fmt: skip
+    if said:
+        return f"Not held out: {'; '.join(said)}."
+    return f"Every workload lies outside {' and '.join(spans)}: held out."
+
+
+def _policy_folders_held_out(cfg: ExperimentConfig) -> list[str]:
+    """For each trained policy folder among the schedulers (``marl:DIR``) whose metadata records the windows it
+    trained and was selected on: whether the workloads lie outside them."""
+    from marl.deploy.registry import read_metadata
+
+    lines = []
+    for label in cfg.schedulers:
+        name = cfg.policy_of(label)[0]
+        if not name.startswith("marl:"):
+            continue
+        folder = name.removeprefix("marl:").split(",")[0]
+        try:
+            meta = read_metadata(Path(folder))[1]
+        except (OSError, ValueError):
+            continue
+        config = (meta.get("trained") or {}).get("config") or meta.get("config") or {}
+        env = config.get("env", config) if isinstance(config, dict) else {}
+        trace, first, last = env.get("trace"), env.get("train_start", 0.0), env.get("train_end")
+        if not isinstance(trace, str) or not isinstance(last, int | float):
+            continue
+        spans = {"its training span": (float(first), float(last))}
+        if (meta.get("selected") or {}).get("windows"):
+            spans["its select windows"] = _span_of(meta["selected"]["windows"])
+        sentence = _outside(cfg, trace, spans)
+        if sentence:
+            lines.append(f"`{label}` ({folder}): {sentence}")
+    return [*lines, ""] if lines else []
 
 
 def _seconds(value: str, spec: str) -> float:

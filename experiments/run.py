@@ -347,6 +347,8 @@ def _train_priority(cfg: ExperimentConfig, section: PriorityTrainSection, run_di
     # train_s: the whole training's, a killed run's time up to its checkpoint included
     info = {"iterations": summary["iterations"], "train_s": 60.0 * summary["minutes"],
             "resumed_after": summary["resumed_after"]}  # fmt: skip
+    if summary.get("selected"):  # which iterate the select stage shipped (the warm start where none beat it)
+        info["selected"] = summary["selected"]["chosen"]
     write_atomic(run_dir / "done.json", json.dumps(info, indent=2) + "\n")
     return info
 

@@ -157,11 +157,35 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def simulate_hint(folder: Path) -> str:
-    """The ``simulate`` command that runs a trained policy on the cluster it was trained on."""
+    """The ``simulate`` command that runs a trained policy on the cluster it was trained on, on its training trace
+    after the spans that trained and selected it (Philly's: the report period) where the folder records them."""
     from marl.deploy.registry import read_metadata, trained_cluster
 
-    cluster = trained_cluster(read_metadata(folder)[1])
-    return f"marlsched simulate{f' --cluster {shlex.quote(cluster)}' if cluster else ''} --policy marl:{folder}"
+    meta = read_metadata(folder)[1]
+    cluster = trained_cluster(meta)
+    workload = _held_out_workload(meta)
+    return (
+        f"marlsched simulate{f' --cluster {shlex.quote(cluster)}' if cluster else ''}"
+        f"{f' --workload {shlex.quote(workload)}' if workload else ''} --policy marl:{folder}"
+    )
+
+
+def _held_out_workload(meta: dict) -> str | None:
+    """A window of the recorded training trace that neither trained nor selected the policy, or None."""
+    from cluster_sim.traces.periods import PERIODS, on_philly_calendar, trace_date
+
+    trained = meta.get("trained") or {}
+    config = trained.get("config") or meta.get("config") or {}
+    env = config.get("env", config) if isinstance(config, dict) else {}
+    trace, end = env.get("trace"), env.get("train_end")
+    if not isinstance(trace, str) or not isinstance(end, int | float):
+        return None
+    select = config.get("select") or {}
+    if on_philly_calendar(trace):
+        report = PERIODS["report"]
+        return f"{trace},start={report.first},end={report.end},load=0.9"
+    after = max(float(end), float(select.get("end") or 0.0))
+    return f"{trace},start={trace_date(after, trace).removesuffix(' s')},load={select.get('load', 0.9)}"
 
 
 def run_tune_priority(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster_sim.traces.periods import DAY, HELD_OUT_START, window_spec
+from cluster_sim.traces.periods import DAY, HELD_OUT_START, PERIODS, window_spec
 from experiments.run_config import ExperimentConfigError, load_experiment_config, parse_experiment_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -240,6 +240,14 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(
 
     inside = cfg.to_dict() | {"workload": window_spec(philly, 2_900_000, 2_900_000 + DAY, 0.9)}
     assert _held_out(parse_experiment_config(inside, "in.yaml")).startswith("Not held out:")
+    # a select stage's windows chose what ships: a workload among them is not held out either
+    selecting = cfg.to_dict()
+    selecting["train"] = {**selecting["train"], "select": {"days": 2, "stride": 8, "load": 0.5}}
+    select_day = window_spec(philly, PERIODS["select"].start_s + DAY, PERIODS["select"].start_s + 2 * DAY, 0.9)
+    assert _held_out(parse_experiment_config(selecting, "s.yaml")).startswith("Every workload lies outside the train")
+    assert _held_out(parse_experiment_config(selecting | {"workload": select_day}, "s.yaml")) == (
+        f"Not held out: {select_day} overlaps the select span."
+    )
 
     def avg_jct(name: str) -> float:
         return json.loads((out / "tasks" / task_id(name, 0) / "metrics.json").read_text())["avg_jct"]
@@ -631,6 +639,32 @@ def test_a_killed_run_leaves_nothing_behind_and_ctrl_c_stops_the_next_one_cleanl
     assert proc.returncode == 130
     assert "Traceback" not in err and "marlsched run: interrupted. What finished is kept in" in err, err
     assert done < len(list((out / "tasks").glob("*/metrics.json"))) < 12
+
+
+def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_workloads(monkeypatch) -> None:
+    """``marl:DIR`` among the schedulers: its metadata's training span and select windows are read, and a workload
+    inside either is named in the report's header (default-hetero: trained before 2017-10-15, selected on
+    2017-10-15..31)."""
+    from experiments.report import _policy_folders_held_out
+
+    monkeypatch.chdir(REPO)
+    philly = "philly:../shared/traces/pollux-osdi21/traces/philly.csv"
+    folder = "experiments/policies/default-hetero"
+    raw = {
+        "name": "x", "cluster": "small-hetero", "interference": "none", "seeds": [0],
+        "schedulers": ["gavel-las", "mine"], "baselines": ["gavel-las"],
+        "scheduler_options": {"mine": {"policy": f"marl:{folder}"}},
+        "workloads": {"oct20": f"{philly},start=2017-10-20,end=2017-10-22",
+                      "nov05": f"{philly},start=2017-11-05,end=2017-11-07"},
+    }  # fmt: skip
+    assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml")) == [
+        f"`mine` ({folder}): Not held out: oct20 overlaps its select windows.",
+        "",
+    ]
+    raw["workloads"].pop("oct20")
+    assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml"))[0].endswith(
+        "Every workload lies outside its training span and its select windows: held out."
+    )
 
 
 def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Path, monkeypatch) -> None:

@@ -183,6 +183,11 @@ def test_dates_of_a_trace_of_ones_own_count_from_its_first_arrival(tmp_path: Pat
     assert (select["start"], select["end"]) == (7 * day, 10 * day)  # seconds: the config is recorded as JSON
     specs = select_windows(trace, 1, 1, 0.005, select["start"], select["end"])
     assert [window_label(s)[:10] for s in specs] == ["2024-03-08", "2024-03-09", "2024-03-10"]
+    # the command a training prints to run its policy: the trace after the spans that trained and selected it
+    from marl.cli import _held_out_workload
+
+    recorded = {"trained": {"config": {"env": {"trace": trace, "train_end": 7 * day}, "select": select}}}
+    assert _held_out_workload(recorded) == f"{trace},start=2024-03-11T06:00:00,load=0.005"
 
 
 def test_training_windows_may_be_given_as_dates(tmp_path: Path) -> None:

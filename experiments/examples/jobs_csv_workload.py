@@ -1,8 +1,8 @@
 """A workload format of your own, registered as a kind: ``marlsched --plugin THIS_FILE``.
 
 ``jobs:PATH`` reads a CSV with one job per line, ``arrival_s,gpus,duration_s[,tenant]``, the simplest
-trace a cluster operator can export. Every common option (``max_jobs``, ``start``, ``end``,
-``arrival_scale``) works on it, and ``model=NAME`` sets the model of every job:
+trace a cluster operator can export. Every common option (``max_jobs``, ``start``, ``end`` in seconds: it records
+no dates, ``arrival_scale``, ``load``) works on it, and ``model=NAME`` sets the model of every job:
 
     marlsched --plugin experiments/examples/jobs_csv_workload.py simulate --cluster small \
         --workload jobs:my_jobs.csv,model=resnet50-imagenet --policy fifo,tiresias

@@ -94,7 +94,7 @@ def select_iterate(
     tasks = [(str(found[c]), dict(env), s, None) for s in specs for c in labels]
     t0 = time.perf_counter()
     log(f"selecting the iterate: {len(specs)} select windows x {len(labels)} candidates = {len(tasks)} simulations")
-    table = window_table(run_window, tasks, labels, workers, log)
+    table = window_table(run_window, tasks, labels, workers, log, specs)
     ratio = (table / table[:, :1]).mean(axis=0)
     best = int(np.argmin(ratio))  # the first of equals: the earlier iterate
     chosen = labels[best]

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from cluster_sim.traces.periods import span_windows
+from cluster_sim.traces.periods import span_windows, window_label
 from marl.deploy.policy_files import not_a_policy_folder
 from marl.env.priority_env import PriorityEnvConfig
 from marl.training.worker_map import worker_map
@@ -68,17 +68,24 @@ def run_window(task: tuple[str, Mapping[str, Any], str, float | None]) -> float:
 
 
 def window_table(
-    fn: Callable[[Any], float], tasks: Sequence[Any], columns: Sequence[str], workers: int | None, log: Log
+    fn: Callable[[Any], float],
+    tasks: Sequence[Any],
+    columns: Sequence[str],
+    workers: int | None,
+    log: Log,
+    windows: Sequence[str] = (),
 ) -> np.ndarray:
     """``fn`` (one simulation's average JCT) over ``tasks``, window by window and ``columns`` within each, in worker
-    processes, each result logged; the (windows, columns) table. Spawned, not forked: it runs at the end of
-    training, in a process whose Ray threads a fork would copy."""
+    processes, each result logged (with the window's spec as dates, where ``windows`` gives them); the (windows,
+    columns) table. Spawned, not forked: it runs at the end of training, in a process whose Ray threads a fork
+    would copy."""
     jct = np.empty(len(tasks))
     with worker_map(workers or os.cpu_count() or 1) as run:
         for i, v in enumerate(run(fn, tasks)):
             jct[i] = v
             w, c = divmod(i, len(columns))
-            log(f"[{i + 1}/{len(tasks)}] window {w} {columns[c]}: avg JCT {v:,.0f} s")
+            where = f" ({window_label(windows[w])})" if w < len(windows) else ""
+            log(f"[{i + 1}/{len(tasks)}] window {w}{where} {columns[c]}: avg JCT {v:,.0f} s")
     return jct.reshape(-1, len(columns))
 
 
@@ -106,7 +113,7 @@ def tune_hysteresis(
     tasks = [(str(policy_dir), env, s, float(f)) for s in specs for f in factors]
     t0 = time.perf_counter()
     log(f"{len(specs)} windows x {len(factors)} factors = {len(tasks)} simulations")
-    table = window_table(run_window, tasks, [f"factor {f:g}" for f in factors], workers, log)
+    table = window_table(run_window, tasks, [f"factor {f:g}" for f in factors], workers, log, specs)
     ratio = (table / table.mean(axis=1, keepdims=True)).mean(axis=0)
     best = int(np.argmin(ratio))
     record = {
