@@ -88,6 +88,8 @@ def _import_file(target: str) -> ModuleType:
         raise PluginError(f"{target}: Python cannot load this file as a module; give a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up while it executes
+    if str(path.parent) not in sys.path:  # its own modules beside it import as they would for `python FILE`
+        sys.path.append(str(path.parent))
     try:
         spec.loader.exec_module(module)
     except Exception as err:

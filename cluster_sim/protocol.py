@@ -74,6 +74,11 @@ class MixedGpuTypesWarning(SimulationWarning):
     the built-in schedulers keep each job on one type: the comparison is under different rules."""
 
 
+class ElasticPointsWarning(SimulationWarning):
+    """An elastic scheduler that is consulted only where jobs wait (no ``wants_all_points``): between arrivals
+    its running jobs keep their size, and its ``wake_at`` points pass without a call."""
+
+
 class PolicyClusterWarning(SimulationWarning):
     """A learned policy runs on a cluster other than the one it was trained on, or with co-location interference
     where it was trained without it (or the reverse): its figures may not hold there."""

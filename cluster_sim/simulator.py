@@ -45,6 +45,7 @@ from cluster_sim.protocol import (
     RUNNING,
     WAITING_ARRIVAL,
     Decision,
+    ElasticPointsWarning,
     InvalidDecision,
     JobReport,
     MixedGpuTypesWarning,
@@ -505,6 +506,15 @@ class Simulator:
         # jobs that ran across types where only the scheduler's silence allowed it (said after the run)
         self._mixed_jobs = set() if self._mix_setting is None and len(self.topo.gpu_types) > 1 else None
         self._check_fits_one_type()
+        if self.elastic and traits.elastic and not traits.wants_all_points:
+            warnings.warn(
+                f"{scheduler.name}: elastic, but consulted only where jobs wait (it does not declare "
+                "wants_all_points): between arrivals its running jobs keep their size and its wake_at points pass "
+                "without a call; declare wants_all_points = True to be consulted at every event, and decide once a "
+                "round there (as the built-in elastic schedulers do)",
+                ElasticPointsWarning,
+                stacklevel=2,
+            )
         if (trained := traits.trained_on) is not None:
             for why in (trained.mismatch(self.topo), trained.interference_mismatch(self._interfere)):
                 if why:
@@ -725,8 +735,10 @@ class Simulator:
         if (types != types[0]).any():
             names = sorted({self.topo.gpu_types[int(t)] for t in types.tolist()})
             raise InvalidDecision(
-                f"cannot {action} job {job} on GPUs {np.asarray(gpus).tolist()}: they are of {len(names)} types "
-                f"({', '.join(names)}); a job runs on one GPU type at a time (pass mix_gpu_types=True to allow it)"
+                f"cannot {action} job {job} on {len(gpus)} GPUs of {len(names)} types ({', '.join(names)}): a job "
+                "runs on one GPU type at a time; a scheduler declaring one_gpu_type places within one type "
+                "(cluster_sim.typed_placement.one_type_placement), or drops the trait (the simulator's "
+                "mix_gpu_types=True allows mixing)"
             )
 
     def _check_elastic(self, job: int, count: int, batch: int | None, action: str) -> None:
@@ -734,8 +746,8 @@ class Simulator:
         lo, hi = self.gpu_range(job)
         if not lo <= count <= hi:
             why = (
-                f"it asks for {lo}; only an elastic job (of a measured application, in a simulation with "
-                "elastic=True) runs on another GPU count"
+                f"it asks for {lo}; only an elastic job (of a measured application, in an elastic simulation: the "
+                "scheduler class declares elastic = True) runs on another GPU count"
                 if lo == hi
                 else f"elastic job {job} may use {lo}..{hi} GPUs"
             )
@@ -756,8 +768,8 @@ class Simulator:
         job = self._check_job(job, "change the batch size of")
         if not self.is_elastic(job):
             raise InvalidDecision(
-                f"cannot change the batch size of job {job}: only elastic jobs (of a measured application, in a "
-                "simulation with elastic=True) change their batch size"
+                f"cannot change the batch size of job {job}: only elastic jobs (of a measured application, in an "
+                "elastic simulation: the scheduler class declares elastic = True) change their batch size"
             )
         if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool):
             raise InvalidDecision(f"cannot set job {job}'s batch size to {batch!r}: it must be an integer")

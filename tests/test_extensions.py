@@ -278,6 +278,33 @@ def test_a_plugins_workload_kind_reaches_the_processes_training_starts(tmp_path:
         pool.close()
 
 
+def test_an_elastic_scheduler_of_ones_own_is_told_to_ask_for_every_point_and_imports_its_neighbours(
+    tmp_path: Path,
+) -> None:
+    """An elastic scheduler consulted only where jobs wait keeps running jobs at their size between arrivals: the run
+    warns (ElasticPointsWarning) unless it declares wants_all_points; and a scheduler file imports a module beside
+    it, as ``python FILE`` would."""
+    import warnings
+
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+    from cluster_sim.protocol import ElasticPointsWarning
+
+    (tmp_path / "shared_rules.py").write_text("def nothing(view):\n    return []\n")
+    (tmp_path / "mine.py").write_text(
+        "from shared_rules import nothing\n\n\nclass Grow:\n    name = 'grow'\n    elastic = True\n\n"
+        "    def reset(self, view):\n        pass\n\n    def schedule(self, view):\n        return nothing(view)\n"
+    )
+    sched = get_policy(f"{tmp_path / 'mine.py'}:Grow")
+    sim = build_simulator("small", "synthetic:5,load=0.5", seed=0)
+    with pytest.warns(ElasticPointsWarning, match="grow: elastic, but consulted only where jobs wait"):
+        sim.start(sched)
+    sched.wants_all_points = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ElasticPointsWarning)
+        sim.start(sched)
+
+
 def test_registries_refuse_a_taken_name_and_plugins_fail_in_one_line(tmp_path: Path) -> None:
     from cluster_sim.placement import consolidate, register_placement
     from cluster_sim.plugins import PluginError, import_target
