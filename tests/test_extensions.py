@@ -305,6 +305,38 @@ def test_an_elastic_scheduler_of_ones_own_is_told_to_ask_for_every_point_and_imp
         sim.start(sched)
 
 
+def test_the_elastic_example_resizes_running_jobs_to_equal_shares_through_the_frame(
+    traces_dir: Path,
+) -> None:
+    """``equal_share.py`` is one ``allocate`` on :class:`ElasticPolicy`: on Pollux's workload-1 it is consulted at
+    its rounds between arrivals, grows and shrinks running jobs (more GPUs than they asked for while few jobs
+    run) and finishes every job."""
+    import warnings
+
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+    from cluster_sim.protocol import ElasticPointsWarning, Resize
+
+    sched = get_policy(f"{EXAMPLES / 'equal_share.py'}:EqualShare")
+    resized: list[int] = []
+    schedule = sched.schedule
+
+    def counting(view):
+        decisions = schedule(view)
+        resized.extend(len(d.gpus) - len(view.placement(d.job)) for d in decisions if isinstance(d, Resize))
+        return decisions
+
+    sched.schedule = counting
+    workload = f"pollux:{traces_dir}/pollux-osdi21/workloads/workload-1.csv"
+    sim = build_simulator("pollux-testbed", workload, preset="pollux")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ElasticPointsWarning)
+        result = sim.run(sched)
+    assert sched.name == "equal-share" and len(result.jct) == len(sim.jobs.arrival) == 160
+    assert max(resized) > 0 and min(resized) < 0  # running jobs grew and shrank
+    assert sched.rounds > 160  # consulted at its rounds, not only at the 160 arrivals
+
+
 def test_registries_refuse_a_taken_name_and_plugins_fail_in_one_line(tmp_path: Path) -> None:
     from cluster_sim.placement import consolidate, register_placement
     from cluster_sim.plugins import PluginError, import_target
