@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import warnings
+from pathlib import Path
 
 
 def predictor_provenance(command: str, data: list[str]) -> dict:
@@ -138,7 +139,17 @@ def _format_warning(
 def _after_interrupt(args) -> str:
     """What an interrupted command kept and how to go on (every output is written atomically)."""
     out = getattr(args, "out", None)
-    if args.command in ("run", "train") and out:
+    if args.command in ("train", "train-priority") and out:
+        from marl.training.priority_train import CHECKPOINT_DIR
+
+        if (Path(out) / CHECKPOINT_DIR).is_dir():
+            kept = Path(out) / CHECKPOINT_DIR
+            return f"Its last checkpoint is kept in {kept}; add --resume to the same command to go on from it."
+        return (
+            f"No checkpoint was kept in {out} (PPO and APPO keep one as they train, the other algorithms none); "
+            "the same command starts the training again."
+        )
+    if args.command == "run" and out:
         return (
             f"What finished is kept in {out} (runs done, checkpoints); the same command resumes from there "
             "without redoing it."

@@ -278,6 +278,60 @@ def test_a_plugins_workload_kind_reaches_the_processes_training_starts(tmp_path:
         pool.close()
 
 
+def _touch(path: str) -> None:
+    """In a trainer's pool process: say it started."""
+    Path(path).touch()
+
+
+POOL_INTERRUPTED = """
+import sys, time
+from marl.training.worker_map import WorkerPool
+from tests.test_extensions import _touch
+pool = WorkerPool(2)
+try:
+    list(pool.map(_touch, [sys.argv[1] + "/a", sys.argv[1] + "/b"]))
+    open(sys.argv[1] + "/played", "w").close()
+    time.sleep(60)  # the trainer's own work (its network's update, a window played here) while the pool idles
+finally:
+    pool.close()
+"""
+
+
+def test_ctrl_c_stops_a_trainer_without_a_traceback_from_each_of_its_pools_processes(tmp_path: Path) -> None:
+    """Ctrl-C reaches the terminal's whole process group: the pool's processes leave it to the trainer, which
+    ends them, instead of each printing its own KeyboardInterrupt traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", POOL_INTERRUPTED, str(tmp_path)], cwd=REPO, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "played").exists() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    interrupted = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - interrupted < 20
+    assert proc.returncode != 0 and err.count("Traceback") == 1 and "SpawnProcess" not in err, err[-2000:]
+
+
+def test_an_interrupted_training_says_whether_it_can_resume(tmp_path: Path) -> None:
+    """A training with a checkpoint is told to add --resume; one without (ES, DAgger, ...) that it starts again."""
+    from argparse import Namespace
+
+    from experiments.cli import _after_interrupt
+
+    args = Namespace(command="train", out=str(tmp_path))
+    assert "No checkpoint was kept" in _after_interrupt(args) and "starts the training again" in _after_interrupt(args)
+    (tmp_path / "checkpoint").mkdir()
+    assert "add --resume to the same command" in _after_interrupt(args)
+    assert "the same command resumes" in _after_interrupt(Namespace(command="run", out=str(tmp_path)))
+
+
 def test_an_elastic_scheduler_of_ones_own_is_told_to_ask_for_every_point_and_imports_its_neighbours(
     tmp_path: Path,
 ) -> None:

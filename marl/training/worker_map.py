@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing
+import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -36,15 +38,23 @@ class WorkerPool:
         return self._pool.map(fn, *iterables) if self._pool is not None else map(fn, *iterables)
 
     def close(self) -> None:
-        """Stop the processes; calls not started yet are cancelled."""
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+        """Stop the processes; calls not started yet are cancelled. Closed while Ctrl-C stops the trainer, the
+        processes are ended at once instead of finishing the windows they play."""
+        if self._pool is None:
+            return
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            for process in list((self._pool._processes or {}).values()):
+                process.terminate()
+        self._pool.shutdown(cancel_futures=True)
 
 
 def _start_worker(plugins: list[str], initializer: Callable[[], None] | None) -> None:
     """A spawned worker's start: the plugins its parent imported (their workload kinds, schedulers), then
-    ``initializer``."""
+    ``initializer``. Ctrl-C reaches the whole terminal's process group: a worker leaves it to its parent, which
+    ends the pool (:meth:`WorkerPool.close`), instead of printing its own traceback."""
     from cluster_sim.plugins import load_plugins
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     load_plugins(plugins)
     if initializer is not None:
