@@ -22,13 +22,33 @@ class FolderInUse(ValueError):
     """Another command holds the folder."""
 
 
-@contextmanager
-def folder_lock(folder: str | Path, command: str) -> Iterator[Path]:
-    """Create ``folder`` if needed and hold it for ``command`` (a name for the message) until the block ends."""
+def check_out_folder(folder: str | Path, flag: str = "--out") -> Path:
+    """``folder`` as a place to write into: refused in one line where a file of that name exists or the folder
+    cannot be created, before any work starts."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{flag} {folder} is a file; name a folder (a new one, or one this command wrote before)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{flag} {folder}: cannot create the folder ({err.strerror}); choose another {flag}") from None
+    return folder
+
+
+@contextmanager
+def folder_lock(folder: str | Path, command: str, scratch: tuple[str, ...] = ()) -> Iterator[Path]:
+    """Create ``folder`` if needed and hold it for ``command`` (a name for the message) until the block ends.
+
+    A block that fails leaves no trace of itself: the lock file it created is removed, and a folder it created
+    is removed too where nothing but ``scratch`` (files the command writes before any result, e.g. its copy of
+    the config) was written into it."""
+    folder = Path(folder)
+    created = not folder.exists()
+    check_out_folder(folder)
     path = folder / LOCK_FILE
+    new_lock = not path.exists()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    failed = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -41,10 +61,25 @@ def folder_lock(folder: str | Path, command: str) -> Iterator[Path]:
         os.pwrite(fd, f"marlsched {command} (pid {os.getpid()})\n".encode(), 0)
         try:
             yield folder
+        except BaseException:
+            failed = True
+            raise
         finally:
             os.ftruncate(fd, 0)  # still held: the file no longer names a process that has ended
+            if failed and new_lock:
+                _tidy(folder, created, scratch)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-__all__ = ["FolderInUse", "folder_lock"]
+def _tidy(folder: Path, created: bool, scratch: tuple[str, ...]) -> None:
+    """After a failed block: the lock file it created goes; a folder it created goes where only ``scratch`` is
+    left in it."""
+    (folder / LOCK_FILE).unlink(missing_ok=True)
+    if created and all(entry.name in scratch and entry.is_file() for entry in folder.iterdir()):
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
+
+
+__all__ = ["FolderInUse", "check_out_folder", "folder_lock"]

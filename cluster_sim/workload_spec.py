@@ -13,8 +13,9 @@ elastic schedulers can resize it: :mod:`cluster_sim.traces.elastic_apps`); each 
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -172,14 +173,35 @@ def _split(spec: str) -> tuple[str, WorkloadKind, str, dict[str, object]]:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or key not in types:
+            close = difflib.get_close_matches(key, list(types), n=1)
             raise WorkloadSpecError(
-                f"workload spec {spec!r}: unknown option {item.strip()!r} for {kind}; allowed: "
+                f"workload spec {spec!r}: unknown option {item.strip()!r} for {kind}; "
+                + (f"did you mean {close[0]}=? " if close else "")
+                + "allowed: "
                 + ", ".join(f"{k}=..." for k in types)
             )
         if key in opts:
             raise WorkloadSpecError(f"workload spec {spec!r}: option {key} given twice")
         opts[key] = _convert(spec, key, value.strip(), types[key])
+    _check_values(spec, opts)
     return kind, source, arg, opts
+
+
+POSITIVE = ("load", "window_load", "arrival_scale", "max_jobs", "max_gpus", "tenants", "gpu_scale")
+
+
+def _check_values(spec: str, opts: Mapping[str, object]) -> None:
+    """Option values no window can have (a load of 0, an end before its start), named as typed."""
+    for key in POSITIVE:
+        if key in opts and not opts[key] > 0:
+            what = "an integer >= 1" if isinstance(opts[key], int) else "a positive number"
+            raise WorkloadSpecError(f"workload spec {spec!r}: {key}={opts[key]} must be {what}")
+    start, end = opts.get("start"), opts.get("end")
+    if start is None or end is None or isinstance(start, str) != isinstance(end, str):
+        return  # seconds against a date: compared once the trace's start is read
+    first, last = (seconds_since("1970-01-01", t) if isinstance(t, str) else t for t in (start, end))
+    if not first < last:
+        raise WorkloadSpecError(f"workload spec {spec!r}: start={start} is not before end={end}; swap them")
 
 
 def trace_start(spec: str) -> str | None:
@@ -326,7 +348,7 @@ def _pollux(arg: str, *, seed: int, cluster_gpus: int, profiles: str | None = No
 register_workload_kind(
     "synthetic",
     _synthetic,
-    syntax="synthetic:N_JOBS[,load=F|window_load=F][,model_rule=independent|pollux|gavel][,gpu_scale=K]",
+    syntax="synthetic:N_JOBS[,load=F|window_load=F][,model_rule=independent|pollux|gavel][,gpu_scale=K][,tenants=N]",
     options={"load": float, "window_load": float, "tenants": int, "model_rule": str, "gpu_scale": int},
 )
 register_workload_kind(

@@ -32,6 +32,7 @@ import yaml
 
 from cluster_sim.out_folder import LOCK_FILE, folder_lock
 from cluster_sim.results import write_atomic
+from cluster_sim.workload_spec import WorkloadSpecError
 from experiments.provenance import result_provenance
 from experiments.run_config import (
     MARL,
@@ -41,6 +42,7 @@ from experiments.run_config import (
     TrainSection,
     absolute_spec,
     load_experiment_config,
+    workload_error,
 )
 from experiments.tasks import (
     CONFIG_FILE,
@@ -211,7 +213,12 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             spec = pending.pop(ready[0])
-            res = ray.get(ready[0])
+            try:
+                res = ray.get(ready[0])
+            except Exception as err:  # a workload that only its run can refuse: named at its key and line
+                if isinstance(getattr(err, "cause", None), WorkloadSpecError):
+                    raise workload_error(cfg, spec["workload_label"], err.cause) from None
+                raise
             write_task(out, spec, res)
             done += 1
             m = res["metrics"]
@@ -276,6 +283,12 @@ def _prepare_out(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
     path = out / CONFIG_FILE
+    foreign = sorted(entry.name for entry in out.iterdir() if entry.name not in (CONFIG_FILE, STATE_FILE, LOCK_FILE))
+    if foreign and not path.is_file():
+        raise ValueError(
+            f"--out {out} holds files that no run wrote ({', '.join(foreign[:5])}); choose an empty folder, or the "
+            "folder of this experiment to resume it"
+        )
     if path.is_file() and (changed := _changed_keys(yaml.safe_load(path.read_text()), yaml.safe_load(text))):
         measured = any(entry.name not in (CONFIG_FILE, STATE_FILE, LOCK_FILE) for entry in out.iterdir())
         if measured and not set(changed) <= EXTENDABLE:
@@ -360,7 +373,7 @@ def run_experiment(
     against a second command writing it at the same time. ``command``: the command line, for the provenance
     (default: ``marlsched run CONFIG``)."""
     out = Path(out)
-    with folder_lock(out, "run"):
+    with folder_lock(out, "run", scratch=(CONFIG_FILE, STATE_FILE)):
         return _run_experiment(cfg, out, address=address, log=log, command=command or f"marlsched run {cfg.source}")
 
 

@@ -11,6 +11,7 @@ and the other keys of the section override it (mappings merge key by key).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from marl.training.config import (
     read_yaml_config,
     set_keys,
 )
+from topology.spec import did_you_mean
 
 MARL = "marl"  # the scheduler name of the policy this experiment trains
 MARL_WARM_START = "marl-warm-start"  # the same network before any update (a priority train section's)
@@ -199,6 +201,8 @@ def parse_experiment_config(
     chk = _PrefixedChecker(source, lines, (), given)
     if not isinstance(data, Mapping):
         raise chk.fail((), f"the file must hold a mapping with keys {chk.allowed(ExperimentConfig)}")
+    if data.get("workload") is not None and data.get("workloads") is not None:
+        raise chk.fail(("workload",), "give one workload (workload:) or labelled ones (workloads:), not both")
     data = _with_preset(data, chk)
     cfg: ExperimentConfig = chk.section(ExperimentConfig, data, ())
     cfg = dataclasses.replace(cfg, source=source)
@@ -208,7 +212,15 @@ def parse_experiment_config(
     if cfg.scaling is not None:
         cfg.__dict__["_scaling"] = chk.section(ScalingConfig, cfg.scaling, ("scaling",))
     _check_experiment(cfg, chk)
+    cfg.__dict__["_checker"] = chk  # for what only a run finds (a window's load): named at its key and line
     return cfg
+
+
+def workload_error(cfg: ExperimentConfig, label: str, err: Exception) -> ValueError:
+    """A workload error met while running (a window without its load, dates outside the trace), named at the
+    config's key and line as the checks before the run name theirs."""
+    chk = cfg.__dict__.get("_checker") or _PrefixedChecker(cfg.source, {}, (), None)
+    return chk.fail(("workloads", label) if cfg.workloads else ("workload",), str(err))
 
 
 def _with_preset(data: Mapping[str, Any], chk: ConfigChecker) -> Mapping[str, Any]:
@@ -309,6 +321,8 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         raise chk.fail(("seeds",), "give at least one workload seed")
     if len(set(cfg.seeds)) != len(cfg.seeds):
         raise chk.fail(("seeds",), f"seeds repeat: {cfg.seeds}")
+    if min(cfg.seeds) < 0:
+        raise chk.fail(("seeds",), f"a seed is an integer >= 0, got {min(cfg.seeds)}")
     if not cfg.schedulers:
         raise chk.fail(("schedulers",), "list at least one scheduler")
     allowed = (
@@ -317,9 +331,18 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     )
     for label, opts in (cfg.scheduler_options or {}).items():
         if label not in cfg.schedulers:
+            typo = difflib.get_close_matches(str(label), [str(name) for name in cfg.schedulers], n=1)
+            if typo:  # the list's name is the misspelt one where the options name a scheduler close to it
+                raise chk.fail(
+                    ("schedulers", str(cfg.schedulers.index(typo[0]))),
+                    f"{typo[0]!r}: did you mean {label!r} (scheduler_options defines it)?",
+                )
             raise chk.fail(("scheduler_options", str(label)), f"not among schedulers: {', '.join(cfg.schedulers)}")
         if not isinstance(opts, Mapping):
             raise chk.fail(("scheduler_options", str(label)), "expected a mapping {policy: NAME, OPTION: VALUE...}")
+        for key in opts:
+            if key != "policy" and "policy" not in opts and difflib.get_close_matches(str(key), ["policy"], n=1):
+                raise chk.fail(("scheduler_options", str(label), str(key)), "unknown key; did you mean 'policy'?")
         policy, options = cfg.policy_of(label)
         try:
             get_policy(policy, **options)
@@ -373,7 +396,9 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         try:
             get_policy(name)
         except ValueError:
-            raise chk.fail(("schedulers", str(i)), f"unknown scheduler {name!r}; allowed: {allowed}") from None
+            hint = did_you_mean(str(name), policy_names())
+            raise chk.fail(("schedulers", str(i)), f"unknown scheduler {name!r}; {hint + ' ' if hint else ''}"
+                                                   f"allowed: {allowed}") from None  # fmt: skip
     if len(set(cfg.schedulers)) != len(cfg.schedulers):
         raise chk.fail(("schedulers",), f"schedulers repeat: {cfg.schedulers}")
     for i, name in enumerate(cfg.baselines):

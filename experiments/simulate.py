@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cluster_sim.out_folder import folder_lock
+from cluster_sim.out_folder import check_out_folder, folder_lock
 from cluster_sim.results import SimResult, write_atomic
 from cluster_sim.sim_presets import restart_phrase
 from cluster_sim.simulator import Simulator
@@ -64,7 +64,10 @@ def add_simulate_command(subparsers) -> None:
         "--policy", default="fifo", help="scheduler name; comma-separate several to compare them (default: fifo)"
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed for the workload generator and randomised policies (default: 0)"
+        "--seed",
+        type=seed_number,
+        default=0,
+        help="seed for the workload generator and randomised policies (default: 0)",
     )
     p.add_argument(
         "--preset",
@@ -171,10 +174,23 @@ def make_scheduler_by_name(name: str, seed: int, **options):
     return get_policy(name, seed=seed, **options)
 
 
+def seed_number(text: str) -> int:
+    """``--seed``: an integer >= 0 (numpy's generators take no negative seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {value}")
+    return value
+
+
 def run_simulate(args: argparse.Namespace) -> int:
     names = split_policies(args.policy)
     if not names:
         raise ValueError(f"--policy {args.policy!r} names no scheduler; e.g. --policy fifo,tiresias,qssf")
+    if args.plot:  # before the simulations, not after them
+        check_out_folder(args.plot, "--plot")
     sim = simulator_from_args(args)
     schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
     _refuse_shared_names(names, [s.name for s in schedulers])

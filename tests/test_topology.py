@@ -254,7 +254,7 @@ BAD_SPECS = [
         "rack_oversubscription",
         ">= 1",
     ),
-    ("racks_per_pod: [2\n", None, "<file>", "not valid YAML"),
+    ("racks_per_pod: [2\n", 2, "", "not valid YAML: expected ',' or ']'"),
     (
         "pods: 1\nrack_per_pod: 2\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n",
         2,
@@ -278,7 +278,8 @@ def test_yaml_spec_bad(tmp_path: Path, text: str, line: int | None, path: str, h
     with pytest.raises(ClusterSpecError) as err:
         build_cluster(file)
     msg = str(err.value)
-    assert msg.startswith(f"{file}, line {line}: {path}:" if line else f"{file}: {path}:"), msg
+    where = f"{file}, line {line}:" if line else f"{file}:"
+    assert msg.startswith(f"{where} {path}:" if path else where), msg
     assert hint in msg, msg
 
 

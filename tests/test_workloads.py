@@ -521,7 +521,7 @@ def test_max_gpus_drops_the_larger_jobs_before_the_window(philly_path: Path) -> 
     capped = parse_workload_spec(spec + ",max_gpus=8,load=0.9", cluster_gpus=64, seed=4)
     assert full.num_gpus.max() > 8 and capped.num_gpus.max() <= 8
     assert len(capped) == int((full.num_gpus <= 8).sum())
-    with pytest.raises(WorkloadSpecError, match="max_gpus=0 must be a positive integer"):
+    with pytest.raises(WorkloadSpecError, match="max_gpus=0 must be an integer >= 1"):
         parse_workload_spec(spec + ",max_gpus=0", cluster_gpus=64, seed=4)
 
 
@@ -644,7 +644,7 @@ def test_synthetic_gpu_scale_and_window_load_reach_a_queue_at_scale() -> None:
     ("spec", "fragment"),
     [
         ("synthetic:0", "no jobs (a job count must be >= 1"),
-        ("synthetic:20,max_jobs=0", "no jobs"),
+        ("synthetic:20,max_jobs=0", "max_jobs=0 must be an integer >= 1"),
         (
             "PHILLY,start=999999999",
             "no jobs in the window start=999999999.0 (seconds from the trace's start; the "

@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 from topology.servers import GPU_LINKS, SERVER_PRESETS, ServerLinks, ServerSpec
-from topology.yaml_lines import dotted_path, line_of, yaml_key_lines
+from topology.yaml_lines import dotted_path, line_of, repeated_key, yaml_key_lines, yaml_problem
 
 TOP_KEYS = (
     "name",
@@ -41,7 +41,7 @@ class ClusterSpecError(ValueError):
     def __init__(self, source: str, path: str, problem: str, allowed: str = "", line: int | None = None) -> None:
         self.source, self.path, self.problem, self.allowed, self.line = source, path, problem, allowed, line
         where = f"{source}, line {line}" if line else source
-        super().__init__(f"{where}: {path}: {self.detail}")
+        super().__init__(f"{where}: {self.detail}" if path == "<file>" else f"{where}: {path}: {self.detail}")
 
     @property
     def detail(self) -> str:
@@ -275,7 +275,18 @@ def load_spec(path: str | Path) -> ClusterSpec:
     except OSError as e:
         raise ClusterSpecError(str(path), "<file>", f"cannot read: {e.strerror}") from None
     except yaml.YAMLError as e:
-        raise ClusterSpecError(str(path), "<file>", f"not valid YAML: {e}") from None
+        line, what = yaml_problem(e)
+        raise ClusterSpecError(str(path), "<file>", what, line=line) from None
+    if (twice := repeated_key(text)) is not None:
+        key, first, second = twice
+        raise ClusterSpecError(str(path), ".".join(key), f"given twice (also at line {first}); keep one", line=second)
+    if not isinstance(data, Mapping):
+        raise ClusterSpecError(
+            str(path),
+            "<file>",
+            f"holds {'nothing' if data is None else 'no mapping'}; a cluster "
+            "spec is a mapping of keys (name, pods, racks_per_pod, servers_per_rack, server, ...)",
+        )
     try:
         return parse_spec(data, source=str(path), default_name=path.stem)
     except ClusterSpecError as e:  # named again with the line of its field (of the enclosing key, if missing)

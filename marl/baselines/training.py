@@ -85,6 +85,12 @@ def check_windows(chk: ConfigChecker, env: Any, names: Iterable[str]) -> None:
                 raise chk.fail(("env", name, "start"), str(err).partition(": ")[2]) from None
     tw = env.train
     train_end = tw.end
+    if env.validation.count and tw.start >= env.validation.start:  # the training's own start is what moved
+        raise chk.fail(
+            ("env", "train", "start"),
+            f"the training windows start at {tw.start:.0f} s, not before the validation windows "
+            f"(env.validation.start {env.validation.start:.0f} s): train on earlier dates than those that choose",
+        )
     if env.validation.count and train_end > env.validation.start + 1:
         raise chk.fail(
             ("env", "validation", "start"),

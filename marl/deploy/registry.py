@@ -94,7 +94,13 @@ def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "mar
         )
     loader = resolve(found.loader)
     _refuse_unknown_options(loader, found.name, folder, options)
-    scheduler = loader(folder, name=name, **options)
+    try:
+        scheduler = loader(folder, name=name, **options)
+    except (TypeError, KeyError, AttributeError, IndexError) as err:  # a value of the wrong kind, a key missing
+        raise ValueError(
+            f"{Path(folder) / METADATA}: does not hold what a {found.name} policy needs ({type(err).__name__}: {err}); "
+            "copy the policy folder again from where it was trained, or train it again"
+        ) from err
     scheduler.trained_on = trained_on(meta)  # the simulation warns on another cluster
     return scheduler
 

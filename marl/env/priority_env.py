@@ -111,6 +111,9 @@ class PriorityEnvConfig:
                 raise EnvConfigError("load", f"priority env_config.load must be a number or [low, high] with 0 < low "
                                      f"<= high, got {load!r}")  # fmt: skip
         cfg = cls(**data)
+        for key in ("window_days", "num_agents", "reward_scale", "envs_per_runner"):  # a size: never 0 or below
+            if not getattr(cfg, key) > 0:
+                raise EnvConfigError(key, f"priority env_config.{key} must be > 0, got {getattr(cfg, key)!r}")
         if cfg.decision not in DECISIONS:
             raise EnvConfigError("decision", f"priority env_config.decision {cfg.decision!r}: choose one of "
                                  f"{', '.join(DECISIONS)}")  # fmt: skip

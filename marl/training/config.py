@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from cluster_sim.traces.periods import TraceTime, trace_seconds
-from topology.yaml_lines import line_of, yaml_key_lines
+from topology.yaml_lines import line_of, repeated_key, yaml_key_lines, yaml_problem
 
 
 class TrainConfigError(ValueError):
@@ -143,10 +143,14 @@ def read_yaml_config(path: str | Path, what: str, error: type[Exception]) -> tup
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise error(f"{path}: not valid YAML: {err}") from None
+        line, what = yaml_problem(err)
+        raise error(f"{path}{f', line {line}' if line else ''}: {what}") from None
     except ValueError as err:  # a value YAML reads as a date but is none (2017-13-15): no line from PyYAML
         bad = next((f", line {i}: {ln.strip()}" for i, ln in enumerate(text.splitlines(), 1) if _bad_date(ln)), "")
         raise error(f"{path}{bad}: not a valid date ({err}); write YYYY-MM-DD") from None
+    if (twice := repeated_key(text)) is not None:
+        key, first, second = twice
+        raise error(f"{path}, line {second}: {'.'.join(key)}: given twice (also at line {first}); keep one")
     return data, yaml_key_lines(text)
 
 

@@ -17,12 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cluster_sim.out_folder import folder_lock
 from marl.agents import AGENTS, AgentSpec, Algorithm, resolve
 from marl.deploy.policy_files import code_version, training_recipe
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config, set_keys
 
 Log = Callable[[str], None]
 POLICY = "policy"  # OUT/policy: the trained policy folder, whatever trained it
+# what trainings write at OUT's top: a folder holding none of them but other files is not a training's
+TRAINING_WRITES = (POLICY, "checkpoint", "progress.csv", "snapshots", "warm_start", "tensorboard", "result.json",
+                   "learning_curve.png")  # fmt: skip
 DEFAULT_AGENT = "priority"
 
 
@@ -121,6 +125,15 @@ def load_recipe_config(
 def train(req: TrainRequest) -> dict[str, Any]:
     """Train what ``req.config`` names into ``req.out`` (the policy in ``OUT/policy``); the trainer's summary."""
     spec, algorithm, cfg = load_recipe_config(req.config, req.iterations, req.sets)
+    if req.out.is_dir():  # a folder of one's own files is refused; a training's own is resumed or refused below
+        foreign = sorted(entry.name for entry in req.out.iterdir() if not entry.name.startswith(".")
+                         and entry.name not in TRAINING_WRITES)  # fmt: skip
+    else:
+        foreign = []
+    if foreign and not any((req.out / name).exists() for name in TRAINING_WRITES):
+        raise ValueError(
+            f"--out {req.out} holds files that no training wrote ({', '.join(foreign[:5])}); choose an empty folder"
+        )
     if (req.out / POLICY).exists() and not req.resume:
         raise ValueError(f"{req.out} already holds a trained policy; choose another --out")
     from marl.training.priority_train import CHECKPOINT_DIR  # what a killed RLlib training leaves to resume
@@ -129,7 +142,8 @@ def train(req: TrainRequest) -> dict[str, Any]:
         raise ValueError(  # --resume would train it all again over the finished run
             f"{req.out} holds a finished training (its policy, no checkpoint): nothing to resume; choose another --out"
         )
-    return run_recipe(spec, algorithm, cfg, req)
+    with folder_lock(req.out, "train"):
+        return run_recipe(spec, algorithm, cfg, req)
 
 
 def run_recipe(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import functools
 import multiprocessing
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -35,7 +36,10 @@ class WorkerPool:
 
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any]) -> Iterator[Any]:
         """``fn`` over the items, results in order, as the builtin ``map`` returns them."""
-        return self._pool.map(fn, *iterables) if self._pool is not None else map(fn, *iterables)
+        if self._pool is None:
+            return map(fn, *iterables)
+        with _ctrl_c_ignored():  # the processes this call starts inherit it: Ctrl-C is the trainer's to handle
+            return self._pool.map(fn, *iterables)
 
     def close(self) -> None:
         """Stop the processes; calls not started yet are cancelled. Closed while Ctrl-C stops the trainer, the
@@ -45,16 +49,30 @@ class WorkerPool:
         if isinstance(sys.exc_info()[1], KeyboardInterrupt):
             for process in list((self._pool._processes or {}).values()):
                 process.terminate()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            return
         self._pool.shutdown(cancel_futures=True)
+
+
+@contextlib.contextmanager
+def _ctrl_c_ignored() -> Iterator[None]:
+    """SIGINT ignored while the block starts processes: Python leaves a signal its parent ignored ignored, so
+    Ctrl-C in the terminal (sent to the whole process group) reaches the trainer alone, even while a process
+    is still starting. Only the main thread may set handlers; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _start_worker(plugins: list[str], initializer: Callable[[], None] | None) -> None:
     """A spawned worker's start: the plugins its parent imported (their workload kinds, schedulers), then
-    ``initializer``. Ctrl-C reaches the whole terminal's process group: a worker leaves it to its parent, which
-    ends the pool (:meth:`WorkerPool.close`), instead of printing its own traceback."""
+    ``initializer``."""
     from cluster_sim.plugins import load_plugins
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     load_plugins(plugins)
     if initializer is not None:

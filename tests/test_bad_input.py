@@ -1,0 +1,146 @@
+"""Mistakes a user makes (a file where a folder goes, a folder of other files, a key given twice, a window
+backwards, a misspelt name): each ends in one line that names the file, line or field and the fix, before any
+work starts, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+RUN = "name: bad\ncluster: small\nworkload: 'synthetic:300,load=0.5'\nseeds: [0]\nschedulers: [fifo]\n"
+TOPDRL = str(REPO / "experiments" / "configs" / "topdrl_small.yaml")
+
+
+def _error(argv: list[str], capsys) -> str:
+    """The one line a refused command prints (its exit code 2)."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+def _config(tmp_path: Path, text: str, name: str = "run.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_an_out_or_plot_that_is_a_file_or_cannot_be_made_is_named(tmp_path: Path, capsys) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    simulate = ["simulate", "--workload", "synthetic:300,load=0.5", "--policy", "fifo", "--quiet"]
+    for argv in (
+        [*simulate, "--out", str(afile)],
+        [*simulate, "--plot", str(afile)],
+        ["run", _config(tmp_path, RUN), "--out", str(afile)],
+        ["train", "--config", TOPDRL, "--out", str(afile), "--iterations", "1"],
+    ):
+        flag = "--plot" if "--plot" in argv else "--out"
+        assert f"{flag} {afile} is a file; name a folder" in _error(argv, capsys)
+    assert afile.read_text() == "mine\n"
+    assert "cannot create the folder" in _error([*simulate, "--out", str(afile / "sub")], capsys)
+
+
+def test_a_folder_of_ones_own_files_is_refused_and_left_as_it_was(tmp_path: Path, capsys) -> None:
+    """run and train refuse a folder none of whose files they wrote, as simulate does; a refusal leaves no lock
+    file in it, and a folder the failed command created itself is gone."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    cases = {
+        "no run wrote": ["run", _config(tmp_path, RUN), "--out", str(mine)],
+        "no training wrote": ["train", "--config", TOPDRL, "--out", str(mine), "--iterations", "1"],
+        "no simulate wrote": ["simulate", "--workload", "synthetic:300,load=0.5", "--policy", "fifo", "--out",
+                              str(mine)],
+    }  # fmt: skip
+    for said, argv in cases.items():
+        assert f"holds files that {said} (notes.txt)" in _error(argv, capsys)
+        assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def test_a_workload_only_its_run_can_refuse_is_named_at_its_line_and_leaves_no_folder(
+    ray_shared, tmp_path: Path, capsys
+) -> None:
+    config = _config(tmp_path, RUN.replace("workload: 'synthetic:300,load=0.5'", "workloads:\n  a: 'synthetic:300,"
+                                           "window_load=9'\nray: {num_cpus: 1}"))  # fmt: skip
+    out = tmp_path / "out"
+    err = _error(["run", config, "--out", str(out)], capsys)
+    assert f"{config}, line 4: workloads.a: workload spec 'synthetic:300,window_load=9': window_load" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ("synthetic:300,load=-0.9", "load=-0.9 must be a positive number"),
+        ("synthetic:300,max_jobs=0", "max_jobs=0 must be an integer >= 1"),
+        ("synthetic:300,lod=0.9", "unknown option 'lod=0.9' for synthetic; did you mean load=?"),
+        ("philly:{t},start=2017-11-05,end=2017-11-01", "start=2017-11-05 is not before end=2017-11-01; swap them"),
+        ("philly:{t},start=500,end=100", "start=500.0 is not before end=100.0"),
+    ],
+)
+def test_a_workload_no_window_can_have_is_refused_as_typed(spec: str, said: str, traces_dir: Path, capsys) -> None:
+    spec = spec.format(t=traces_dir / "pollux-osdi21" / "traces" / "philly.csv")
+    assert said in _error(["simulate", "--workload", spec, "--policy", "fifo"], capsys)
+
+
+def test_config_mistakes_are_named_at_their_line(tmp_path: Path, capsys) -> None:
+    cases = {
+        RUN + "seeds: [5]\n": "line 6: seeds: given twice (also at line 4); keep one",
+        RUN.replace("seeds: [0]", "seeds: [0, -1]"): "line 4: seeds: a seed is an integer >= 0, got -1",
+        RUN + "workloads: {a: 'synthetic:300'}\n": "line 3: workload: give one workload (workload:) or labelled",
+        RUN.replace("[fifo]", "[fifo, tiresas]") + "scheduler_options:\n  tiresias: {policy: tiresias-pollux}\n": (
+            "line 5: schedulers.1: 'tiresas': did you mean 'tiresias' (scheduler_options defines it)?"
+        ),
+        RUN.replace("[fifo]", "[fifo, tiresas]"): "line 5: schedulers.1: unknown scheduler 'tiresas'; did you mean",
+        RUN.replace("[fifo]", "[fifo, mine]") + "scheduler_options:\n  mine: {polcy: tiresias-pollux}\n": (
+            "line 7: scheduler_options.mine.polcy: unknown key; did you mean 'policy'?"
+        ),
+        RUN.replace("seeds: [0]", "seeds: [0"): "line 5: not valid YAML: expected ',' or ']'",
+    }
+    for text, said in cases.items():
+        config = _config(tmp_path, text)
+        assert f"{config}, {said}" in _error(["run", config, "--out", str(tmp_path / "out")], capsys)
+        assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit):  # argparse's own refusal: its usage, then the line
+        main(["simulate", "--workload", "synthetic:300,load=0.5", "--policy", "fifo", "--seed", "-3"])
+    assert "argument --seed: a seed is an integer >= 0, got -3" in capsys.readouterr().err
+
+
+def test_cluster_file_mistakes_are_named_at_their_line(tmp_path: Path, capsys) -> None:
+    base = "name: c\npods: 1\nracks_per_pod: 1\nservers_per_rack: 2\nserver: pcie-4\ngpu_type: V100\n"
+    cases = {
+        base + "pods: 2\n": "line 7: pods: given twice (also at line 2); keep one",
+        base.replace("pods: 1\n", "pods: [1\n"): "line 3: not valid YAML",
+        "": ": holds nothing; a cluster spec is a mapping of keys",
+    }
+    for text, said in cases.items():
+        cluster = _config(tmp_path, text, "cluster.yaml")
+        err = _error(["simulate", "--cluster", cluster, "--workload", "synthetic:30", "--policy", "fifo"], capsys)
+        assert f"{cluster}{said}" in err if said.startswith(":") else f"{cluster}, {said}" in err
+        assert "<unicode string>" not in err and "<file>" not in err
+
+
+def test_training_settings_no_run_can_use_are_named_before_it_starts(tmp_path: Path, capsys) -> None:
+    quickstart = str(REPO / "experiments" / "configs" / "quickstart.yaml")
+    out = tmp_path / "q"
+    err = _error(["run", quickstart, "--out", str(out), "--set", "train.env.window_days=-1"], capsys)
+    assert "train.env.window_days: priority env_config.window_days must be > 0, got -1" in err and not out.exists()
+    err = _error(["train", "--config", TOPDRL, "--out", str(out), "--set", "env.train.start=999999999"], capsys)
+    assert "env.train.start: the training windows start at 999999999 s, not before the validation windows" in err
+
+
+def test_a_policy_folder_whose_metadata_holds_a_wrong_value_is_named_with_the_fix(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "pol"
+    shutil.copytree(REPO / "experiments" / "policies" / "default-imitation", folder)
+    meta = json.loads((folder / "metadata.json").read_text())
+    (folder / "metadata.json").write_text(json.dumps({**meta, "job_features": 3}))
+    err = _error(["simulate", "--workload", "synthetic:300,load=0.5", "--policy", f"marl:{folder}"], capsys)
+    assert f"{folder / 'metadata.json'}: does not hold what a priority policy needs (TypeError:" in err
+    assert "copy the policy folder again" in err
