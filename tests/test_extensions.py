@@ -306,8 +306,11 @@ def test_ctrl_c_stops_a_trainer_without_a_traceback_from_each_of_its_pools_proce
     import sys
     import time
 
-    proc = subprocess.Popen([sys.executable, "-c", POOL_INTERRUPTED, str(tmp_path)], cwd=REPO, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", POOL_INTERRUPTED, str(tmp_path)], cwd=REPO, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a shell starts it (a test may not)
+    )  # fmt: skip
     deadline = time.monotonic() + 60
     while not (tmp_path / "played").exists() and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-2000:]
