@@ -200,8 +200,12 @@ def _check_values(spec: str, opts: Mapping[str, object]) -> None:
     if start is None or end is None or isinstance(start, str) != isinstance(end, str):
         return  # seconds against a date: compared once the trace's start is read
     first, last = (seconds_since("1970-01-01", t) if isinstance(t, str) else t for t in (start, end))
-    if not first < last:
-        raise WorkloadSpecError(f"workload spec {spec!r}: start={start} is not before end={end}; swap them")
+    if first == last:
+        raise WorkloadSpecError(
+            f"workload spec {spec!r}: start={start} and end={end} hold no time; end the window later"
+        )
+    if first > last:
+        raise WorkloadSpecError(f"workload spec {spec!r}: start={start} is after end={end}; swap them")
 
 
 def trace_start(spec: str) -> str | None:

@@ -142,6 +142,8 @@ def _after_interrupt(args) -> str:
     if args.command in ("train", "train-priority") and out:
         from marl.training.priority_train import CHECKPOINT_DIR
 
+        if (Path(out) / "policy" / "metadata.json").is_file() and not (Path(out) / CHECKPOINT_DIR).is_dir():
+            return f"The policy was written before the interrupt: {Path(out) / 'policy'} is complete."
         if (Path(out) / CHECKPOINT_DIR).is_dir():
             kept = Path(out) / CHECKPOINT_DIR
             return f"Its last checkpoint is kept in {kept}; add --resume to the same command to go on from it."

@@ -232,11 +232,40 @@ def ood_warnings(model, out_of_range: np.ndarray, ood: list[str], a, b) -> list[
     return lines
 
 
+def _count(text: str) -> int:
+    """A count flag (steps, members): an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """``--out`` before any work: eval writes a folder, train and predict a file (never one of their inputs)."""
+    out = Path(args.out)
+    folder = args.interference_command == "eval"
+    if folder and out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; eval writes a folder (eval.json, parity.png): name a folder")
+    if not folder and out.is_dir():
+        raise ValueError(f"--out {out} is a folder; name the file to write, e.g. {out / 'predictor.json'}")
+    if not folder and getattr(args, "pairs", None) and out.resolve() == Path(args.pairs).resolve():
+        raise ValueError(f"--out {out} is the --pairs file it reads; name another file")
+    parent = out if folder else out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out {out}: cannot create {parent} ({err.strerror}); choose another --out") from None
+
+
 def _guard(fn):
     """Turn input errors into one clear line and exit status 2 instead of a traceback."""
 
     def run(args: argparse.Namespace) -> int:
         try:
+            _check_out(args)
             return fn(args)
         except (ValueError, FileNotFoundError, KeyError) as e:
             msg = e.args[0] if isinstance(e, KeyError) and e.args else e
@@ -272,8 +301,8 @@ def add_interference_commands(
     )
     t.add_argument("--seed", type=int, default=0, help="seed of the ensemble's initial weights and batches (default 0)")
     t.add_argument("--out", required=True, help="model file to write (JSON)")
-    t.add_argument("--steps", type=int, default=None, help="optimiser steps per stage (default: TrainConfig's)")
-    t.add_argument("--members", type=int, default=None, help="ensemble members (default: TrainConfig's)")
+    t.add_argument("--steps", type=_count, default=None, help="optimiser steps per stage (default: TrainConfig's)")
+    t.add_argument("--members", type=_count, default=None, help="ensemble members (default: TrainConfig's)")
     t.add_argument(
         "--calibrate",
         action=argparse.BooleanOptionalAction,
@@ -318,7 +347,7 @@ def add_interference_commands(
     )
     e.add_argument("--out", required=True, help="folder for eval.json and parity.png")
     e.add_argument("--seed", type=int, default=None, help="fold seed (default: the model's training seed)")
-    e.add_argument("--steps", type=int, default=None, help="override the training steps per fold")
+    e.add_argument("--steps", type=_count, default=None, help="override the training steps per fold")
     e.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     e.set_defaults(func=_guard(cmd_eval))
 

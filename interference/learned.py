@@ -468,7 +468,10 @@ class LearnedInterference:
         try:
             doc = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: not a marlsched interference model ({type(e).__name__}: {e})") from None
+            raise ValueError(
+                f"{path}: not a marlsched interference model (not JSON: {e}); give the file `marlsched interference "
+                "train --out MODEL` wrote, e.g. experiments/policies/interference-gavel/model.json"
+            ) from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             got = doc.get("format") if isinstance(doc, dict) else None
             raise ValueError(f"{path}: model format {got!r}, expected {FORMAT!r}; retrain it with this version")

@@ -229,6 +229,10 @@ def run_upgrade_policy(args: argparse.Namespace) -> int:
 def run_record_rounds(args: argparse.Namespace) -> int:
     from marl.deploy.recorded_rounds import record_rounds
 
+    if Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a folder; name the .npz to write, e.g. {Path(args.out) / 'rounds.npz'}")
+    if args.rounds < 1 or args.skip < 0:
+        raise ValueError(f"--rounds {args.rounds}, --skip {args.skip}: record at least 1 round, skip 0 or more")
     counts = record_rounds(args.folder, args.cluster, args.workload, args.out, rounds=args.rounds, skip=args.skip,
                            seed=args.seed)  # fmt: skip
     print(f"{args.out}: {counts['rounds']} rounds, {counts['preemptions']} preemptions, {counts['starts']} starts")

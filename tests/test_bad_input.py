@@ -81,8 +81,9 @@ def test_a_workload_only_its_run_can_refuse_is_named_at_its_line_and_leaves_no_f
         ("synthetic:300,load=-0.9", "load=-0.9 must be a positive number"),
         ("synthetic:300,max_jobs=0", "max_jobs=0 must be an integer >= 1"),
         ("synthetic:300,lod=0.9", "unknown option 'lod=0.9' for synthetic; did you mean load=?"),
-        ("philly:{t},start=2017-11-05,end=2017-11-01", "start=2017-11-05 is not before end=2017-11-01; swap them"),
-        ("philly:{t},start=500,end=100", "start=500.0 is not before end=100.0"),
+        ("philly:{t},start=2017-11-05,end=2017-11-01", "start=2017-11-05 is after end=2017-11-01; swap them"),
+        ("philly:{t},start=500,end=100", "start=500.0 is after end=100.0"),
+        ("philly:{t},start=2017-11-01,end=2017-11-01", "start=2017-11-01 and end=2017-11-01 hold no time"),
     ],
 )
 def test_a_workload_no_window_can_have_is_refused_as_typed(spec: str, said: str, traces_dir: Path, capsys) -> None:
@@ -144,3 +145,57 @@ def test_a_policy_folder_whose_metadata_holds_a_wrong_value_is_named_with_the_fi
     err = _error(["simulate", "--workload", "synthetic:300,load=0.5", "--policy", f"marl:{folder}"], capsys)
     assert f"{folder / 'metadata.json'}: does not hold what a priority policy needs (TypeError:" in err
     assert "copy the policy folder again" in err
+
+
+def test_interference_and_record_rounds_outputs_are_checked_before_the_work(tmp_path: Path, capsys) -> None:
+    """A folder where a file goes (or the reverse), the input file as the output, a count below 1, a model file
+    that is not one: one line each, before any training or prediction runs."""
+    model = str(REPO / "experiments" / "policies" / "interference-gavel" / "model.json")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("a,b\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    gavel = "gavel:../shared/traces/gavel/simulation_throughputs.json"
+    cases = {
+        ("predict", "--model", model, "--pairs", str(pairs), "--out", str(folder)): f"--out {folder} is a folder",
+        ("predict", "--model", model, "--pairs", str(pairs), "--out", str(pairs)): "is the --pairs file it reads",
+        ("train", "--data", gavel, "--out", str(folder)): f"--out {folder} is a folder; name the file to write",
+        ("eval", "--model", model, "--data", gavel, "--out", str(pairs)): f"--out {pairs} is a file; eval writes",
+        ("predict", "--model", str(pairs), "--pairs", str(pairs), "--out", str(tmp_path / "p.csv")): (
+            "not a marlsched interference model (not JSON"
+        ),
+        ("train", "--data", gavel, "--out", str(tmp_path / "m.json"), "--steps", "-5"): (
+            "argument --steps: expected an integer >= 1, got -5"
+        ),
+    }
+    for argv, said in cases.items():
+        with pytest.raises(SystemExit) as stop:
+            main(["interference", *argv])
+        assert stop.value.code == 2 and said in capsys.readouterr().err, argv
+    assert pairs.read_text() == "a,b\n" and not (tmp_path / "m.json").exists()
+    record = ["record-rounds", str(REPO / "experiments" / "policies" / "default-small"), "--out"]
+    assert f"--out {folder} is a folder; name the .npz" in _error([*record, str(folder)], capsys)
+    assert "--rounds 0, --skip 0: record at least 1 round" in _error(
+        [*record, str(tmp_path / "r.npz"), "--rounds", "0"], capsys
+    )
+
+
+def test_training_mistakes_say_what_to_do(tmp_path: Path, capsys) -> None:
+    """--resume where nothing can resume; a misspelt agent or algo key (which would train the default agent); a
+    Ray address where nothing listens (Ray itself retries it for minutes)."""
+    empty = tmp_path / "empty"
+    ppo = str(REPO / "experiments" / "configs" / "default_small.yaml")
+    assert f"--resume: {empty} holds no checkpoint" in _error(["train", "--config", ppo, "--out", str(empty),
+                                                               "--resume"], capsys)  # fmt: skip
+    assert "--resume: agent 'topdrl' with algo 'pg' keeps no checkpoint to go on from (ppo and appo do)" in _error(
+        ["train", "--config", TOPDRL, "--out", str(empty), "--resume"], capsys
+    )
+    for text, said in (("agnet: topdrl\n", "line 1: agnet: unknown key; did you mean 'agent'?"),
+                       ("agent: topdrl\nalog: pg\n", "line 2: alog: unknown key; did you mean 'algo'?")):  # fmt: skip
+        config = _config(tmp_path, text, "t.yaml")
+        assert f"{config}, {said}" in _error(["train", "--config", config, "--out", str(empty)], capsys)
+    assert not empty.exists()
+    from marl.deploy.local_ray import check_reachable  # what init_ray checks before it connects
+
+    with pytest.raises(ValueError, match=r"Ray address 127.0.0.1:1: nothing answers there .*ray start --head"):
+        check_reachable("127.0.0.1:1")

@@ -332,6 +332,10 @@ def test_an_interrupted_training_says_whether_it_can_resume(tmp_path: Path) -> N
     assert "No checkpoint was kept" in _after_interrupt(args) and "starts the training again" in _after_interrupt(args)
     (tmp_path / "checkpoint").mkdir()
     assert "add --resume to the same command" in _after_interrupt(args)
+    (tmp_path / "checkpoint").rmdir()
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "metadata.json").write_text("{}")
+    assert f"The policy was written before the interrupt: {tmp_path / 'policy'} is complete" in _after_interrupt(args)
     assert "the same command resumes" in _after_interrupt(Namespace(command="run", out=str(tmp_path)))
 
 

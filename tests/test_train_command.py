@@ -245,7 +245,7 @@ def test_options_the_algorithm_cannot_honour_are_refused(tmp_path: Path, capsys)
     cfg = tmp_path / "d.yaml"
     cfg.write_text("agent: priority\nalgo: dagger\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--address", "auto"]) == 2
-    assert "--address: agent 'priority' with algo 'dagger' is not trained on a Ray cluster (ppo is)" in (
+    assert "--address: agent 'priority' with algo 'dagger' is not trained on a Ray cluster (ppo and appo are)" in (
         capsys.readouterr().err
     )
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--iterations", "0"]) == 2

@@ -124,6 +124,23 @@ def start_local_ray(num_cpus: int | None, object_store_bytes: int) -> None:
     reap_on_exit()
 
 
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Refuse a ``HOST:PORT`` (or ``ray://HOST:PORT``) where nothing listens, in seconds: Ray itself retries such
+    an address for minutes, printing only its own connection errors. ``auto`` is left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise ValueError(
+            f"Ray address {address}: nothing answers there ({err.strerror or err}); start the cluster's head with "
+            "`ray start --head` and give its HOST:6379, or leave --address out to run Ray in-process"
+        ) from None
+
+
 def init_ray(address: str | None, num_cpus: int | None, object_store_bytes: int, log=print) -> bool:
     """Connect to the Ray cluster at ``address`` (``auto``, ``HOST:PORT``; None: ``RAY_ADDRESS`` where set, as
     inside ``ray job submit``) or start Ray in-process (:func:`start_local_ray`); logs where, with the nodes, CPUs
@@ -139,6 +156,7 @@ def init_ray(address: str | None, num_cpus: int | None, object_store_bytes: int,
     t0 = time.perf_counter()
     dashboard = ""
     if address:
+        check_reachable(address)
         quiet_ray_output()  # num_cpus may not be passed when connecting
         ctx = ray.init(address=address, log_to_driver=False, logging_level=QUIET_LEVEL)
         where = f"cluster at {address}"

@@ -24,6 +24,7 @@ from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_conf
 
 Log = Callable[[str], None]
 POLICY = "policy"  # OUT/policy: the trained policy folder, whatever trained it
+RESUMABLE = ("ppo", "appo")  # the algorithms that run on RLlib: on a Ray cluster, resumed from OUT/checkpoint
 # what trainings write at OUT's top: a folder holding none of them but other files is not a training's
 TRAINING_WRITES = (POLICY, "checkpoint", "progress.csv", "snapshots", "warm_start", "tensorboard", "result.json",
                    "learning_curve.png")  # fmt: skip
@@ -52,6 +53,11 @@ def recipe_of(data: Any, chk: ConfigChecker) -> tuple[AgentSpec, Algorithm, dict
     if not isinstance(data, Mapping):
         raise chk.fail((), "a training config holds a mapping: agent, algo and the algorithm's settings")
     data = dict(data)
+    for key in data:  # a misspelt agent or algo key would silently train the default agent with its defaults
+        close = difflib.get_close_matches(str(key), ["agent", "algo"], n=1, cutoff=0.75)
+        if close and key not in ("agent", "algo") and close[0] not in data:
+            also = f" (agents: {', '.join(AGENTS)})" if close[0] == "agent" else " (marlsched train --help lists them)"
+            raise chk.fail((str(key),), f"unknown key; did you mean {close[0]!r}?{also}")
     agent, algo = data.pop("agent", DEFAULT_AGENT), data.pop("algo", None)
     if not isinstance(agent, str) or agent not in AGENTS:
         close = difflib.get_close_matches(str(agent), list(AGENTS), n=1)
@@ -138,9 +144,19 @@ def train(req: TrainRequest) -> dict[str, Any]:
         raise ValueError(f"{req.out} already holds a trained policy; choose another --out")
     from marl.training.priority_train import CHECKPOINT_DIR  # what a killed RLlib training leaves to resume
 
+    if req.resume and algorithm.name not in RESUMABLE:
+        raise ValueError(
+            f"--resume: agent {spec.name!r} with algo {algorithm.name!r} keeps no checkpoint to go on from "
+            f"({' and '.join(RESUMABLE)} do); drop --resume to train it again"
+        )
     if req.resume and (req.out / POLICY).exists() and not (req.out / CHECKPOINT_DIR).exists():
         raise ValueError(  # --resume would train it all again over the finished run
             f"{req.out} holds a finished training (its policy, no checkpoint): nothing to resume; choose another --out"
+        )
+    if req.resume and not (req.out / CHECKPOINT_DIR).is_dir():
+        raise ValueError(
+            f"--resume: {req.out} holds no checkpoint ({CHECKPOINT_DIR}/, kept by a stopped PPO or APPO training): "
+            "nothing to resume; drop --resume to start the training"
         )
     with folder_lock(req.out, "train"):
         return run_recipe(spec, algorithm, cfg, req)
@@ -155,13 +171,12 @@ def run_recipe(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainReques
 
 
 def _run_loop(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest) -> dict[str, Any]:
-    rllib = algorithm.name in ("ppo", "appo")
-    if not rllib:  # only RLlib's algorithms run on a Ray cluster and resume from a checkpoint
-        for given, flag, what in ((req.address, "--address", "on a Ray cluster"), (req.resume, "--resume", "resumed")):
-            if given:
-                raise ValueError(
-                    f"{flag}: agent {spec.name!r} with algo {algorithm.name!r} is not trained {what} (ppo is)"
-                )
+    rllib = algorithm.name in RESUMABLE
+    if not rllib and req.address:  # only RLlib's algorithms run on a Ray cluster
+        raise ValueError(
+            f"--address: agent {spec.name!r} with algo {algorithm.name!r} is not trained on a Ray cluster "
+            f"({' and '.join(RESUMABLE)} are)"
+        )
     trainer = resolve(algorithm.trainer)
     if rllib:
         cfg["ray"]["address"] = req.address or cfg["ray"].get("address") or os.environ.get("RAY_ADDRESS") or None
