@@ -14,6 +14,7 @@ from cluster_sim.out_folder import check_out_folder, folder_lock
 from cluster_sim.results import SimResult, write_atomic
 from cluster_sim.sim_presets import restart_phrase
 from cluster_sim.simulator import Simulator
+from interference.cli import int_at_least
 
 SUMMARY_COLUMNS = (
     ("avg_jct", "avg JCT (s)", "{:.0f}"),
@@ -65,7 +66,7 @@ def add_simulate_command(subparsers) -> None:
     )
     p.add_argument(
         "--seed",
-        type=seed_number,
+        type=int_at_least(0, "a seed"),
         default=0,
         help="seed for the workload generator and randomised policies (default: 0)",
     )
@@ -172,17 +173,6 @@ def make_scheduler_by_name(name: str, seed: int, **options):
     from cluster_sim.policies import get_policy
 
     return get_policy(name, seed=seed, **options)
-
-
-def seed_number(text: str) -> int:
-    """``--seed``: an integer >= 0 (numpy's generators take no negative seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {value}")
-    return value
 
 
 def run_simulate(args: argparse.Namespace) -> int:

@@ -232,15 +232,22 @@ def ood_warnings(model, out_of_range: np.ndarray, ood: list[str], a, b) -> list[
     return lines
 
 
-def _count(text: str) -> int:
-    """A count flag (steps, members): an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def int_at_least(low: int, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse type: ``what`` (an integer) >= ``low``, refused with the value given (a seed, a count)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"{what} is an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+_count = int_at_least(1, "a count")
 
 
 def _check_out(args: argparse.Namespace) -> None:

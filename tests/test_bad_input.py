@@ -111,7 +111,7 @@ def test_config_mistakes_are_named_at_their_line(tmp_path: Path, capsys) -> None
         assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit):  # argparse's own refusal: its usage, then the line
         main(["simulate", "--workload", "synthetic:300,load=0.5", "--policy", "fifo", "--seed", "-3"])
-    assert "argument --seed: a seed is an integer >= 0, got -3" in capsys.readouterr().err
+    assert "argument --seed: a seed is an integer >= 0, got '-3'" in capsys.readouterr().err
 
 
 def test_cluster_file_mistakes_are_named_at_their_line(tmp_path: Path, capsys) -> None:
@@ -165,7 +165,7 @@ def test_interference_and_record_rounds_outputs_are_checked_before_the_work(tmp_
             "not a marlsched interference model (not JSON"
         ),
         ("train", "--data", gavel, "--out", str(tmp_path / "m.json"), "--steps", "-5"): (
-            "argument --steps: expected an integer >= 1, got -5"
+            "argument --steps: a count is an integer >= 1, got '-5'"
         ),
     }
     for argv, said in cases.items():
