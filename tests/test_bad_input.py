@@ -143,8 +143,12 @@ def test_a_policy_folder_whose_metadata_holds_a_wrong_value_is_named_with_the_fi
     meta = json.loads((folder / "metadata.json").read_text())
     (folder / "metadata.json").write_text(json.dumps({**meta, "job_features": 3}))
     err = _error(["simulate", "--workload", "synthetic:300,load=0.5", "--policy", f"marl:{folder}"], capsys)
-    assert f"{folder / 'metadata.json'}: does not hold what a priority policy needs (TypeError:" in err
+    assert f"{folder / 'metadata.json'}: job_features: expected a list of input names, got 3" in err
     assert "copy the policy folder again" in err
+    # a value no check names (the agents' margin a list): the loader's own failure, said as one line
+    (folder / "metadata.json").write_text(json.dumps({**meta, "agents": {"hysteresis": [1]}}))
+    err = _error(["simulate", "--workload", "synthetic:300,load=0.5", "--policy", f"marl:{folder}"], capsys)
+    assert f"{folder / 'metadata.json'}: does not hold what a priority policy needs (TypeError:" in err
 
 
 def test_interference_and_record_rounds_outputs_are_checked_before_the_work(tmp_path: Path, capsys) -> None:

@@ -39,6 +39,17 @@ from marl.deploy.policy_files import (
 PREFIXES: dict[str, str | None] = {"marl": None, "topdrl": "topdrl", "dl2": "dl2", "metaplace": "metaplace"}
 
 
+# the fields every kind's loader reads, by the kind of value they hold: a wrong one is named before the loader
+# fails on it somewhere inside
+FIELD_KINDS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    **{key: (list, "a list of input names") for key in ("features", "job_features", "part_features",
+                                                         "global_features")},
+    "hidden": (int, "the hidden width, an integer"),
+    "agents": (dict, "a mapping of the agents' settings"),
+    "placing": (bool, "true or false"),
+}  # fmt: skip
+
+
 def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
     """The kind and metadata of a policy folder; an error naming the folder or file and the fix otherwise."""
     folder = Path(folder)
@@ -72,6 +83,13 @@ def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
             f"{path}: format_version {meta['format_version']} is newer than this marlsched's {FORMAT_VERSION}; "
             "upgrade marlsched to load it"
         )
+    for key, (kinds, what) in FIELD_KINDS.items():
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) != (kinds is bool)):
+            raise ValueError(
+                f"{path}: {key}: expected {what}, got {value!r}; copy the policy folder again from where it was "
+                "trained, or train it again"
+            )
     return AGENTS[agent], meta
 
 
