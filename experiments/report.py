@@ -517,6 +517,13 @@ def _improvement_tables(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "same workload and seed and given as mean ± std over runs.",
         "",
     ]
+    if repeated := _repeated_seeds(rows):
+        lines += [
+            f"On {', '.join(repeated)} every seed gave every scheduler the same result (a trace's jobs are fixed and "
+            "these schedulers draw nothing at random): those runs repeat one simulation, so their spread is that of "
+            "the workloads alone. Vary the workload to measure more.",
+            "",
+        ]
     claims = cfg.claims or {}
     for k, (key, label) in enumerate(IMPROVEMENT_METRICS):
         claim_col = bool(claims) and k == 0  # the papers' claims are about average JCT
@@ -537,6 +544,29 @@ def _improvement_tables(cfg: ExperimentConfig, rows: Runs) -> list[str]:
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
+
+
+# what a run simulated (not its wall time): equal in all of them, the runs repeat one simulation
+SIMULATED = ("jobs_completed", "avg_jct", "p50_jct", "p95_jct", "p99_jct", "makespan", "preemptions", "events")
+
+
+def _repeated_seeds(rows: Runs) -> list[str]:
+    """The workloads run with several seeds on which each scheduler's runs all have the same metrics."""
+    by_workload: dict[str, list[Any]] = {}
+    for runs in rows.values():
+        for workload, seed in runs:
+            by_workload.setdefault(workload, []).append(seed)
+    repeated = []
+    for workload, seeds in by_workload.items():
+        if len(set(seeds)) < 2:
+            continue
+        same = all(
+            len({tuple(m.get(k) for k in SIMULATED) for (w, _), m in runs.items() if w == workload}) == 1
+            for runs in rows.values()
+        )  # fmt: skip
+        if same:
+            repeated.append(workload or "the workload")
+    return repeated
 
 
 def scaling_markdown(scaling: Mapping[str, Any]) -> list[str]:

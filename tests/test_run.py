@@ -745,3 +745,23 @@ def test_an_error_raised_in_a_ray_task_is_one_line_without_the_workers_traceback
     assert isinstance(err, ValueError)  # so the command's handler of user errors catches it
     assert _one_line(err) == f"{cause} (raised in a Ray task)"
     assert _one_line(ValueError("plain")) == "plain"
+
+
+def test_a_report_says_which_workloads_every_seed_repeated() -> None:
+    """A trace's fixed jobs and deterministic schedulers make every seed the same simulation: the report names
+    such workloads (their spread is the workloads' alone); a workload whose seeds differ, or that ran once, is
+    not named. Wall times differ from run to run and do not count."""
+    from experiments.report import _repeated_seeds
+
+    def run(jct: float, wall: float) -> dict:
+        return {"avg_jct": jct, "makespan": 10 * jct, "jobs_completed": 5, "round_ms_p50": wall}
+
+    rows = {
+        "gavel": {("trace", 0): run(100, 1.0), ("trace", 1): run(100, 2.0), ("syn", 0): run(50, 1),
+                  ("syn", 1): run(60, 1), ("once", 0): run(7, 1)},
+        "gavel-las": {("trace", 0): run(90, 3.0), ("trace", 1): run(90, 1.0), ("syn", 0): run(40, 1),
+                      ("syn", 1): run(40, 1), ("once", 0): run(8, 1)},
+    }  # fmt: skip
+    assert _repeated_seeds(rows) == ["trace"]
+    rows["gavel-las"][("trace", 1)] = run(91, 1.0)
+    assert _repeated_seeds(rows) == []
