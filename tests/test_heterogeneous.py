@@ -11,7 +11,7 @@ import pytest
 from cluster_sim.build import build_simulator
 from cluster_sim.gpu_profiles import RESTART_COST
 from cluster_sim.policies import get_policy
-from cluster_sim.policies.sia import configurations
+from cluster_sim.policies.sia import _solve_ilp, configurations, unique_unconstrained_optimum
 from cluster_sim.protocol import RUNNING, InvalidDecision, Start
 from topology import build_cluster
 
@@ -585,3 +585,31 @@ def test_native_solver_output_stays_out_of_the_results(capfd) -> None:
     print("after")
     out, err = capfd.readouterr()
     assert out == "before\nafter\n" and err == "kept on stderr\n"
+
+
+def test_the_ilp_skips_the_solver_only_where_its_optimum_is_each_jobs_own_cheapest_and_unique() -> None:
+    """Sia's allocation program without HiGHS where the solver could return nothing else (so the schedule is
+    bit for bit the solver's): each job on its unique cheapest configuration below 0, within every type's
+    capacity. A binding capacity, a tie at a chosen job's least cost or a least cost of exactly 0 go to HiGHS."""
+    rng = np.random.default_rng(0)
+    skipped = 0
+    for _ in range(200):
+        jobs, types = int(rng.integers(1, 8)), int(rng.integers(1, 4))
+        job = np.sort(rng.integers(0, jobs, size=int(rng.integers(1, 25))))
+        cost = np.round(rng.uniform(-2.0, 1.0, size=len(job)), 1)  # rounded: ties happen, as in Sia's costs
+        gpu_type, gpus = rng.integers(0, types, size=len(job)), rng.choice([1.0, 2.0, 4.0, 8.0], size=len(job))
+        capacity = rng.choice([4.0, 8.0, 64.0], size=types)
+        shortcut = unique_unconstrained_optimum(cost, job, gpu_type, gpus, capacity)
+        if shortcut is not None:
+            skipped += 1
+            assert np.array_equal(shortcut, _solve_ilp(cost, job, gpu_type, gpus, capacity, jobs))
+    assert 20 < skipped < 180  # both paths are taken
+
+    def least(cost: list[float], job: list[int]) -> np.ndarray | None:  # one type of one GPU, 1-GPU configurations
+        n = len(cost)
+        return unique_unconstrained_optimum(np.array(cost), np.array(job), np.zeros(n, int), np.ones(n), np.ones(1))
+
+    assert least([-1.0, -1.0], [0, 0]) is None  # a tie at the chosen job's least cost
+    assert least([-1.0, 0.5], [0, 0]).tolist() == [0]
+    assert least([0.0, 0.5], [0, 0]) is None  # running it or not costs the same
+    assert least([-1.0, -2.0], [0, 1]) is None  # two jobs want the one GPU: the capacity binds
