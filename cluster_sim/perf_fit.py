@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.optimize
 
 from cluster_sim.gpu_profiles import PROFILE_SUFFIX, profile_files
 from cluster_sim.model_zoo import MODEL_NAMES, ZOO
@@ -194,6 +193,8 @@ def fit_pollux(m: Measurements) -> np.ndarray:
         return np.concatenate([np.log(t_grad) - log_accum, np.log(t_step) - log_step]) / n
 
     z0 = [*np.log([0.1, 0.01, 0.01, 0.001, 0.01, 0.001]), 0.0]
+    import scipy.optimize  # here: every command imports this module, few fit (scipy.optimize: 0.3 s)
+
     result = scipy.optimize.least_squares(residuals, np.asarray(z0), method="trf", x_scale=1.0)
     if not result.success:
         raise RuntimeError(f"performance-model fit did not converge: {result.message}")
@@ -366,6 +367,8 @@ def fit_linear_grad(batches: np.ndarray, times: np.ndarray) -> tuple[float, floa
         return np.log(np.exp(z[0]) + np.exp(z[1]) * batches) - np.log(times)
 
     z0 = np.log([times.min() / 2, times.max() / batches.max()])
+    import scipy.optimize  # see fit_pollux
+
     result = scipy.optimize.least_squares(residuals, z0, method="trf", loss="soft_l1", f_scale=0.1)
     return float(np.exp(result.x[0])), float(np.exp(result.x[1]))
 
