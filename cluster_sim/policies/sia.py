@@ -7,7 +7,9 @@ on that type (1, 2 or 4 GPUs inside one node, or whole nodes), or nothing, joint
   gradient noise times samples per second on the configuration's tightest placement, at the best batch
   size (a grid of the allowed global batches; a rigid job keeps its GPU count and batch). Sia learns these
   from each job's profiles on each type; here they are the application's measured step times on that type
-  (:meth:`~cluster_sim.pollux_apps.PolluxApplication.on`), i.e. Sia once its models have converged.
+  (:meth:`~cluster_sim.pollux_apps.PolluxApplication.on`), i.e. Sia once its models have converged. A job
+  whose work is a duration (no measured application) has its GPU count times its model's profiled speed on
+  the type, the speeds Gavel reads.
 - **Normalisation.** A job's goodputs are divided by its smallest one over all configurations, so every
   job's least useful configuration is worth 1 and jobs compare by relative speedup, not raw samples/s.
 - **Restart factor.** A running job's value on any configuration other than its current one is multiplied
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import time
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,6 +48,16 @@ from cluster_sim.pollux_apps import consolidated
 from cluster_sim.protocol import RUNNING, SchedulerView
 
 BATCH_GRID = 8  # batch sizes tried per configuration, geometric over the allowed range
+
+
+class TypeLayout(NamedTuple):
+    """One GPU type as Sia's program sees it."""
+
+    name: str
+    per_node: int  # GPUs per node
+    total: int  # GPUs of the type in the cluster
+    gpu: int  # one GPU of the type (where a job's profiled speed on it is read)
+    confs: list[int]  # GPU counts a job may get on it
 
 
 @lru_cache(maxsize=65536)
@@ -107,8 +120,8 @@ class Sia(ElasticPolicy):
         return int(min(max(best, lo), hi))
 
     # -- goodputs ----------------------------------------------------------------------------------------------
-    def _type_layout(self, view: SchedulerView) -> list[tuple[str, int, int, list[int]]]:
-        """(type name, GPUs per node, GPUs of the type, configurations) per GPU type of the cluster."""
+    def _type_layout(self, view: SchedulerView) -> list[TypeLayout]:
+        """Each GPU type of the cluster: its name, GPUs per node and in all, a GPU of it, its configurations."""
         topo = view.topo
         out = []
         for t, name in enumerate(topo.gpu_types):
@@ -116,10 +129,13 @@ class Sia(ElasticPolicy):
             gpn = int(topo.server_num_gpus[mask].max())
             total = int(topo.server_num_gpus[mask].sum())
             nodes = min(int(mask.sum()), self.max_nodes)
-            out.append((name, gpn, total, [c for c in configurations(gpn, nodes) if c <= total]))
+            first = int(np.asarray(topo.server_first_gpu)[mask][0])
+            out.append(TypeLayout(name, gpn, total, first, [c for c in configurations(gpn, nodes) if c <= total]))
         return out
 
-    def _goodputs(self, view: SchedulerView, j: int, layout) -> tuple[list[np.ndarray], list[dict[int, int]]]:
+    def _goodputs(
+        self, view: SchedulerView, j: int, layout: list[TypeLayout]
+    ) -> tuple[list[np.ndarray], list[dict[int, int]]]:
         """Goodput of job ``j`` on every configuration of every type (0: not allowed) and the batch behind it."""
         lo_gpus, hi_gpus = view.gpu_range(j)
         epoch = 0
@@ -131,15 +147,15 @@ class Sia(ElasticPolicy):
                 ends = app0._cache["sia_epoch_ends"] = np.array([app0.progress_at(e + 1) for e in range(app0.epochs)])
             epoch = min(int(np.searchsorted(ends, report.progress, "right")), app0.epochs - 1)
         out, plans = [], []
-        for name, gpn, _, confs in layout:
+        for name, gpn, _, gpu, confs in layout:
             app = view.app_on_type(j, name)
             good = np.zeros(len(confs))
             plan: dict[int, int] = {}
             for c_i, n in enumerate(confs):
                 if not lo_gpus <= n <= hi_gpus:
                     continue
-                if app is None:  # a job with a duration, not a measured application: its GPUs' count alone
-                    good[c_i] = float(n)
+                if app is None:  # a job with a duration: its GPUs at its model's profiled speed on the type
+                    good[c_i] = n * view.estimated_speed(j, np.array([gpu]))
                     continue
                 blo, bhi = view.batch_range(j, n)
                 cand = batch_candidates(blo, bhi) if view.is_elastic(j) else (int(view.batch_size(j)),)
@@ -183,10 +199,10 @@ class Sia(ElasticPolicy):
     def _solve(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray):
         topo = view.topo
         layout = self._type_layout(view)
-        offsets = np.cumsum([0] + [len(c) for *_, c in layout])
+        offsets = np.cumsum([0] + [len(t.confs) for t in layout])
         width = int(offsets[-1])
-        conf_type = np.repeat(np.arange(len(layout)), [len(c) for *_, c in layout])
-        conf_gpus = np.array([n for *_, c in layout for n in c], dtype=np.float64)
+        conf_type = np.repeat(np.arange(len(layout)), [len(t.confs) for t in layout])
+        conf_gpus = np.array([n for t in layout for n in t.confs], dtype=np.float64)
         gain = np.zeros((len(jobs), width))
         batches: list[dict] = []
         current = np.full(len(jobs), -1)
@@ -220,7 +236,7 @@ class Sia(ElasticPolicy):
             weight = self.job_weights(view, jobs)
             if weight is not None:
                 c = c * weight[rows_j]
-            capacity = np.array([total for _, _, total, _ in layout], dtype=np.float64)
+            capacity = np.array([t.total for t in layout], dtype=np.float64)
             chosen = unique_unconstrained_optimum(c, rows_j, conf_type[cols_c], conf_gpus[cols_c], capacity)
             if chosen is None:
                 chosen = _solve_ilp(c, rows_j, conf_type[cols_c], conf_gpus[cols_c], capacity, len(jobs))
@@ -265,8 +281,9 @@ def unique_unconstrained_optimum(
     The ILP gives each job at most one configuration (its variables, ``job`` ascending) within each type's
     ``capacity`` and minimises the summed ``cost``. Each job on its cheapest configuration where that costs
     below 0 is the optimum when it fits every type, and the only one when no chosen job's cheapest cost is
-    tied (costs are rounded, so ties happen) and none is exactly 0: then the solver returns it too, and the
-    schedule is the solver's bit for bit. Most of Sia's rounds on a cluster with room are such programs."""
+    tied (costs are rounded, so ties happen) and none is exactly 0: then HiGHS returns it too (the schedules of
+    ``sia`` and ``sia-philly`` on four of Sia's workloads are the same bit for bit with and without this path).
+    Most of Sia's rounds on a cluster with room are such programs."""
     starts = np.flatnonzero(np.r_[True, job[1:] != job[:-1]])
     least = np.minimum.reduceat(cost, starts)
     sizes = np.diff(np.r_[starts, len(cost)])
