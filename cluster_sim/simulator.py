@@ -70,6 +70,7 @@ _POD = int(Level.POD)
 _COMPLETION, _WAKEUP, _EPOCH = 0, 1, 2
 _GPU, _SERVER = int(Sharing.GPU), int(Sharing.SERVER)
 _COMPACT_MIN = 4096  # heap entries below which superseded ones are left to lazy deletion
+IDLE_ROUNDS = 10_000  # rounds without a decision on an idle cluster, every job arrived, before a run is stalled
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -237,6 +238,7 @@ class Simulator:
         self.free_counts = FreeCounts(self.topo, self._server_free, self.gpu_job)  # lent to each round's FreePool
         self.num_free = g
         self._state = np.zeros(n, dtype=np.int8)
+        self._idle_rounds = 0  # consecutive rounds that decided nothing while jobs waited and none ran
         self._remaining = self.jobs.duration.astype(np.float64).copy()
         for a, app in enumerate(self._apps):
             mine = self._app == a
@@ -550,6 +552,22 @@ class Simulator:
                     self.apply(decisions)
                 except InvalidDecision as err:  # which scheduler, and when: a run may hold several
                     raise InvalidDecision(f"{scheduler.name} at t={self.now:,.0f} s: {err}") from None
+            self._check_idle(scheduler, bool(decisions))
+
+    def _check_idle(self, scheduler: Scheduler, decided: bool) -> None:
+        """A scheduler that wakes itself up (a periodic policy) but never starts the jobs left waiting on an idle
+        cluster would run forever: stalled, as a run without wake-ups is (:meth:`advance`)."""
+        if decided or len(self._running) or not self._queue or self._next_arrival < len(self.jobs):
+            self._idle_rounds = 0
+            return
+        self._idle_rounds += 1
+        if self._idle_rounds >= IDLE_ROUNDS:
+            first = int(self._queue.array()[0])
+            raise RuntimeError(
+                f"simulation stalled at t={self.now:.1f}s: {len(self._queue)} jobs wait on an idle cluster with no "
+                f"arrival left, and {scheduler.name} started none in its last {IDLE_ROUNDS:,} rounds (first: job "
+                f"{first}, {int(self.jobs.num_gpus[first])} GPUs); it cannot or will not place them"
+            )
 
     def advance(self) -> bool:
         """Process every event up to the next scheduling point; False once all jobs are done."""

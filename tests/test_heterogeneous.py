@@ -626,3 +626,16 @@ def test_sia_weighs_duration_jobs_by_their_models_speed_on_each_type(traces_dir:
         for name in ("sia", "gavel", "rounds-blind")
     }
     assert jct["sia"] < 1.1 * jct["gavel"] and jct["sia"] < jct["rounds-blind"], jct
+
+
+def test_sia_runs_rigid_jobs_of_counts_outside_its_tables(tmp_path: Path) -> None:
+    """Sia's configurations are 1, 2, 4 GPUs and whole nodes; a rigid job of 3, 5 or 6 GPUs gets its own count
+    as a configuration (it waited forever before), and Sia still finishes every job first on an empty cluster."""
+    trace = tmp_path / "odd.csv"
+    rows = [(0, 3), (60, 6), (120, 1), (180, 5)]
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        + "".join(f"2024-03-10 00:0{m // 60}:00,3600,{g},{3600 * g},a\n" for m, g in rows)
+    )
+    result = build_simulator("small-hetero", f"philly:{trace}", seed=0).run(get_policy("sia"))
+    assert result.metrics()["jobs_completed"] == 4 and result.jct.max() < 3600 * 1.01 + 60

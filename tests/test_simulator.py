@@ -477,3 +477,32 @@ def test_run_is_start_then_steps_and_a_scheduler_is_consulted_only_where_jobs_wa
     while sim.step(every):
         steps += 1
     assert every.calls == steps
+
+
+def test_a_periodic_scheduler_that_never_starts_the_waiting_jobs_is_stopped_as_stalled() -> None:
+    """Waking itself every minute, a scheduler that starts nothing on an idle cluster once every job has
+    arrived would never end: the run stops with the jobs, the scheduler and what to look at. One that starts
+    them late, after thousands of idle rounds of its own choosing, is not stopped."""
+    from cluster_sim.simulator import IDLE_ROUNDS
+
+    class Waiting:
+        name = "waiting"
+
+        def __init__(self, start_after: int | None) -> None:
+            self.start_after, self.rounds = start_after, 0
+
+        def reset(self, view) -> None:
+            self.rounds = 0
+
+        def schedule(self, view) -> list:
+            self.rounds += 1
+            view.wake_at(view.now + 60.0)
+            if self.start_after is not None and self.rounds > self.start_after:
+                return [Start(int(j), np.arange(int(view.jobs.num_gpus[j]))) for j in view.queue]
+            return []
+
+    jobs = workload([0.0], [2], [100.0])
+    with pytest.raises(RuntimeError, match=r"stalled at t=.*1 jobs wait on an idle cluster .* waiting started none"):
+        Simulator(tiny_cluster().view, jobs).run(Waiting(None))
+    late = Simulator(tiny_cluster().view, jobs).run(Waiting(IDLE_ROUNDS // 2))
+    assert late.end[0] == pytest.approx(60.0 * (IDLE_ROUNDS // 2) + 100.0)

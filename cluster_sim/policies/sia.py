@@ -1,7 +1,8 @@
 """Sia (Jayaram Subramanya et al., SOSP'23): heterogeneity-aware goodput-optimised allocation by an ILP.
 
 Every ``interval`` (60 s) Sia chooses for every active job one *configuration*: a GPU type and a GPU count
-on that type (1, 2 or 4 GPUs inside one node, or whole nodes), or nothing, jointly for all jobs:
+on that type (1, 2 or 4 GPUs inside one node, or whole nodes; a job that can take none of these, such as a
+rigid job of 3 GPUs, its own count), or nothing, jointly for all jobs:
 
 - **Goodput.** For each job and configuration, its goodput there: statistical efficiency at its current
   gradient noise times samples per second on the configuration's tightest placement, at the best batch
@@ -58,6 +59,7 @@ class TypeLayout(NamedTuple):
     total: int  # GPUs of the type in the cluster
     gpu: int  # one GPU of the type (where a job's profiled speed on it is read)
     confs: list[int]  # GPU counts a job may get on it
+    extra: frozenset[int] = frozenset()  # counts among them only for jobs that can take none of Sia's own
 
 
 @lru_cache(maxsize=65536)
@@ -120,8 +122,12 @@ class Sia(ElasticPolicy):
         return int(min(max(best, lo), hi))
 
     # -- goodputs ----------------------------------------------------------------------------------------------
-    def _type_layout(self, view: SchedulerView) -> list[TypeLayout]:
-        """Each GPU type of the cluster: its name, GPUs per node and in all, a GPU of it, its configurations."""
+    def _type_layout(self, view: SchedulerView, ranges: list[tuple[int, int]]) -> list[TypeLayout]:
+        """Each GPU type of the cluster: its name, GPUs per node and in all, a GPU of it, its configurations.
+
+        A job whose GPU range (``ranges``: this round's jobs') holds none of Sia's counts on a type, such as a
+        rigid job of 3 or 6 GPUs, gets its least count there as an extra configuration of its own: Sia's
+        tables have no such counts, and without one the job would wait forever."""
         topo = view.topo
         out = []
         for t, name in enumerate(topo.gpu_types):
@@ -130,7 +136,9 @@ class Sia(ElasticPolicy):
             total = int(topo.server_num_gpus[mask].sum())
             nodes = min(int(mask.sum()), self.max_nodes)
             first = int(np.asarray(topo.server_first_gpu)[mask][0])
-            out.append(TypeLayout(name, gpn, total, first, [c for c in configurations(gpn, nodes) if c <= total]))
+            own = [c for c in configurations(gpn, nodes) if c <= total]
+            extra = frozenset(lo for lo, hi in ranges if lo <= total and not any(lo <= c <= hi for c in own))
+            out.append(TypeLayout(name, gpn, total, first, sorted({*own, *extra}), extra))
         return out
 
     def _goodputs(
@@ -147,12 +155,13 @@ class Sia(ElasticPolicy):
                 ends = app0._cache["sia_epoch_ends"] = np.array([app0.progress_at(e + 1) for e in range(app0.epochs)])
             epoch = min(int(np.searchsorted(ends, report.progress, "right")), app0.epochs - 1)
         out, plans = [], []
-        for name, gpn, _, gpu, confs in layout:
+        for name, gpn, _, gpu, confs, extra in layout:
             app = view.app_on_type(j, name)
             good = np.zeros(len(confs))
             plan: dict[int, int] = {}
+            own = any(lo_gpus <= n <= hi_gpus for n in confs if n not in extra)
             for c_i, n in enumerate(confs):
-                if not lo_gpus <= n <= hi_gpus:
+                if not lo_gpus <= n <= hi_gpus or (own and n in extra):
                     continue
                 if app is None:  # a job with a duration: its GPUs at its model's profiled speed on the type
                     good[c_i] = n * view.estimated_speed(j, np.array([gpu]))
@@ -198,7 +207,7 @@ class Sia(ElasticPolicy):
     # -- the integer program -----------------------------------------------------------------------------------
     def _solve(self, view: SchedulerView, jobs: np.ndarray, cur: np.ndarray):
         topo = view.topo
-        layout = self._type_layout(view)
+        layout = self._type_layout(view, [view.gpu_range(j) for j in jobs.tolist()])
         offsets = np.cumsum([0] + [len(t.confs) for t in layout])
         width = int(offsets[-1])
         conf_type = np.repeat(np.arange(len(layout)), [len(t.confs) for t in layout])
