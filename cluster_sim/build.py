@@ -98,9 +98,29 @@ def assemble_simulator(
         from cluster_sim.pollux_apps import PolluxPerformance
 
         perf = PolluxPerformance(perf, workload.meta["pollux_traces"], view)
+        if warn_estimated:
+            _warn_estimated_apps(view, workload, perf)
     elif perf is not None and warn_estimated:
         _warn_estimated_speeds(view, workload, perf)
     return Simulator(view, workload, perf=perf, interference=interference, **options)
+
+
+def _warn_estimated_apps(view: ClusterView, workload: Workload, perf: Any) -> None:
+    by_type = perf.estimated_apps_by_type(workload.model, workload.models)
+    key = (view.name, tuple(sorted(by_type)))
+    if not by_type or key in _WARNED:
+        return
+    _WARNED.add(key)
+    counts = ", ".join(f"{n:,} of {len(workload):,} on {t}" for t, n in by_type.items())
+    warnings.warn(
+        f"on {view.name}, some jobs' applications were never profiled on {' or '.join(by_type)} ({counts}): there "
+        "their step times are those measured on T4 with the compute part scaled by the model's speed on the type, "
+        "an estimate (a result's estimated_jobs counts the jobs that ran there); Pollux's traces measure T4 only, "
+        "Sia's (apps= or profiles= ../shared/traces/sia-sosp23/traces) T4, RTX 2080 Ti, A100 and RTX 6000; see "
+        "docs/guide/clusters.md, GPU types and their speeds",
+        EstimatedSpeedWarning,
+        stacklevel=3,
+    )
 
 
 class EstimatedSpeedWarning(SimulationWarning):

@@ -91,10 +91,10 @@ class PolluxApplication:
 
     def on(self, gpu_type: str, compute_speedup: float | None = None) -> PolluxApplication:
         """The application as it runs on ``gpu_type``: that type's measured step times and per-GPU batch
-        limit (its memory). Without per-type profiles, the application itself (its T4 times everywhere).
-        A type it was not profiled on: its T4 step times with the compute part divided by
-        ``compute_speedup`` (the model's speed on that type over a T4's), marked ``estimated``."""
-        if not self.steps_by_type or gpu_type == self.gpu_type:
+        limit (its memory); without per-type profiles its step times are Pollux's, measured on T4. A type it
+        was not profiled on: its T4 step times with the compute part divided by ``compute_speedup`` (the
+        model's speed on that type over a T4's), marked ``estimated``."""
+        if gpu_type == self.gpu_type or (not self.steps_by_type and gpu_type == "T4"):
             return self
         memo = self._cache.setdefault("on", {})
         key = (gpu_type, compute_speedup)
@@ -394,13 +394,37 @@ class PolluxPerformance:
             self.apps[model] = load_application(self.traces_dir, self._names[model])
         return self.apps.get(model)
 
+    def estimated_apps_by_type(self, models: np.ndarray, model_names: tuple[str, ...]) -> dict[str, int]:
+        """Per GPU type of a cluster of several types, how many jobs of a workload (``models``: indices into
+        ``model_names``) train an application never profiled on it: their step times there are estimated
+        (:meth:`on`). Empty on one type, where the application's own step times serve."""
+        from cluster_sim.model_zoo import model_index
+
+        if len(self.view.gpu_types) < 2 or not len(models):
+            return {}
+        counts = np.bincount(np.asarray(models, dtype=np.int64), minlength=len(model_names))
+        apps = [  # read only those the jobs train (a profile folder needs no others)
+            self.application(model_index(name)) if c and model_index(name) in self._names else None
+            for name, c in zip(model_names, counts.tolist(), strict=True)
+        ]
+        out = {}
+        for t in self.view.gpu_types:
+            n = sum(
+                int(c)
+                for a, c in zip(apps, counts, strict=True)
+                if a is not None and t not in (set(a.steps_by_type) or {"T4"})
+            )
+            if n:
+                out[t] = n
+        return out
+
     def on(self, model: int, gpu_type: str) -> PolluxApplication:
         """``model``'s application as it runs on ``gpu_type`` (:meth:`PolluxApplication.on`); a type it was
         not profiled on is estimated from its T4 times by the model's compute speed there over a T4's."""
         app = self.application(model)
         if app is None:
             raise ValueError(f"model {int(model)} is not one of the measured applications")
-        if not app.per_type or gpu_type in app.steps_by_type:
+        if gpu_type in app.steps_by_type or (not app.per_type and gpu_type == "T4"):
             return app.on(gpu_type)
         ratio = self.base.model_gpu_speed(int(model), gpu_type) / self.base.model_gpu_speed(int(model), "T4")
         return app.on(gpu_type, ratio)

@@ -27,7 +27,7 @@ import heapq
 import math
 import time as _time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -507,7 +507,7 @@ class Simulator:
             self.mix_gpu_types = len(self.topo.gpu_types) == 1 or not traits.one_gpu_type
         # jobs that ran across types where only the scheduler's silence allowed it (said after the run)
         self._mixed_jobs = set() if self._mix_setting is None and len(self.topo.gpu_types) > 1 else None
-        self._check_fits_one_type()
+        self._check_fits_one_type(scheduler.name)
         if self.elastic and traits.elastic and not traits.wants_all_points:
             warnings.warn(
                 f"{scheduler.name}: elastic, but consulted only where jobs wait (it does not declare "
@@ -726,22 +726,19 @@ class Simulator:
         self._occupy(job, gpus, changed)
         self._stall_until[job] = self.now + self._restart_stall[job]
 
-    def _check_fits_one_type(self) -> None:
+    def _check_fits_one_type(self, scheduler_name: str) -> None:
         """With one GPU type per job, a job that cannot shrink must fit in the largest type's GPUs, or it
         would wait for ever."""
         if self.mix_gpu_types:
             return
-        per_type = np.bincount(self.topo.server_gpu_type, weights=self.topo.server_num_gpus)
-        largest = int(per_type.max())
         rigid = np.array([not self.is_elastic(j) for j in range(len(self.jobs))], dtype=bool)
-        too_big = np.flatnonzero(rigid & (self.jobs.num_gpus > largest))
-        if len(too_big):
-            j = int(too_big[0])
-            raise ValueError(
-                f"job {j} asks for {int(self.jobs.num_gpus[j])} GPUs but a job runs on one GPU type and the "
-                f"largest type of cluster {self.topo.name!r} has {largest} ({len(too_big)} such jobs); use an "
-                "elastic scheduler, a cluster with more GPUs of one type, or mix_gpu_types=True"
-            )
+
+        def why(j: int) -> str:
+            if self._app[j] < 0:
+                return "it cannot shrink (no measured application)"
+            return f"{scheduler_name} does not resize jobs" if not self.elastic else "it is rigid"
+
+        check_rigid_jobs_fit(self.topo, self.jobs, rigid, why)
 
     def _check_one_type(self, job: int, gpus: np.ndarray, action: str) -> None:
         """A job runs on one GPU type at a time unless the simulation allows mixing (``mix_gpu_types``)."""
@@ -1016,8 +1013,8 @@ class Simulator:
         """The application ``job`` trains, as it runs on ``gpu_type`` (default: the type it runs on now;
         its measured step times and batch limits there, :meth:`PolluxApplication.on`)."""
         app = self.application(job)
-        if app is None or not app.per_type:
-            return app
+        if app is None or (not app.per_type and len(self.topo.gpu_types) == 1):
+            return app  # one type: the application's own step times (T4's, without per-type profiles)
         if gpu_type is None:
             if self._state[job] != RUNNING:
                 return app
@@ -1154,14 +1151,32 @@ class Simulator:
         for j in np.flatnonzero(self._attained_by_type.sum(axis=1) > 0).tolist():
             used = [self.topo.gpu_types[t] for t in np.flatnonzero(self._attained_by_type[j] > 0).tolist()]
             if self._app[j] >= 0:
-                app = self.application(j)
-                estimated = app.per_type and any(self.app_on_type(j, t).estimated for t in used)
+                estimated = any(self.app_on_type(j, t).estimated for t in used)
             else:
                 # V100 is the reference GPU of every duration: a model's speed there is 1 by definition
                 model = MODEL_NAMES[int(self._model[j])]
                 estimated = any((model, t) in self.perf.fallbacks for t in used if t != REFERENCE_GPU)
             count += bool(estimated)
         return count
+
+
+def check_rigid_jobs_fit(topo: ClusterView, jobs: Workload, rigid: np.ndarray, why: Callable[[int], str]) -> None:
+    """A job that keeps its GPU count (``rigid``) and runs on one GPU type must fit in the largest type's GPUs, or
+    it would wait for ever: a ValueError naming the first such job, ``why(job)`` it keeps its count, and the
+    fixes."""
+    largest = int(np.bincount(topo.server_gpu_type, weights=topo.server_num_gpus).max())
+    too_big = np.flatnonzero(rigid & (jobs.num_gpus > largest))
+    if not len(too_big):
+        return
+    j = int(too_big[0])
+    who = why(j)
+    raise ValueError(
+        f"job {j} (arriving at {float(jobs.arrival[j]):,.0f} s) asks for {int(jobs.num_gpus[j])} GPUs and {who}, but "
+        f"a job runs on one GPU type and the largest type of cluster {topo.name!r} has {largest} ({len(too_big)} such "
+        f"jobs); leave them out (the workload option max_gpus={largest}), use a cluster with more GPUs of one type, "
+        "let jobs span types (build_simulator(..., mix_gpu_types=True) in Python), or give the jobs measured "
+        "applications (pollux: workloads, apps=) and run a scheduler that resizes them (sia, pollux)"
+    )
 
 
 def _count(items: list[int]) -> dict[int, int]:

@@ -639,3 +639,30 @@ def test_sia_runs_rigid_jobs_of_counts_outside_its_tables(tmp_path: Path) -> Non
     )
     result = build_simulator("small-hetero", f"philly:{trace}", seed=0).run(get_policy("sia"))
     assert result.metrics()["jobs_completed"] == 4 and result.jct.max() < 3600 * 1.01 + 60
+
+
+def test_applications_profiled_on_t4_only_run_at_estimated_speeds_on_other_types(
+    tmp_path: Path, traces_dir: Path
+) -> None:
+    """Pollux's applications (``apps=`` its traces: T4 step times only) on a cluster of other types: each type's
+    step times are the T4 ones with the compute scaled by the model's speed there, so the type a job runs on
+    matters (it did not: T4 times served every type), the run says so before it starts and counts the jobs that
+    ran on estimates. A job larger than every type is refused before the run by a scheduler that keeps counts."""
+    from cluster_sim.build import EstimatedSpeedWarning
+
+    trace = tmp_path / "jobs.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2024-03-10 00:00:00,3600,4,14400,a\n2024-03-10 12:00:00,3600,2,7200,a\n2024-03-11 00:00:00,3600,1,3600,a\n"
+    )
+    spec = f"philly:{trace},apps={traces_dir}/pollux-osdi21/traces"
+    with pytest.warns(EstimatedSpeedWarning, match=r"applications were never profiled on V100 or P100 or K80"):
+        sim = build_simulator("small-hetero", spec, seed=0)
+    fastest, slowest = (sim.run(get_policy(f"fifo@{order}")) for order in ("fastest", "slowest"))
+    assert fastest.jct.mean() < 0.8 * slowest.jct.mean()  # nothing else waits: only the type differs
+    assert fastest.metrics()["estimated_jobs"] == slowest.metrics()["estimated_jobs"] == 3
+    trace.write_text(trace.read_text() + "2024-03-11 06:00:00,3600,128,460800,a\n")  # larger than every type (96 V100)
+    with pytest.raises(ValueError, match=r"128 GPUs and gavel keeps each job's GPU count.* max_gpus=96"):
+        build_simulator("small-hetero", spec, seed=0, warn_estimated=False).run(get_policy("gavel"))
+    with pytest.raises(ValueError, match=r"128 GPUs and fifo does not resize jobs"):
+        build_simulator("small-hetero", spec, seed=0, warn_estimated=False).run(get_policy("fifo"))

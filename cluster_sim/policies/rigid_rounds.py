@@ -23,7 +23,7 @@ import numpy as np
 from cluster_sim.policies.elastic import ElasticPolicy
 from cluster_sim.pollux_apps import consolidated
 from cluster_sim.protocol import SchedulerView
-from cluster_sim.simulator import RUNNING
+from cluster_sim.simulator import RUNNING, check_rigid_jobs_fit
 
 
 def type_capacity(topo) -> np.ndarray:
@@ -53,6 +53,9 @@ class RigidRounds(ElasticPolicy):
 
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
+        # elastic as a frame, but no job ever shrinks here: one larger than every type would wait for ever
+        keeps = f"{self.name} keeps each job's GPU count"
+        check_rigid_jobs_fit(view.topo, view.jobs, np.ones(len(view.jobs), dtype=bool), lambda _: keeps)
         self._speeds: dict[tuple[int, int, int, int], float] = {}  # a duration job's speed per (type, count, batch)
 
     def throughputs(self, view: SchedulerView, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
