@@ -239,6 +239,7 @@ class Simulator:
         self.num_free = g
         self._state = np.zeros(n, dtype=np.int8)
         self._idle_rounds = 0  # consecutive rounds that decided nothing while jobs waited and none ran
+        self._num_jobs = n
         self._remaining = self.jobs.duration.astype(np.float64).copy()
         for a, app in enumerate(self._apps):
             mine = self._app == a
@@ -557,8 +558,8 @@ class Simulator:
     def _check_idle(self, scheduler: Scheduler, decided: bool) -> None:
         """A scheduler that wakes itself up (a periodic policy) but never starts the jobs left waiting on an idle
         cluster would run forever: stalled, as a run without wake-ups is (:meth:`advance`)."""
-        if decided or len(self._running) or not self._queue or self._next_arrival < len(self.jobs):
-            self._idle_rounds = 0
+        if decided or self._next_arrival < self._num_jobs or len(self._running) or not self._queue:
+            self._idle_rounds = 0  # the cheap tests first: this runs every round
             return
         self._idle_rounds += 1
         if self._idle_rounds >= IDLE_ROUNDS:
