@@ -99,49 +99,42 @@ def assemble_simulator(
 
         perf = PolluxPerformance(perf, workload.meta["pollux_traces"], view)
         if warn_estimated:
-            _warn_estimated_apps(view, workload, perf)
+            _warn_estimated(view, workload, perf.estimated_apps_by_type(workload.model, workload.models), _APPS)
     elif perf is not None and warn_estimated:
-        _warn_estimated_speeds(view, workload, perf)
+        _warn_estimated(view, workload, perf.estimated_jobs_by_type(workload.model, workload.models), _MODELS)
     return Simulator(view, workload, perf=perf, interference=interference, **options)
-
-
-def _warn_estimated_apps(view: ClusterView, workload: Workload, perf: Any) -> None:
-    by_type = perf.estimated_apps_by_type(workload.model, workload.models)
-    key = (view.name, tuple(sorted(by_type)))
-    if not by_type or key in _WARNED:
-        return
-    _WARNED.add(key)
-    counts = ", ".join(f"{n:,} of {len(workload):,} on {t}" for t, n in by_type.items())
-    warnings.warn(
-        f"on {view.name}, some jobs' applications were never profiled on {' or '.join(by_type)} ({counts}): there "
-        "their step times are those measured on T4 with the compute part scaled by the model's speed on the type, "
-        "an estimate (a result's estimated_jobs counts the jobs that ran there); Pollux's traces measure T4 only, "
-        "Sia's (apps= or profiles= ../shared/traces/sia-sosp23/traces) T4, RTX 2080 Ti, A100 and RTX 6000; see "
-        "docs/guide/clusters.md, GPU types and their speeds",
-        EstimatedSpeedWarning,
-        stacklevel=3,
-    )
 
 
 class EstimatedSpeedWarning(SimulationWarning):
     """Jobs run on a GPU type where their model was never measured: their speed there is an estimate."""
 
 
-_WARNED: set[tuple[str, tuple[str, ...]]] = set()  # (cluster, types): once a process, not once a window
+_MODELS = (
+    "models were never measured",
+    "there they run at the type's single speed, an estimate (a result's estimated_jobs counts the jobs that did); "
+    "measured are Gavel's job types on K80, P100 and V100 (model_rule=gavel) and Sia's applications on T4, RTX 2080 "
+    "Ti, A100 and RTX 6000 (pollux: with profiles=)",
+)
+_APPS = (
+    "applications were never profiled",
+    "there their step times are those measured on T4 with the compute part scaled by the model's speed on the "
+    "type, an estimate (a result's estimated_jobs counts the jobs that ran there); Pollux's traces measure T4 only, "
+    "Sia's (apps= or profiles= ../shared/traces/sia-sosp23/traces) T4, RTX 2080 Ti, A100 and RTX 6000",
+)
+_WARNED: set[tuple[str, str, tuple[str, ...]]] = set()  # (what, cluster, types): once a process, not once a window
 
 
-def _warn_estimated_speeds(view: ClusterView, workload: Workload, perf: PerformanceModel) -> None:
-    by_type = perf.estimated_jobs_by_type(workload.model, workload.models)
-    key = (view.name, tuple(sorted(by_type)))
+def _warn_estimated(view: ClusterView, workload: Workload, by_type: dict[str, int], text: tuple[str, str]) -> None:
+    """Warn, once a process, that ``by_type`` jobs of the workload run on estimated speeds on each type."""
+    what, how = text
+    key = (what, view.name, tuple(sorted(by_type)))
     if not by_type or key in _WARNED:
         return
     _WARNED.add(key)
     counts = ", ".join(f"{n:,} of {len(workload):,} on {t}" for t, n in by_type.items())
     warnings.warn(
-        f"on {view.name}, some jobs' models were never measured on {' or '.join(by_type)} ({counts}): there they run "
-        "at the type's single speed, an estimate (a result's estimated_jobs counts the jobs that did); measured "
-        "are Gavel's job types on K80, P100 and V100 (model_rule=gavel) and Sia's applications on T4, RTX 2080 Ti, "
-        "A100 and RTX 6000 (pollux: with profiles=); see docs/guide/clusters.md, GPU types and their speeds",
+        f"on {view.name}, some jobs' {what} on {' or '.join(by_type)} ({counts}): {how}; see docs/guide/clusters.md, "
+        "GPU types and their speeds",
         EstimatedSpeedWarning,
         stacklevel=3,
     )

@@ -642,14 +642,16 @@ def test_sia_runs_rigid_jobs_of_counts_outside_its_tables(tmp_path: Path) -> Non
 
 
 def test_applications_profiled_on_t4_only_run_at_estimated_speeds_on_other_types(
-    tmp_path: Path, traces_dir: Path
+    tmp_path: Path, traces_dir: Path, monkeypatch
 ) -> None:
     """Pollux's applications (``apps=`` its traces: T4 step times only) on a cluster of other types: each type's
     step times are the T4 ones with the compute scaled by the model's speed there, so the type a job runs on
     matters (it did not: T4 times served every type), the run says so before it starts and counts the jobs that
     ran on estimates. A job larger than every type is refused before the run by a scheduler that keeps counts."""
+    from cluster_sim import build
     from cluster_sim.build import EstimatedSpeedWarning
 
+    monkeypatch.setattr(build, "_WARNED", set())  # warned once a process: not by an earlier test here
     trace = tmp_path / "jobs.csv"
     trace.write_text(
         "timestamp,duration,num_gpus,gpu_time,cluster\n"
