@@ -215,35 +215,47 @@ def _replace_earlier_results(out: Path) -> None:
 
 def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
     results: list[SimResult] = []
-    for sched in schedulers:
-        result = sim.run(sched, progress=not args.quiet)
-        results.append(result)
-        if args.out:
-            out = Path(args.out) if len(schedulers) == 1 else Path(args.out) / _safe(sched.name)
-            result.write(out)
     settings = simulator_settings(args)  # the title says them: `marlsched run`'s defaults differ (interference)
     title = f"{sim.jobs.source} jobs on {sim.topo.name}, interference {settings['interference']}"
-    costs = restart_phrase(settings["restart_cost"], settings["app_restart_costs"])
-    print(summary_table([r.metrics() for r in results], title=f"{title}, {costs}"))
+    title = f"{title}, {restart_phrase(settings['restart_cost'], settings['app_restart_costs'])}"
+    try:
+        for sched in schedulers:
+            result = sim.run(sched, progress=not args.quiet)
+            results.append(result)
+            if args.out:
+                out = Path(args.out) if len(schedulers) == 1 else Path(args.out) / _safe(sched.name)
+                result.write(out)
+    except BaseException:
+        if results:  # what finished is shown, and kept where a rerun into the same --out replaces it
+            print(summary_table([r.metrics() for r in results], title=f"{title} (stopped at {sched.name})"))
+            if args.out:
+                _write_manifest(args)
+        raise
+    print(summary_table([r.metrics() for r in results], title=title))
     if args.plot:
         write_simulate_plots(Path(args.plot), args, results)
     if args.out and len(schedulers) > 1:
         write_atomic(Path(args.out) / "summary.json", json.dumps([r.metrics() for r in results], indent=2) + "\n")
     if args.out:
-        names = [p.name for p in Path(args.out).iterdir() if p.name not in (".lock", SIMULATE_MANIFEST)]
-        from experiments.provenance import result_provenance
-
-        command = shlex.join(["marlsched", *getattr(args, "argv", ["simulate", "..."])])
-        doc = {
-            "written": sorted(names),
-            "provenance": result_provenance(command, split_policies(args.policy), args.plugin, [args.workload]),
-        }
-        write_atomic(Path(args.out) / SIMULATE_MANIFEST, json.dumps(doc, indent=1) + "\n")
+        _write_manifest(args)
     unfinished = [r.scheduler for r in results if r.metrics()["jobs_completed"] != len(sim.jobs)]
     if unfinished:
         print(f"warning: unfinished jobs under {', '.join(unfinished)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_manifest(args: argparse.Namespace) -> None:
+    """``--out``'s record of what this simulate wrote (a later one replaces exactly that) and its provenance."""
+    from experiments.provenance import result_provenance
+
+    names = [p.name for p in Path(args.out).iterdir() if p.name not in (".lock", SIMULATE_MANIFEST)]
+    command = shlex.join(["marlsched", *getattr(args, "argv", ["simulate", "..."])])
+    doc = {
+        "written": sorted(names),
+        "provenance": result_provenance(command, split_policies(args.policy), args.plugin, [args.workload]),
+    }
+    write_atomic(Path(args.out) / SIMULATE_MANIFEST, json.dumps(doc, indent=1) + "\n")
 
 
 def write_simulate_plots(folder: Path, args: argparse.Namespace, results: list[SimResult]) -> None:

@@ -203,3 +203,25 @@ def test_training_mistakes_say_what_to_do(tmp_path: Path, capsys) -> None:
 
     with pytest.raises(ValueError, match=r"Ray address 127.0.0.1:1: nothing answers there .*ray start --head"):
         check_reachable("127.0.0.1:1")
+
+
+def test_a_policy_refused_mid_simulate_leaves_the_finished_ones_shown_and_replaceable(
+    tmp_path: Path, traces_dir: Path, capsys
+) -> None:
+    """`simulate --policy sia,gavel` where gavel refuses a job larger than every GPU type: sia's results are
+    printed and kept, recorded as this simulate's, so the same command fixed writes into the same --out."""
+    trace = tmp_path / "jobs.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2024-03-10 00:00:00,3600,4,14400,a\n2024-03-10 06:00:00,3600,128,460800,a\n"
+    )
+    out = tmp_path / "out"
+    argv = ["simulate", "--cluster", "small-hetero", "--workload",
+            f"philly:{trace},apps={traces_dir}/pollux-osdi21/traces", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main([*argv, "--policy", "sia,gavel"]) == 2
+    printed = capsys.readouterr()
+    assert "(stopped at gavel)" in printed.out and "\nsia " in printed.out
+    assert "128 GPUs and gavel keeps each job's GPU count" in printed.err and "Traceback" not in printed.err
+    assert json.loads((out / "sia" / "metrics.json").read_text())["jobs_completed"] == 2
+    assert main([*argv, "--policy", "sia"]) == 0  # replaces what the stopped one wrote
+    assert (out / "metrics.json").is_file() and not (out / "sia").exists()
