@@ -100,7 +100,10 @@ def add_train_commands(subparsers) -> None:
         ),
     )
     e.add_argument("folders", nargs="+", help="policy folders (e.g. experiments/policies/philly-small)")
-    e.add_argument("--force", action="store_true", help="write the program again where a folder has one")
+    e.add_argument(
+        "--force", action="store_true",
+        help="write the program again where a folder has one (with this torch, where another release wrote it)",
+    )  # fmt: skip
     e.set_defaults(func=run_export_program)
 
     g = subparsers.add_parser(

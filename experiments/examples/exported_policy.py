@@ -29,9 +29,15 @@ import torch
 
 
 def load_network(folder: Path) -> torch.nn.Module:
-    """The folder's ``torch.export`` program (``policy.pt2``), else its TorchScript (``policy.pt``)."""
+    """The folder's ``torch.export`` program (``policy.pt2``), else its TorchScript (``policy.pt``): torch reads the
+    programs of its own serialisation schema only (a program of torch 2.13 loads in 2.14, not in 2.3), TorchScript
+    files across releases."""
     if (folder / "policy.pt2").is_file():
-        return torch.export.load(str(folder / "policy.pt2")).module()
+        try:
+            return torch.export.load(str(folder / "policy.pt2")).module()
+        except Exception as e:  # another torch release's program: its schema, or a file this torch cannot parse
+            print(f"{folder / 'policy.pt2'}: not readable by torch {torch.__version__} ({e}); reading policy.pt",
+                  file=sys.stderr)  # fmt: skip
     return torch.jit.load(str(folder / "policy.pt"), map_location="cpu").eval()
 
 

@@ -62,6 +62,7 @@ JOB_FEATURES = (
 )
 GLOBAL_FEATURES = ("free_share", "jobs", "admitted_share")
 _H = 3600.0
+MAX_JOBS = 1 << 20  # the exported program's bound on the jobs of one decision (a round's queue and running jobs)
 
 
 class DL2Net(nn.Module):
@@ -350,7 +351,8 @@ def _example(batch: int, jobs: int, seed: int) -> tuple[torch.Tensor, torch.Tens
 def save_program_of(net: DL2Net, path: Path) -> float:
     """``net`` as a ``torch.export`` program at ``path``, free in the batch and the job count; its largest
     difference from ``net`` on inputs of other sizes."""
-    b, n = Dim("batch", min=1), Dim("jobs", min=1)
+    # the mask has a column more than the jobs (stop): torch 2.3 derives that column from a bounded count only
+    b, n = Dim("batch", min=1), Dim("jobs", min=1, max=MAX_JOBS)
     return save_program(net, _example(2, 6, 0), ({0: b, 1: n}, {0: b}, {0: b, 1: n + 1}), path, _example(3, 11, 1))
 
 

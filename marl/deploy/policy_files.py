@@ -41,6 +41,15 @@ def read_json(path: str | Path) -> dict[str, Any]:
     return doc
 
 
+@contextlib.contextmanager
+def torchscript_quietly() -> Iterator[None]:
+    """TorchScript without torch's notice that it is deprecated (2.14 on): the folders carry the same network as a
+    ``torch.export`` program, which the loaders read where TorchScript is gone, so the notice asks nothing of a user."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r".*torch\.jit\.\w+` is deprecated", FutureWarning)
+        yield
+
+
 def load_torchscript(path: str | Path):
     """A TorchScript module from ``path`` on the CPU; FileNotFoundError or ValueError naming the file."""
     import torch
@@ -49,7 +58,8 @@ def load_torchscript(path: str | Path):
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; {FIX}")
     try:
-        return torch.jit.load(str(path), map_location="cpu")
+        with torchscript_quietly():
+            return torch.jit.load(str(path), map_location="cpu")
     except (RuntimeError, ValueError, EOFError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{path}: not a readable TorchScript policy ({reason[:160]}); {FIX}") from None
@@ -154,8 +164,24 @@ def _read_program(source):
         logger.setLevel(level)
 
 
-def load_program(path: str | Path):
-    """A ``torch.export`` program from ``path`` as a callable module; errors name the file and the fix."""
+def program_torch(meta: Mapping[str, Any]) -> str | None:
+    """The torch release that wrote a folder's ``policy.pt2``, as its metadata records it (None: not recorded)."""
+    libraries = (meta.get("provenance") or {}).get("libraries") or {}
+    trained = meta.get("trained") or {}
+    return meta.get("program_torch") or libraries.get("torch") or meta.get("torch") or trained.get("torch")
+
+
+def _release(version: str) -> tuple[str, ...]:
+    return tuple(version.split("+")[0].split(".")[:2])
+
+
+def load_program(path: str | Path, written_by: str | None = None):
+    """A ``torch.export`` program from ``path`` as a callable module; errors name the file and the fix: where
+    ``written_by`` (the torch that wrote it) is another release than this torch and torch names a version in its
+    refusal, the release: torch reads programs of its own serialisation schema only (2.13 and 2.14 read each
+    other's; 2.3 and 2.13 do not)."""
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; {FIX}")
@@ -163,6 +189,12 @@ def load_program(path: str | Path):
         return _read_program(str(path))
     except Exception as e:  # the loader raises many kinds (zip, pickle, version) on a damaged or foreign file
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if written_by and _release(written_by) != _release(torch.__version__) and "version" in reason.lower():
+            raise ValueError(
+                f"{path}: written by torch {written_by}, which this torch {torch.__version__} cannot read "
+                f"({reason[:120]}); load it with torch {'.'.join(_release(written_by))}, or write it again with this "
+                f"torch from the folder's TorchScript: marlsched export-program {path.parent} --force"
+            ) from None
         raise ValueError(f"{path}: not a readable torch.export program ({reason[:160]}); {FIX}") from None
 
 
@@ -179,12 +211,20 @@ def _read_network(folder: Path):
         except ValueError as e:
             if not program.is_file():
                 raise
-            net = load_program(program)  # names policy.pt2 if it is damaged as well
+            net = load_program(program, _written_by(folder))  # names policy.pt2 if it is unreadable as well
             warnings.warn(f"{e}; reading {PROGRAM}, the same network", stacklevel=3)
             return program, net
     if program.is_file():
-        return program, load_program(program)
+        return program, load_program(program, _written_by(folder))
     raise FileNotFoundError(f"{script}: missing, and no {PROGRAM} beside it; {FIX}")
+
+
+def _written_by(folder: Path) -> str | None:
+    """:func:`program_torch` of ``folder``'s metadata, None where it cannot be read (its own error comes later)."""
+    try:
+        return program_torch(read_json(folder / METADATA))
+    except (OSError, ValueError):
+        return None
 
 
 def load_network(folder: str | Path):
@@ -206,7 +246,8 @@ def network_from_bytes(blob: bytes, name: str):
 
     if name == PROGRAM:
         return _read_program(io.BytesIO(blob))
-    return torch.jit.load(io.BytesIO(blob), map_location="cpu")
+    with torchscript_quietly():
+        return torch.jit.load(io.BytesIO(blob), map_location="cpu")
 
 
 @contextlib.contextmanager
@@ -309,7 +350,7 @@ def save_network_folder(
     import torch
 
     net = net.eval()
-    with torch.no_grad():
+    with torch.no_grad(), torchscript_quietly():
         scripted = torch.jit.script(net)
         err = _largest_difference(scripted(*example), net(*example), mask)
     doc = {k: v for k, v in meta.items() if k not in ("format", "format_version", "agent", "extra_files")}
@@ -418,6 +459,7 @@ __all__ = [
     "network_file",
     "network_from_bytes",
     "not_a_policy_folder",
+    "program_torch",
     "provenance",
     "read_json",
     "save_program",

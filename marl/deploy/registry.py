@@ -189,9 +189,12 @@ def load_prefixed(prefix: str, folder: str, *, name: str | None = None, **option
 
 
 def add_program(folder: str | Path) -> float:
-    """Write ``folder/policy.pt2`` (the network as a ``torch.export`` program) from ``folder/policy.pt`` for a
-    folder written before folders carried one, and record in its metadata the program's largest difference
-    from the network (on inputs of other sizes than it was exported with); returns it."""
+    """Write ``folder/policy.pt2`` (the network as a ``torch.export`` program) from ``folder/policy.pt``, for a
+    folder written before folders carried one or for this torch where another release wrote it, and record in its
+    metadata the torch that wrote it and the program's largest difference from the network (on inputs of other
+    sizes than it was exported with); returns it."""
+    import torch
+
     folder = Path(folder)
     kind, meta = read_metadata(folder)
     if kind.network is None:
@@ -203,7 +206,8 @@ def add_program(folder: str | Path) -> float:
     net, save = resolve(kind.network)(meta)
     net.load_state_dict(load_torchscript(folder / TORCHSCRIPT).state_dict())
     err = save(net.eval(), folder / PROGRAM)
-    write_atomic(folder / METADATA, json.dumps({**meta, "program_max_abs_diff": err}, indent=2) + "\n")
+    doc = {**meta, "program_max_abs_diff": err, "program_torch": torch.__version__}  # not the weights' trainer's
+    write_atomic(folder / METADATA, json.dumps(doc, indent=2) + "\n")
     return err
 
 
