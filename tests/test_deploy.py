@@ -194,7 +194,16 @@ def test_export_program_adds_the_program_to_a_folder_without_one(
     (copy / "policy.pt2").touch()
     stamp = (copy / "policy.pt2").stat().st_mtime_ns
     assert main(["export-program", str(copy)]) == 0 and (copy / "policy.pt2").stat().st_mtime_ns == stamp
+    # --force writes it again with this torch, recorded: a program is read by torch releases of its own schema only
+    import torch
+
+    from marl.deploy.policy_files import program_torch
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    meta["provenance"]["libraries"]["torch"] = "2.3.1"  # as if another torch had trained it and written its program
+    (copy / "metadata.json").write_text(json.dumps(meta))
     assert main(["export-program", str(copy), "--force"]) == 0 and (copy / "policy.pt2").stat().st_mtime_ns != stamp
+    assert program_torch(json.loads((copy / "metadata.json").read_text())) == torch.__version__
     (tmp_path / "meta").mkdir()  # meta-placement keeps JSON weights: no network to export
     (tmp_path / "meta" / "metadata.json").write_text(json.dumps({"agent": "metaplace"}))
     with pytest.raises(ValueError, match=r"metadata.json: agent 'metaplace' has no torch.export .*rounds.*topdrl, dl2"):
