@@ -411,3 +411,24 @@ class PerformanceModel:
         )
         self._shapes[gpu_type] = shape
         return shape
+
+
+def durations_on_reference(workload, gpu_type: str, constants_path: Path = DEFAULT_CONSTANTS):
+    """``workload`` (a :class:`~cluster_sim.workload.Workload`) with its durations, measured on ``gpu_type``, as the
+    reference GPU's (V100) run times, which is what the simulator reads: each job's scaled by its model's compute
+    speed on that type (measured where someone measured the model there, else the type's single speed). The
+    scale is of compute: a multi-GPU job's communication, which a faster GPU does not speed up, is an estimate."""
+    from dataclasses import replace
+
+    doc = load_constants(constants_path)
+    speeds = {k.upper(): float(v) for k, v in doc["gpu_speed"].items()}
+    if gpu_type.upper() not in speeds:
+        raise ValueError(f"measured_on={gpu_type}: no speed for that GPU type; known: {', '.join(doc['gpu_speed'])}")
+    key = next(k for k in doc["gpu_speed"] if k.upper() == gpu_type.upper())
+    measured = doc.get("model_gpu_speed", {})
+    per_model = np.array(
+        [float(measured.get(m, {}).get(key, {}).get("speed", speeds[key.upper()])) for m in workload.models]
+    )
+    reference = float(doc["gpu_speed"][doc["reference_gpu"]])
+    duration = workload.duration * per_model[workload.model] / reference
+    return replace(workload, duration=duration, meta={**workload.meta, "measured_on": key})

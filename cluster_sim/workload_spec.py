@@ -329,8 +329,14 @@ def _philly(
     pollux_filter: bool = False,
     model_rule: str = "independent",
     gpu_scale: int = 1,
+    measured_on: str | None = None,
 ) -> Workload:
-    return load_philly(Path(arg), seed=seed, pollux_filter=pollux_filter, model_rule=model_rule, gpu_scale=gpu_scale)
+    w = load_philly(Path(arg), seed=seed, pollux_filter=pollux_filter, model_rule=model_rule, gpu_scale=gpu_scale)
+    if measured_on is None:
+        return w
+    from cluster_sim.perf_model import durations_on_reference
+
+    return durations_on_reference(w, measured_on)
 
 
 def _openb(
@@ -358,8 +364,8 @@ register_workload_kind(
 register_workload_kind(
     "philly",
     _philly,
-    syntax="philly:PATH/philly.csv[,model_rule=independent|pollux|gavel][,gpu_scale=K]",
-    options={"pollux_filter": flag, "model_rule": str, "gpu_scale": int},
+    syntax="philly:PATH/philly.csv[,model_rule=independent|pollux|gavel][,gpu_scale=K][,measured_on=GPU_TYPE]",
+    options={"pollux_filter": flag, "model_rule": str, "gpu_scale": int, "measured_on": str},
 )
 register_workload_kind(
     "openb",

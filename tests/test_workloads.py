@@ -297,6 +297,55 @@ def test_philly_unsorted_ties_keep_file_order(tmp_path: Path) -> None:
     assert w.tenants == ("a", "b") and w.tenant.tolist() == [0, 1, 0]
 
 
+def test_a_logs_model_column_names_the_jobs_models_and_unread_columns_are_named(tmp_path: Path) -> None:
+    """A lab's log that knows its jobs' models: a zoo name or a unique start of one, any case; an empty cell is
+    drawn by the model rule as in a file without the column; a name of no zoo model is refused with its line.
+    Columns no loader reads are named in a warning, not dropped silently."""
+    from cluster_sim.protocol import SimulationWarning
+
+    rows = [("2024-03-01 08:00:00", 1401, 1, "team-c"), ("2024-03-01 09:00:00", 5002, 4, "team-a"),
+            ("2024-03-01 10:00:00", 3000, 2, "team-a"), ("2024-03-01 11:00:00", 800, 1, "team-b")]  # fmt: skip
+    body = "".join(f"{t},{d},{g},{d * g},{c}\n" for t, d, g, c in rows)
+    drawn = load_philly(write(tmp_path, "plain.csv", PHILLY_HEAD + body), seed=4).model
+    named = ["resnet50", "", "BERT-squad", "ncf"]
+    lines = [f"{line.rstrip()},{m},job-{i}\n" for i, (line, m) in enumerate(zip(body.splitlines(), named, strict=True))]
+    path = write(tmp_path, "lab.csv", PHILLY_HEAD.rstrip() + ",model,job_id\n" + "".join(lines))
+    with pytest.warns(SimulationWarning, match=r"lab\.csv: column\(s\) job_id not read"):
+        w = load_philly(path, seed=4)
+    assert [MODEL_NAMES[m] for m in w.model] == ["resnet50-imagenet", MODEL_NAMES[drawn[1]], "bert-squad", "ncf"]
+    for bad, why in (("vgg16", "names no model"), ("res", "names several")):
+        lines[2] = lines[2].replace("BERT-squad", bad)
+        path = write(tmp_path, f"{bad}.csv", PHILLY_HEAD.rstrip() + ",model,job_id\n" + "".join(lines))
+        with (
+            pytest.warns(SimulationWarning),
+            pytest.raises(TraceFormatError, match=rf"line 4: column model='{bad}' {why}"),
+        ):
+            load_philly(path)
+        lines[2] = lines[2].replace(bad, "BERT-squad")
+
+
+def test_a_log_measured_on_another_gpu_type_runs_its_own_lengths_there(tmp_path: Path) -> None:
+    """``measured_on=A100``: the log's durations are A100 run times, read as the V100 times the simulator keeps
+    (each job's scaled by its model's speed there); on a cluster of A100s a single-GPU job that never waits then
+    runs exactly its logged length. An unknown type is refused with the known ones."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    rows = "".join(
+        f"2024-03-01 0{h}:00:00,{d},1,{d},team,{m}\n" for h, d, m in ((1, 1401, "resnet50"), (3, 900, "bert"))
+    )
+    path = write(tmp_path, "lab.csv", PHILLY_HEAD.rstrip() + ",model\n" + rows)
+    plain = parse_workload_spec(f"philly:{path}", cluster_gpus=8, seed=0)
+    on_a100 = parse_workload_spec(f"philly:{path},measured_on=A100", cluster_gpus=8, seed=0)
+    assert np.all(on_a100.duration > 2 * plain.duration) and on_a100.meta["measured_on"] == "A100"
+    cluster = {"name": "a100s", "pods": 1, "racks_per_pod": 1, "servers_per_rack": 1, "server": "nvswitch-8",
+               "gpu_type": "A100"}  # fmt: skip
+    result = build_simulator(cluster, f"philly:{path},measured_on=a100").run(get_policy("fifo"))
+    assert result.jct.tolist() == pytest.approx([1401.0, 900.0])
+    with pytest.raises(WorkloadSpecError, match=r"measured_on=B200: no speed for that GPU type; known: V100, "):
+        parse_workload_spec(f"philly:{path},measured_on=B200", cluster_gpus=8, seed=0)
+
+
 def test_philly_is_parsed_once_per_version_of_the_file(tmp_path: Path) -> None:
     # Env draws reuse the parsed file; a changed file is read again, and what a caller does with its workload
     # never reaches the next one.

@@ -1,7 +1,9 @@
 """Loader for the Microsoft Philly job list as processed by Pollux (``pollux-osdi21/traces/philly.csv``).
 
-Columns ``timestamp,duration,num_gpus,gpu_time,cluster``; the file is not sorted by submit time. The
-trace has no model types, so models come from a seeded rule (:func:`cluster_sim.model_rules.assign_models`):
+Columns ``timestamp,duration,num_gpus,gpu_time,cluster`` and, in a log of one's own, optionally ``model`` (a
+model of the zoo, :data:`cluster_sim.model_zoo.MODEL_NAMES`, or a unique start of one: ``resnet50``); the file is
+not sorted by submit time. Other columns are not read, and a warning names them. Philly itself has no model
+types, so models (where a row names none) come from a seeded rule (:func:`cluster_sim.model_rules.assign_models`):
 ``independent`` (default) draws from each virtual cluster's model mix and never looks at a job's size;
 ``pollux`` is Pollux's GPU-time rule, which tells any model-based estimator the job's size. The draws are
 made over the whole sorted file before any filter or window, so a job keeps its model whichever subset of
@@ -11,6 +13,7 @@ the trace is loaded.
 from __future__ import annotations
 
 import re
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import numpy as np
 
 from cluster_sim.model_rules import assign_models, default_batch_sizes, make_rng
 from cluster_sim.model_zoo import MODEL_NAMES
+from cluster_sim.protocol import SimulationWarning
 from cluster_sim.traces.table import (
     TraceFormatError,
     float_column,
@@ -26,11 +30,13 @@ from cluster_sim.traces.table import (
     read_csv_columns,
     require,
     tenant_codes,
+    unread_columns,
 )
 from cluster_sim.traces.window import check_window_options, window
 from cluster_sim.workload import Workload
 
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
+MODEL_COLUMN = "model"  # optional: the job's model, where the log knows it
 POLLUX_MIN_DURATION_S = 60.0
 POLLUX_MAX_GPU_TIME_S = 1000 * 3600.0
 
@@ -68,7 +74,14 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
     windows of one trace, and parsing its 100,000 rows costs half a second each time. The arrays are
     read-only, so no caller can change what the next one gets."""
     p = Path(path)
-    cols, lines = read_csv_columns(p, PHILLY_COLUMNS)
+    cols, lines = read_csv_columns(p, PHILLY_COLUMNS, optional=(MODEL_COLUMN,))
+    if unread := unread_columns(p, (*PHILLY_COLUMNS, MODEL_COLUMN)):
+        warnings.warn(
+            f"{p}: column(s) {', '.join(unread)} not read: a philly: trace reads {', '.join(PHILLY_COLUMNS)} "
+            f"and, where given, {MODEL_COLUMN} (see docs/guide/workloads.md, Your own trace)",
+            TraceColumnsWarning,
+            stacklevel=2,
+        )
     ts = _timestamps(cols["timestamp"], lines, p)
     duration = float_column(cols["duration"], "duration", lines, p)
     num_gpus = int_column(cols["num_gpus"], "num_gpus", lines, p)
@@ -77,9 +90,35 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
     require(num_gpus >= 1, "must be >= 1", cols["num_gpus"], "num_gpus", lines, p)
     require(gpu_time >= 0, "must be >= 0", cols["gpu_time"], "gpu_time", lines, p)
     tenant, tenants = tenant_codes(cols["cluster"])
-    for a in (ts, duration, num_gpus, gpu_time, tenant):
+    given = _model_codes(cols[MODEL_COLUMN], lines, p) if MODEL_COLUMN in cols else np.full(len(ts), -1, np.int16)
+    for a in (ts, duration, num_gpus, gpu_time, tenant, given):
         a.flags.writeable = False
-    return ts, duration, num_gpus, gpu_time, tenant, tenants
+    return ts, duration, num_gpus, gpu_time, tenant, tenants, given
+
+
+class TraceColumnsWarning(SimulationWarning):
+    """A trace file has columns its loader does not read (a model or GPU type the simulation will not use)."""
+
+
+def _model_codes(values: np.ndarray, lines: np.ndarray, path: Path) -> np.ndarray:
+    """The ``model`` column as zoo indices (-1 where empty: the model rule draws one): a zoo name or a unique
+    start of one, any case; another raises with its line and the zoo's names."""
+    out = np.full(len(values), -1, dtype=np.int16)
+    lowered = [m.lower() for m in MODEL_NAMES]
+    for name in np.unique(np.char.strip(values)):
+        if not name:
+            continue
+        key = str(name).lower()
+        hits = [i for i, m in enumerate(lowered) if m == key] or [i for i, m in enumerate(lowered) if m.startswith(key)]
+        if len(hits) != 1:
+            i = int(np.argmax(np.char.strip(values) == name))
+            raise TraceFormatError(
+                path, int(lines[i]), f"column {MODEL_COLUMN}={str(values[i])!r} names "
+                f"{'several' if hits else 'no'} model of the zoo; write one of {', '.join(MODEL_NAMES)} (or leave it "
+                "empty for the model rule to draw one)"
+            )  # fmt: skip
+        out[np.char.strip(values) == name] = hits[0]
+    return out
 
 
 def load_philly(
@@ -111,12 +150,14 @@ def load_philly(
         raise ValueError(f"gpu_scale={gpu_scale} must be an integer >= 1 (GPUs per Philly GPU)")
     p = open_trace(path, "philly")
     stat = p.stat()
-    ts, duration, num_gpus, gpu_time, tenant, tenants = _parsed(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
+    ts, duration, num_gpus, gpu_time, tenant, tenants, given = _parsed(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
     n_rows = len(ts)
 
     order = np.argsort(ts, kind="stable")
     start = int(ts[order[0]]) if n_rows else 0
+    # drawn for every row, so a row without a model draws the same one whether or not others name theirs
     model = assign_models(model_rule, tenant[order], gpu_time[order], make_rng(seed))
+    model = np.where(given[order] >= 0, given[order], model).astype(model.dtype)
     keep = np.ones(n_rows, dtype=bool)
     if pollux_filter:
         keep = (duration[order] >= POLLUX_MIN_DURATION_S) & (gpu_time[order] < POLLUX_MAX_GPU_TIME_S)

@@ -50,19 +50,31 @@ def gc_paused() -> Iterator[None]:
 
 
 def read_csv_columns(
-    path: Path, required: Sequence[str], *, header_check: Callable[[list[str]], None] | None = None
+    path: Path,
+    required: Sequence[str],
+    *,
+    header_check: Callable[[list[str]], None] | None = None,
+    optional: Sequence[str] = (),
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The ``required`` columns of a headed CSV as string arrays, plus each row's 1-based line number.
+    """The ``required`` columns of a headed CSV as string arrays, and those of ``optional`` that it has, plus each
+    row's 1-based line number.
 
     Blank lines are skipped. A header lacking a required column, or a row with the wrong number of fields,
     raises :class:`TraceFormatError`. ``header_check`` may raise a more specific error first.
     """
     with gc_paused():
-        return _read_columns(path, required, header_check)
+        return _read_columns(path, required, header_check, optional)
+
+
+def unread_columns(path: Path, read: Sequence[str]) -> list[str]:
+    """The columns of a headed CSV's header that are not among ``read`` (in file order)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f), [])
+    return [h.strip().lstrip("\ufeff") for h in header if h.strip().lstrip("\ufeff") not in read]
 
 
 def _read_columns(
-    path: Path, required: Sequence[str], header_check: Callable[[list[str]], None] | None
+    path: Path, required: Sequence[str], header_check: Callable[[list[str]], None] | None, optional: Sequence[str]
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
@@ -93,7 +105,8 @@ def _read_columns(
         body = [r for r, b in zip(body, blank, strict=True) if not b]
         lines = lines[~blank]
     columns = list(zip(*body, strict=True)) if body else [() for _ in header]
-    out = {name: np.array(columns[header.index(name)], dtype=str) for name in required}
+    wanted = [*required, *(c for c in optional if c in header)]
+    out = {name: np.array(columns[header.index(name)], dtype=str) for name in wanted}
     return out, lines
 
 
