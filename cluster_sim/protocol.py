@@ -79,6 +79,11 @@ class ElasticPointsWarning(SimulationWarning):
     its running jobs keep their size, and its ``wake_at`` points pass without a call."""
 
 
+class RigidWorkloadWarning(SimulationWarning):
+    """An elastic scheduler (Pollux, Sia, AFS, ONES) on a workload none of whose jobs can resize: it runs as a
+    scheduler of rigid jobs, not as published."""
+
+
 class PolicyClusterWarning(SimulationWarning):
     """A learned policy runs on a cluster other than the one it was trained on, or with co-location interference
     where it was trained without it (or the reverse): its figures may not hold there."""

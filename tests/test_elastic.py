@@ -333,3 +333,20 @@ def test_optimus_oracle_starts_a_lone_job_on_its_final_count(pollux_dir: Path):
     assert oracle.resizes[0] == 0 and fitted.resizes[0] >= 2
     held = oracle.attained[0] / oracle.executed[0]  # GPUs held throughout
     assert held == int(held) > 1
+
+
+def test_an_elastic_scheduler_on_rigid_jobs_is_said_to_run_as_a_rigid_one(pollux_dir: Path) -> None:
+    """Pollux and Sia resize only jobs of measured applications: on a workload with none they order and place
+    what was asked, not as published, and the run says so; with ``apps=`` it does not, nor for rounds that keep
+    every job's count (gavel-las)."""
+    import warnings
+
+    from cluster_sim.protocol import RigidWorkloadWarning
+
+    for name in ("pollux", "sia"):
+        with pytest.warns(RigidWorkloadWarning, match=rf"^{name}: no job of this workload can resize \(none trains"):
+            build_simulator("small", "synthetic:20,load=1.0").run(get_policy(name))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RigidWorkloadWarning)
+        build_simulator("small", f"synthetic:20,load=1.0,apps={pollux_dir}/traces").run(get_policy("pollux"))
+        build_simulator("small", "synthetic:20,load=1.0").run(get_policy("gavel-las"))

@@ -21,13 +21,25 @@ from __future__ import annotations
 import heapq
 import math
 import time
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
 
 from cluster_sim.goodput import GoodputFunction, fit_perf_params
 from cluster_sim.policies.base import PolicyScheduler
-from cluster_sim.protocol import DONE, RUNNING, Decision, JobReport, Preempt, Resize, SchedulerView, SetBatch, Start
+from cluster_sim.protocol import (
+    DONE,
+    RUNNING,
+    Decision,
+    JobReport,
+    Preempt,
+    Resize,
+    RigidWorkloadWarning,
+    SchedulerView,
+    SetBatch,
+    Start,
+)
 from topology.view import index_lists
 
 RESTART_DELAY = 30.0  # seconds a reallocation costs in Pollux's restart penalty
@@ -44,6 +56,7 @@ class ElasticPolicy(PolicyScheduler):
     one_gpu_type = True  # its placements keep each job on one GPU type (Sia's rule on mixed clusters)
     wants_all_points = True  # it grows running jobs even when nobody waits
     honours_cap = True  # its allocate() respects self.cap, so a rerun after fragmentation can help
+    resizes = True  # it chooses jobs' GPU counts and batches (rounds that keep them say False)
 
     def __init__(
         self,
@@ -67,6 +80,15 @@ class ElasticPolicy(PolicyScheduler):
 
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
+        if self.resizes and len(view.jobs) and not any(view.is_elastic(j) for j in range(len(view.jobs))):
+            why = "none trains a measured application" if view.elastic else "the simulation was built rigid"
+            warnings.warn(
+                f"{self.name}: no job of this workload can resize ({why}), so it only orders and places jobs at the "
+                "GPU counts they asked for; give a trace's spec apps=PATH (../shared/traces/pollux-osdi21/traces) "
+                "or run pollux:/Sia workloads to compare it as published",
+                RigidWorkloadWarning,
+                stacklevel=2,
+            )
         self._restarts = np.full(len(view.jobs), -1, dtype=np.int64)  # -1: never allocated
         self.rounds = 0
         self.round_seconds: list[float] = []  # wall time of each round that decided

@@ -47,6 +47,7 @@ class RigidRounds(ElasticPolicy):
     """Jobs keep the GPU count and batch they asked for; each round chooses which run and on which type."""
 
     honours_cap = False  # counts are the jobs' own; fragmentation cannot be searched around
+    resizes = False
 
     def batch_for(self, view: SchedulerView, job: int, gpus: np.ndarray, plan) -> int:
         return int(view.jobs.batch_size[job])  # rigid: the batch it asked for
