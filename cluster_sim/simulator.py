@@ -133,7 +133,8 @@ class Simulator:
         if gpu_sharing and (interference is None or isinstance(interference, NoInterference)):
             raise ValueError(
                 "gpu_sharing needs an interference model (jobs sharing a GPU slow each other down); "
-                "pass interference='oracle' (with Gavel's tables) or 'learned'"
+                "give --interference oracle (with Gavel's tables: --interference-model gavel:PATH) or learned (a "
+                "run config: interference: oracle; Python: build_simulator(..., interference='oracle'))"
             )
         self.gpu_sharing = bool(gpu_sharing)
         if restart_cost < 0:

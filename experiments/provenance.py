@@ -21,10 +21,16 @@ _NOT_READ = (".md", ".png")  # a policy folder's README and plots: no scheduler 
 
 
 def result_provenance(
-    command: str, schedulers: Iterable[str], plugins: Iterable[str] = (), workloads: Iterable[str] = ()
+    command: str,
+    schedulers: Iterable[str],
+    plugins: Iterable[str] = (),
+    workloads: Iterable[str] = (),
+    inputs: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The provenance of a result that ``command`` computed with ``schedulers`` (names, ``FILE:Class`` specs or
-    ``PREFIX:DIR`` policy folders), ``plugins`` and ``workloads`` (specs; the files they name are hashed)."""
+    ``PREFIX:DIR`` policy folders; a file an option names, ``predictor=FILE``, is hashed), ``plugins``,
+    ``workloads`` (specs; the files they name are hashed) and other ``inputs`` it read (an interference model or
+    its measurements: a path or ``KIND:PATH``)."""
     schedulers = list(schedulers)
     code = [parse_custom_spec(s)[0] for s in schedulers if is_custom_spec(s)] + list(plugins)
     files = [f for f in code if is_file_target(f)]  # not a module name
@@ -33,7 +39,7 @@ def result_provenance(
             folder = Path(split[1].split(",")[0])
             read = [p for p in folder.iterdir() if p.is_file() and p.suffix not in _NOT_READ] if folder.is_dir() else []
             files += sorted(map(str, read))
-    for spec in workloads:
+    for spec in [*workloads, *schedulers, *inputs]:
         files += spec_files(spec)
     return {
         "command": command,
@@ -44,12 +50,11 @@ def result_provenance(
 
 
 def spec_files(spec: str) -> list[str]:
-    """The files a workload spec ``KIND:PATH[,key=value...]`` names: its path and any option that is a file
-    (folders of profiles are left out: their files are measured tables read as a whole set)."""
+    """The files a spec ``KIND:PATH[,key=value...]`` (or ``PATH``, ``NAME,key=value...``) names: its path and any
+    option that is a file (folders of profiles are left out: their files are measured tables read as a whole
+    set)."""
     _, colon, rest = spec.partition(":")
-    if not colon:
-        return []
-    path, *items = rest.split(",")
+    path, *items = (rest if colon else spec).split(",")
     named = [path] + [item.partition("=")[2] for item in items]
     return [p for p in named if p and Path(p).is_file()]
 

@@ -405,7 +405,8 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
         "tasks_reused": len(specs) - ran,
         "ray": {"address": ray_address(cfg, address), "nodes": cluster_info["nodes"], "CPU": cluster_info.get("CPU")},
         "provenance": result_provenance(
-            command, [cfg.policy_of(label)[0] for label in cfg.schedulers], cfg.plugins, cfg.workload_specs.values()
+            command, [cfg.policy_of(label)[0] for label in cfg.schedulers], cfg.plugins, cfg.workload_specs.values(),
+            [cfg.interference_data or "", *(str(v) for n in cfg.schedulers for v in cfg.policy_of(n)[1].values())],
         ),
     })  # fmt: skip
     write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")

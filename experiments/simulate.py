@@ -180,7 +180,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     if not names:
         raise ValueError(f"--policy {args.policy!r} names no scheduler; e.g. --policy fifo,tiresias,qssf")
     if args.plot:  # before the simulations, not after them
-        check_out_folder(args.plot, "--plot")
+        _check_plot_folder(Path(args.plot), Path(args.out) if args.out else None)
     sim = simulator_from_args(args)
     schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
     _refuse_shared_names(names, [s.name for s in schedulers])
@@ -194,11 +194,24 @@ def run_simulate(args: argparse.Namespace) -> int:
 SIMULATE_MANIFEST = "simulate.json"  # what a simulate wrote into its --out, so the next one can replace it
 
 
+def _check_plot_folder(plot: Path, out: Path | None) -> None:
+    """Refuse a ``--plot`` that cannot be a folder before anything runs. Outside ``--out`` it is created now;
+    inside it (``--out R --plot R/plots``, as ``marlsched run`` lays its results out) only once ``--out`` has been
+    checked and cleared of an earlier simulate's results, which it is then one of."""
+    if out is None or not plot.resolve().is_relative_to(out.resolve()):
+        check_out_folder(plot, "--plot")
+        return
+    for folder in (plot, *plot.parents):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"--plot {plot}: {folder} is a file; name a folder (a new one, or one simulate wrote)")
+
+
 def _replace_earlier_results(out: Path) -> None:
     """Remove what an earlier ``simulate --out`` wrote here (its manifest lists it), so old and new results
     never mix; a folder holding anything else is refused rather than emptied."""
     manifest = out / SIMULATE_MANIFEST
-    entries = [p for p in out.iterdir() if p.name not in (".lock", SIMULATE_MANIFEST)]
+    # an empty folder holds nothing to mix up (e.g. the --plot folder of a simulate that stopped before writing)
+    entries = [p for p in out.iterdir() if p.name not in (".lock", SIMULATE_MANIFEST) and not _empty_folder(p)]
     if not manifest.is_file():
         if entries:
             names = ", ".join(sorted(p.name for p in entries)[:5])
@@ -217,6 +230,7 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
     results: list[SimResult] = []
     settings = simulator_settings(args)  # the title says them: `marlsched run`'s defaults differ (interference)
     title = f"{sim.jobs.source} jobs on {sim.topo.name}, interference {settings['interference']}"
+    title += ", GPU sharing" if args.gpu_sharing else ""
     title = f"{title}, {restart_phrase(settings['restart_cost'], settings['app_restart_costs'])}"
     try:
         for sched in schedulers:
@@ -233,7 +247,7 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
         raise
     print(summary_table([r.metrics() for r in results], title=title))
     if args.plot:
-        write_simulate_plots(Path(args.plot), args, results)
+        write_simulate_plots(check_out_folder(args.plot, "--plot"), args, results)
     if args.out and len(schedulers) > 1:
         write_atomic(Path(args.out) / "summary.json", json.dumps([r.metrics() for r in results], indent=2) + "\n")
     if args.out:
@@ -245,6 +259,10 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
     return 0
 
 
+def _empty_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
 def _write_manifest(args: argparse.Namespace) -> None:
     """``--out``'s record of what this simulate wrote (a later one replaces exactly that) and its provenance."""
     from experiments.provenance import result_provenance
@@ -253,7 +271,9 @@ def _write_manifest(args: argparse.Namespace) -> None:
     command = shlex.join(["marlsched", *getattr(args, "argv", ["simulate", "..."])])
     doc = {
         "written": sorted(names),
-        "provenance": result_provenance(command, split_policies(args.policy), args.plugin, [args.workload]),
+        "provenance": result_provenance(
+            command, split_policies(args.policy), args.plugin, [args.workload], [args.interference_model or ""]
+        ),
     }
     write_atomic(Path(args.out) / SIMULATE_MANIFEST, json.dumps(doc, indent=1) + "\n")
 

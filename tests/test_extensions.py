@@ -699,6 +699,13 @@ def test_a_results_provenance_hashes_the_policy_folder_and_the_trace_it_read(tmp
     read = [trace, *(p for p in folder.iterdir() if p.suffix not in (".md", ".png"))]
     assert files == {str(p.resolve()): hashlib.sha256(p.read_bytes()).hexdigest() for p in read}
     assert str((folder / "policy.pt").resolve()) in files and str((folder / "README.md").resolve()) not in files
+    # the interference measurements a run read are hashed too, and GPU sharing is in its table's title
+    gavel = traces_dir / "gavel" / "simulation_throughputs.json"
+    shared = ["simulate", "--workload", "synthetic:40,load=1.0", "--policy", "fifo", "--gpu-sharing", "--interference",
+              "oracle", "--interference-model", f"gavel:{gavel}", "--out", str(tmp_path / "shared")]  # fmt: skip
+    assert main(shared) == 0
+    files = json.loads((tmp_path / "shared" / "simulate.json").read_text())["provenance"]["files"]
+    assert files == {str(gavel.resolve()): hashlib.sha256(gavel.read_bytes()).hexdigest()}
 
 
 class _FirstFreeGpus:

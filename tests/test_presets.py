@@ -95,3 +95,18 @@ def test_simulate_plot_writes_the_plots_of_run(tmp_path: Path, capsys) -> None:
     written = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert written == ["avg_jct.png", "jct_cdf.png", "paired_avg_jct.png", "timeline.png"]
     assert "plots: " in capsys.readouterr().out
+
+
+def test_simulate_plots_inside_its_out_folder_and_again(tmp_path: Path) -> None:
+    """``--out R --plot R/plots`` (``marlsched run``'s layout): the plots are among the results, and a rerun
+    replaces both; an empty plot folder left by a simulate that stopped early does not block the next one."""
+    import json
+
+    out = tmp_path / "res"
+    argv = ["simulate", "--workload", "synthetic:60,load=1.2", "--policy", "fifo,qssf", "--quiet", "--out", str(out)]
+    (out / "plots").mkdir(parents=True)  # what a stopped run leaves
+    for _ in range(2):
+        assert main([*argv, "--plot", str(out / "plots")]) == 0
+        assert (out / "plots" / "jct_cdf.png").stat().st_size > 1000
+        assert "plots" in json.loads((out / "simulate.json").read_text())["written"]
+    assert main(argv) == 0 and not (out / "plots").exists()  # the earlier run's plots went with its results
