@@ -59,11 +59,30 @@ def _gpu_specs(args: argparse.Namespace) -> None:
         _say(f"GPU types from {args.gpu_specs}: {', '.join(s.name for s in specs)}")
 
 
+def _warn_memory_rule(queries, y: np.ndarray, fitted: np.ndarray) -> None:
+    """Name measured pairs that the memory rule overrides: two jobs whose ``mem_gb`` exceed their GPU's memory
+    cannot share it (factor 0.05), yet these ran together, so the GPU's memory or the jobs' figures are wrong."""
+    from interference.composition import INFEASIBLE_GPU_FACTOR
+
+    forced = (fitted == INFEASIBLE_GPU_FACTOR) & (y > INFEASIBLE_GPU_FACTOR)
+    if not forced.any():
+        return
+    types = sorted({q.job.gpu_type for q, f in zip(queries, forced, strict=True) if f})
+    _say(
+        f"warning: {int(forced.sum())} of the {len(y)} measured samples are of pairs whose mem_gb add up to more than "
+        f"their GPU's memory ({', '.join(types)}), which the model answers with {INFEASIBLE_GPU_FACTOR} (they cannot "
+        f"share the GPU), though they ran together at {float(y[forced].mean()):.2f} on average: describe the card "
+        "with its memory in a YAML file (--gpu-specs FILE, e.g. 'V100-32GB: {fp32_tflops: 15.7, mem_bw_gbs: 900, "
+        "mem_gb: 32, pcie_gbs: 15.8}') and name it in gpu_type, or leave mem_gb empty"
+    )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from interference.evaluation import metrics
     from interference.training import TrainConfig, fit_queries, load_training_data
 
     _threads(args)
+    _gpu_specs(args)
     queries, y, sources, gavel = load_training_data(args.data)
     default = TrainConfig()
     cfg = TrainConfig(
@@ -72,15 +91,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         type_rank=default.type_rank if args.type_rank is None else args.type_rank,
         seed=args.seed,
     )
-    what = ", ".join(f"{s['samples'] // 2} {s['kind']} pairs ({s['path']})" for s in sources)
+    kinds = {"pairs": "measured", "gavel": "Gavel's"}
+    what = ", ".join(f"{s['samples'] // 2} {kinds.get(s['kind'], s['kind'])} pairs ({s['path']})" for s in sources)
     _say(f"training on {what} ({cfg.members} ensemble members)")
     # the structure, then the measured types' residual and their side of pairs with a new job
     total = cfg.steps * (3 if cfg.type_rank else 1)
     progress = lambda s, loss: _say(f"step {s + 1}/{total} loss {loss:.5f}")  # noqa: E731
     data = sources[0]["path"] if len(sources) == 1 and gavel is not None else sources
     model = fit_queries(queries, y, cfg, progress=progress, meta={"data": data})
-    fit_metrics = metrics(model.throughput_factors(queries), y)
+    fitted = model.throughput_factors(queries)
+    fit_metrics = metrics(fitted, y)
     model.meta["fit_in_sample"] = fit_metrics
+    _warn_memory_rule(queries, y, fitted)
     profiled = model.params.profile_fitted
     _say(
         f"profile columns fitted: {', '.join(profiled)}"
@@ -122,6 +144,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from interference.training import gavel_queries
 
     _threads(args)
+    _gpu_specs(args)
     model = LearnedInterference.load(args.model)
     if (args.data is None) == (args.pairs is None):
         raise ValueError("eval needs one of --data gavel:PATH (held-out folds) or --pairs FILE (measured pairs)")
@@ -144,13 +167,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result["model"] = str(args.model)
     result["model_in_sample"] = metrics(model.throughput_factors(queries), y)
     write_json(out / "eval.json", result)
-    title = (
-        f"{args.split}: MAE {result['mae']:.3f} (mean predictor {result['mean_predictor_mae']:.3f}), "
-        f"Spearman {result['spearman']:.2f}, n={result['n']}\npartner ranking: pairwise order accuracy "
-        f"{result['pairwise_order_accuracy']:.2f}, per-job Spearman {result['per_job_spearman']:.2f}"
+    title = (  # three short lines: the plot's title is 5 inches wide
+        f"{args.split}, n={result['n']}: MAE {result['mae']:.3f} (mean predictor {result['mean_predictor_mae']:.3f})\n"
+        f"Spearman {result['spearman']:.2f}; partner ranking: pairwise order accuracy "
+        f"{result['pairwise_order_accuracy']:.2f},\nper-job Spearman {result['per_job_spearman']:.2f}"
     )
     parity_plot(out / "parity.png", cv["pred"], cv["y"], cv["gpu"], title)
-    _say(f"{title}\nwrote {out / 'eval.json'} and {out / 'parity.png'}")
+    doubt = f"coverage of the std {result['coverage']:.2f} (calibrated {result['coverage_calibrated']:.2f})"
+    alone = f"the fitted structure alone: MAE {result['structure_alone']['mae']:.3f}"
+    _say(f"{title.replace(chr(10), ' ')}\n{alone}; {doubt}\nwrote {out / 'eval.json'} and {out / 'parity.png'}")
     return 0
 
 
@@ -367,13 +392,14 @@ def add_interference_commands(
     r.add_argument("--model", required=True)
     r.add_argument("--pairs", required=True, help="CSV with columns " + ", ".join(REQUIRED) + " (see above)")
     r.add_argument("--out", required=True, help="CSV to write: input columns + " + ", ".join(OUTPUT_COLUMNS))
-    r.add_argument(
-        "--gpu-specs",
-        default=None,
-        metavar="FILE",
-        help="YAML of datasheet figures for GPU types beyond the built-in ones, e.g. "
-        "'L40S: {fp32_tflops: 91.6, mem_bw_gbs: 864, mem_gb: 48, pcie_gbs: 31.5}'",
-    )
+    for command in (t, e, r):
+        command.add_argument(
+            "--gpu-specs",
+            default=None,
+            metavar="FILE",
+            help="YAML of datasheet figures for GPU types beyond the built-in ones (or a card's other memory size), "
+            "e.g. 'L40S: {fp32_tflops: 91.6, mem_bw_gbs: 864, mem_gb: 48, pcie_gbs: 31.5}'",
+        )
     r.set_defaults(func=_guard(cmd_predict))
     return p
 

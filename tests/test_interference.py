@@ -575,11 +575,14 @@ def test_predict_with_profile_columns_and_gpu_specs_file(small_model: Path, tmp_
     assert "bad.yaml: L40S.mem_bw_gbs: is 'fast'; expected a positive number" in capsys.readouterr().err
 
 
-def test_eval_cli_writes_metrics_and_parity_plot(small_model: Path, gavel_dir: Path, tmp_path: Path):
+def test_eval_cli_writes_metrics_and_parity_plot(small_model: Path, gavel_dir: Path, tmp_path: Path, capsys):
     out = tmp_path / "eval"
     args = ["interference", "eval", "--model", str(small_model), "--data", f"gavel:{gavel_dir}"]
     assert cli_main([*args, "--split", "random", "--steps", "40", "--out", str(out)]) == 0
     res = json.loads((out / "eval.json").read_text())
+    said = capsys.readouterr().err  # the figures the doubt is judged by are printed, not only in eval.json
+    assert f"the fitted structure alone: MAE {res['structure_alone']['mae']:.3f}" in said
+    assert f"coverage of the std {res['coverage']:.2f} (calibrated {res['coverage_calibrated']:.2f})" in said
     for key in ("mae", "mape", "spearman", "n", "mean_predictor_mae", "reference_mean_predictor_mae"):
         assert key in res, key
     assert 0.5 < res["pairwise_order_accuracy"] <= 1 and res["ranked_pairs"] > 1000
@@ -1055,3 +1058,32 @@ def test_the_marlsched_command_records_how_a_predictor_was_made(own_pairs, tmp_p
     data = Path(own_pairs["few"])
     assert prov["files"] == {str(data.resolve()): hashlib.sha256(data.read_bytes()).hexdigest()}
     assert LearnedInterference.load(out).meta["provenance"] == prov
+
+
+def test_measured_pairs_over_the_gpus_memory_are_named_and_a_card_of_more_memory_can_be_given(
+    tmp_path: Path, capsys
+) -> None:
+    """Pairs that ran together on one GPU, whose ``mem_gb`` add up to more than the built-in V100's 16 GB: ``train``
+    says the model answers them 0.05 (they cannot share it) and how to describe the card; given as a 32 GB card
+    (``--gpu-specs``, for ``train`` as for ``predict``), they are fitted as measured."""
+    head = "a_params_m,a_gflops,a_batch,a_solo_sps,a_amp,b_params_m,b_gflops,b_batch,b_solo_sps,b_amp,gpu_type,level,"
+    head += "a_mem_gb,b_mem_gb,norm_a,norm_b\n"
+    rows = ["25.6,12.3,64,380,0,3.5,0.9,64,900,0,{g},gpu,9.1,4.2,0.71,0.58\n",
+            "25.6,12.3,64,380,0,110,33.6,32,150,0,{g},gpu,9.1,12.5,0.55,0.52\n",
+            "110,33.6,32,150,0,3.5,0.9,64,900,0,{g},gpu,12.5,4.2,0.62,0.49\n"]  # fmt: skip
+    specs = tmp_path / "gpus.yaml"
+    specs.write_text("V100-32GB: {fp32_tflops: 15.7, mem_bw_gbs: 900, mem_gb: 32, pcie_gbs: 15.8}\n")
+    fitted = {}
+    for g, extra in (("V100", []), ("V100-32GB", ["--gpu-specs", str(specs)])):
+        data = tmp_path / f"{g}.csv"
+        data.write_text(head + "".join(r.format(g=g) for r in rows))
+        out = tmp_path / f"{g}.json"
+        argv = ["interference", "train", "--data", f"pairs:{data}", "--members", "2", "--steps", "60", "--no-calibrate"]
+        assert cli_main([*argv, *extra, "--out", str(out)]) == 0
+        fitted[g] = (capsys.readouterr().err, json.loads(out.read_text())["fit_in_sample"]["mae"])
+    said, mae = fitted["V100"]
+    assert (
+        "warning: 4 of the 6 measured samples are of pairs whose mem_gb add up to more than their GPU's memory " in said
+    )
+    assert "(V100), which the model answers with 0.05" in said and "--gpu-specs FILE" in said
+    assert "warning" not in fitted["V100-32GB"][0] and fitted["V100-32GB"][1] < mae
