@@ -247,7 +247,8 @@ def _training_verdict(cfg: ExperimentConfig, rows: Runs, train_info: Mapping[str
 
 def _held_out(cfg: ExperimentConfig) -> str:
     """Whether every workload is a window of the training trace outside the training span (the priority agents'
-    random windows) and the select stage's windows: one sentence, or '' where that cannot be read from the specs."""
+    random windows) and the select stage's windows: a sentence (see :func:`_outside`), or '' where the training
+    config records no trace span."""
     from marl.env.priority_env import PriorityEnvConfig
 
     if not isinstance(cfg.train_config, PriorityTrainSection):
@@ -274,25 +275,50 @@ def _span_of(windows: list[str]) -> tuple[float, float]:
 
 
 def _outside(cfg: ExperimentConfig, trace: str, spans: Mapping[str, tuple[float, float]]) -> str:
-    """'Every workload lies outside SPANS: held out.' or which workloads overlap which span; '' where a workload
-    is not a dated window of ``trace``."""
+    """Whether each workload is held out from ``spans`` (windows of ``trace``): 'Every workload lies outside SPANS:
+    held out.' where all are dated windows of ``trace`` outside them; otherwise which overlap which span, which lie
+    outside, which are ``trace``'s jobs without dates (unknown) and which come from other traces."""
     trace = trace.split(",")[0]
     inside: dict[str, list[str]] = {name: [] for name in spans}
+    held, undated, other = [], [], []
     for label, spec in cfg.workload_specs.items():
+        name = label or str(spec)
         if not isinstance(spec, str) or spec.split(",")[0] != trace:
-            return ""
+            other.append(name)
+            continue
         opts = dict(o.split("=", 1) for o in spec.split(",")[1:] if "=" in o)
         if "start" not in opts or "end" not in opts:
-            return ""
+            undated.append(name)
+            continue
         start, end = (_seconds(opts[k], spec) for k in ("start", "end"))
-        for name, (first, last) in spans.items():
-            if start < last and end > first:
-                inside[name].append(label or spec)
-    said = [f"{', '.join(labels)} {'overlaps' if len(labels) == 1 else 'overlap'} {name}"
-            for name, labels in inside.items() if labels]  # fmt: skip
-    if said:
-        return f"Not held out: {'; '.join(said)}."
-    return f"Every workload lies outside {' and '.join(spans)}: held out."
+        overlapped = [span for span, (first, last) in spans.items() if start < last and end > first]
+        for span in overlapped:
+            inside[span].append(name)
+        if not overlapped:
+            held.append(name)
+    named = " and ".join(spans)
+    if held and not (undated or other or any(inside.values())):
+        return f"Every workload lies outside {named}: held out."
+    said = [f"{', '.join(labels)} {_verb(labels, 'overlaps', 'overlap')} {span}" for span, labels in inside.items()
+            if labels]  # fmt: skip
+    parts = [f"Not held out: {'; '.join(said)}."] if said else []
+    if held:
+        parts.append(f"{', '.join(held)} {_verb(held, 'lies', 'lie')} outside {named}: held out.")
+    if undated:
+        parts.append(
+            f"{', '.join(undated)} {_verb(undated, 'reads', 'read')} the training trace without a window "
+            f"(start=, end=): not known to lie outside {named}."
+        )
+    if other:
+        parts.append(
+            f"{', '.join(other)} {_verb(other, 'comes', 'come')} from another trace than the one it "
+            f"trained on: held out by source."
+        )
+    return " ".join(parts)
+
+
+def _verb(names: list[str], one: str, many: str) -> str:
+    return one if len(names) == 1 else many
 
 
 def _policy_folders_held_out(cfg: ExperimentConfig) -> list[str]:
@@ -352,7 +378,10 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "over (GPUs × makespan); it is low when a few long jobs run on alone long after the last arrival, which "
         "`plots/timeline.png` shows. Slowdown: JCT over the run time the workload gives the job, placed ideally and "
         "alone on the GPUs it asked for, on the type its times are given for (V100 for Philly-like traces); below 1 "
-        "where jobs ran on a faster type or an elastic scheduler (Pollux, Sia) gave them more GPUs or a larger batch.",
+        "where jobs ran on a faster type or an elastic scheduler (Pollux, Sia) gave them more GPUs or a larger batch. "
+        "Schedulers that decide in rounds (gavel and gavel-las every 360 s, sia and pollux every 60 s) start a "
+        "new job at the next round, so short jobs' slowdown is high under them even where the average JCT is low "
+        "(each job's wait for its first start: `first_start_delay` in a run's `jobs.csv`).",
     ]
     jcts = {n: [m["avg_jct"] for _, m in sorted(rows[n].items())] for n in order}
     if len(order) > 1 and all(jcts[n] == jcts[order[0]] for n in order):

@@ -660,10 +660,21 @@ def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_worklo
                       "nov05": f"{philly},start=2017-11-05,end=2017-11-07"},
     }  # fmt: skip
     assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml")) == [
-        f"`mine` ({folder}): Not held out: oct20 overlaps its select windows.",
+        f"`mine` ({folder}): Not held out: oct20 overlaps its select windows. nov05 lies outside its training span "
+        "and its select windows: held out.",
         "",
     ]
-    raw["workloads"].pop("oct20")
+    # workloads of another trace beside them, and the whole trace: each said, none hides the others
+    raw["workloads"] |= {"lab": "philly:experiments/examples/lab_jobs.csv,start=2024-03-10,end=2024-03-13",
+                         "whole": f"{philly},load=0.9"}  # fmt: skip
+    assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml"))[0] == (
+        f"`mine` ({folder}): Not held out: oct20 overlaps its select windows. nov05 lies outside its training span "
+        "and its select windows: held out. whole reads the training trace without a window (start=, end=): not "
+        "known to lie outside its training span and its select windows. lab comes from another trace than the one "
+        "it trained on: held out by source."
+    )
+    for label in ("oct20", "lab", "whole"):
+        raw["workloads"].pop(label)
     assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml"))[0].endswith(
         "Every workload lies outside its training span and its select windows: held out."
     )
