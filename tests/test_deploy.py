@@ -496,6 +496,11 @@ def test_an_exported_policy_called_with_torch_alone_decides_as_marlsched(
     capsys.readouterr()
     assert example.main(str(folder), str(tmp_path / "altered.npz")) == 1
     assert "decisions equal in 29 of 30" in capsys.readouterr().out
+    # a folder that decides through a rounds stage, and a recording not written yet, are said, not a traceback
+    with pytest.raises(SystemExit, match="decide through the gavel-las rounds"):
+        example.main(str(REPO / "experiments" / "policies" / "default-hetero"), str(out))
+    with pytest.raises(SystemExit, match="no such file; write it first with `marlsched record-rounds"):
+        example.main(str(folder), str(tmp_path / "none.npz"))
 
 
 def test_record_rounds_refuses_agents_that_decide_otherwise_and_writes_nothing(tmp_path: Path) -> None:

@@ -382,6 +382,7 @@ def test_the_select_stage_ships_the_best_iterate_on_select_windows_and_its_start
         save_priority_policy(nets["warm_start"], out / name, {"agents": {"hysteresis": float(np.log(8))}})
     again = select_iterate(out, env, **settings, log=logs.append)
     assert again["chosen"] == "warm start" and again["mean_ratio"] == [1.0, 1.0, 1.0]
+    assert logs[-1].startswith(f"  no iterate beat the warm start on the select windows: {out / 'policy'} is a copy")
 
 
 @pytest.mark.slow

@@ -78,6 +78,15 @@ def decide(
 
 def main(folder: str, recorded: str) -> int:
     meta = json.loads((Path(folder) / "metadata.json").read_text())
+    if (decision := meta.get("agents", {}).get("decision")) is not None:
+        raise SystemExit(
+            f"{folder}: its agents decide through the {decision} rounds (their network's scores enter that stage's "
+            "choices), not the rule written here; record-rounds and this script check priority policies that decide "
+            "by the rule above (default-small, philly-small-dagger)"
+        )
+    if not Path(recorded).is_file():
+        raise SystemExit(f"{recorded}: no such file; write it first with `marlsched record-rounds {folder} --out "
+                         f"{recorded} --workload ...` (see the module docstring)")  # fmt: skip
     rec = dict(np.load(recorded))  # read once: an .npz decompresses an array on every access
     names = [str(n) for n in rec["inputs"]]
     for name in names:  # the columns the network was trained on, in its order, are the ones recorded

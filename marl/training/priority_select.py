@@ -109,6 +109,9 @@ def select_iterate(
         "minutes": round((time.perf_counter() - t0) / 60.0, 2),
     }
     log("  ".join(f"{c} {r - 1:+.2%}" for c, r in zip(labels, ratio, strict=True)) + f"  -> {chosen}")
+    if chosen == "warm start" and len(labels) > 1:
+        log(f"  no iterate beat the warm start on the select windows: {out / 'policy'} is a copy of {found[chosen]}, "
+            "the untrained agents (decision for decision); train longer or on more windows to move it")  # fmt: skip
     policy = out / "policy"
     with atomic_folder(policy) as tmp:
         for item in found[chosen].iterdir():
