@@ -59,9 +59,11 @@ def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_fol
     tmp_path: Path, traces_dir: Path, monkeypatch, train_command
 ) -> None:
     """A package announces an agent spec in the ``marlsched.agents`` entry-point group (here a spec that reuses
-    the round scorer's network, loader and ES loop): the table finds it, ``marlsched train`` trains it by its name,
-    the folder records that name, and ``get_policy("marl:DIR")`` loads it through the spec's loader; a spec
-    that takes a built-in agent's name is refused, naming the entry point."""
+    the round scorer's network, loader and ES loop with a decision layer of its own): the table finds it,
+    ``marlsched train`` trains it by its name, its candidates playing in its decision layer, the folder records that
+    name, and ``get_policy("marl:DIR")`` loads it through the spec's loader as that layer; a loader that builds
+    another is refused, as is a spec that takes a built-in agent's name, naming the entry point."""
+    import dataclasses
     import sys
     from dataclasses import asdict
 
@@ -70,10 +72,18 @@ def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_fol
     from tests.test_rounds_agent import es_config
 
     (tmp_path / "my_agent.py").write_text(
+        "from cluster_sim.policies.rigid_rounds import ScoredRounds\n"
         "from marl.agents.spec import AgentSpec, Algorithm\n"
+        "class Sticky(ScoredRounds):\n"
+        "    built = 0\n"
+        "    def __init__(self, scorer, **kw):\n"
+        "        type(self).built += 1\n"
+        "        super().__init__(scorer, **{**kw, 'stay': 0.3})\n"
+        "def plain(folder, *, name='marl'):  # a loader that builds no Sticky\n"
+        "    return ScoredRounds('las', name=name)\n"
         "SPEC = AgentSpec(\n"
         "    name='rounds-mine', about='the round scorer, mine', network='marl.deploy.rounds_policy:network_of',\n"
-        "    decision='cluster_sim.policies.rigid_rounds:ScoredRounds',\n"
+        "    decision='my_agent:Sticky',\n"
         "    observes='marl.models.rounds_scorer:FEATURES',\n"
         "    loader='marl.deploy.rounds_policy:load_rounds_policy',\n"
         "    algorithms=(Algorithm('es', 'ES on my scorer', 'marl.training.rounds_es:train', 'iterations',\n"
@@ -92,8 +102,13 @@ def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_fol
 
     meta = train_command({"agent": "rounds-mine", "algo": "es", **asdict(es_config(traces_dir))}, tmp_path / "run")
     assert meta["agent"] == "rounds-mine" and meta["provenance"]["config"]["agent"] == "rounds-mine"
+    played = sys.modules["my_agent"].Sticky.built
+    assert played >= 3  # the warm start's and each candidate's plays
     sched = get_policy(f"marl:{tmp_path / 'run' / 'policy'}")
-    assert type(sched).__name__ == "ScoredRounds"
+    assert type(sched).__name__ == "Sticky" and sched.stay == 0.3
+    monkeypatch.setitem(AGENTS, "rounds-mine", dataclasses.replace(found["rounds-mine"], loader="my_agent:plain"))
+    with pytest.raises(ValueError, match=r"agent 'rounds-mine': its loader my_agent:plain built a ScoredRounds, not "):
+        get_policy(f"marl:{tmp_path / 'run' / 'policy'}")
 
     (dist / "entry_points.txt").write_text("[marlsched.agents]\nrounds = my_agent:CLASH\n")
     sys.modules.pop("my_agent", None)

@@ -112,6 +112,9 @@ def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "mar
         )
     loader = resolve(found.loader)
     _refuse_unknown_options(loader, found.name, folder, options)
+    decision = resolve(found.decision)
+    if _takes(loader, "decision"):  # a loader shared by agents that differ in their decision layer builds each one's
+        options = {**options, "decision": decision}
     try:
         scheduler = loader(folder, name=name, **options)
     except (TypeError, KeyError, AttributeError, IndexError) as err:  # a value of the wrong kind, a key missing
@@ -119,8 +122,20 @@ def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "mar
             f"{Path(folder) / METADATA}: does not hold what a {found.name} policy needs ({type(err).__name__}: {err}); "
             "copy the policy folder again from where it was trained, or train it again"
         ) from err
+    if not isinstance(scheduler, decision):
+        raise ValueError(
+            f"agent {found.name!r}: its loader {found.loader} built a {type(scheduler).__name__}, not its decision "
+            f"layer {found.decision}; a spec that changes the decision layer needs a loader that builds it (one "
+            "taking decision=, as marl.deploy.rounds_policy:load_rounds_policy does, is given the spec's class)"
+        )
     scheduler.trained_on = trained_on(meta)  # the simulation warns on another cluster
     return scheduler
+
+
+def _takes(function: Any, keyword: str) -> bool:
+    import inspect
+
+    return keyword in inspect.signature(function).parameters
 
 
 def _refuse_unknown_options(loader: Any, kind: str, folder: str | Path, options: Mapping[str, Any]) -> None:
@@ -130,7 +145,7 @@ def _refuse_unknown_options(loader: Any, kind: str, folder: str | Path, options:
     params = list(inspect.signature(loader).parameters.values())
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return
-    allowed = sorted(p.name for p in params[1:] if p.name != "name")  # the first takes the folder
+    allowed = sorted(p.name for p in params[1:] if p.name not in ("name", "decision"))  # the first: the folder
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         close = difflib.get_close_matches(unknown[0], allowed, n=1)

@@ -58,9 +58,12 @@ def network_of(meta: dict[str, Any]) -> tuple[PairScorer, Callable[[PairScorer, 
     return PairScorer(hidden=int(meta["hidden"])), save_program_of
 
 
-def load_rounds_policy(policy_dir: str | Path, *, name: str = "marl") -> ScoredRounds:
-    """The policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib)."""
+def load_rounds_policy(
+    policy_dir: str | Path, *, name: str = "marl", decision: type[ScoredRounds] = ScoredRounds
+) -> ScoredRounds:
+    """The policy in ``policy_dir`` as a cluster_sim scheduler (TorchScript, no RLlib): its network's scores in
+    ``decision``'s rounds (the agent spec's decision layer, a ``ScoredRounds`` or a subclass taking its arguments)."""
     retrain = "retrain it (marlsched train, agent: rounds)"
     meta = read_network_metadata(policy_dir, KIND, {"features": FEATURES}, retrain)
     net = load_network(policy_dir)
-    return ScoredRounds(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)
+    return decision(NetRoundsScorer(net), interval=float(meta["interval"]), stay=float(meta["stay"]), name=name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -184,7 +185,9 @@ def _run_loop(spec: AgentSpec, algorithm: Algorithm, cfg: Any, req: TrainRequest
             cfg["select"] = cfg["tune"] = None
         return trainer(cfg, req.out, log=req.log, command=req.command, resume=req.resume)
     if algorithm.settings is not None:  # the flat loops write the policy folder they are given
-        return trainer(cfg, req.out / POLICY, command=req.command, log=req.log)
+        # a loop shared by agents that differ in their decision layer plays each one's (the spec's class)
+        decision = {"decision": resolve(spec.decision)} if "decision" in inspect.signature(trainer).parameters else {}
+        return trainer(cfg, req.out / POLICY, command=req.command, log=req.log, **decision)
     return trainer(cfg, req.out, iterations=req.iterations, evaluate=req.evaluate, command=req.command, log=req.log)
 
 

@@ -153,7 +153,8 @@ def _play(job: tuple) -> float:
     net.eval()
     data = cfg.interference_data if cfg.interference == "oracle" and cfg.interference_data else None
     sim = build_simulator(cfg.cluster, spec, seed=0, interference=cfg.interference, interference_data=data)
-    return float(sim.run(ScoredRounds(NetRoundsScorer(net), stay=cfg.stay, name="rounds")).metrics()["avg_jct"])
+    rounds = state.get("decision", ScoredRounds)(NetRoundsScorer(net), stay=cfg.stay, name="rounds")
+    return float(sim.run(rounds).metrics()["avg_jct"])
 
 
 def search(
@@ -216,12 +217,20 @@ def search(
     }
 
 
-def train(cfg: RoundsESConfig, out: str | Path, *, command: str = "", log=print) -> dict:
-    """ES from the warm start; writes the selected network as a rounds policy folder (``marl:DIR``)."""
+def train(
+    cfg: RoundsESConfig,
+    out: str | Path,
+    *,
+    command: str = "",
+    log=print,
+    decision: type[ScoredRounds] = ScoredRounds,
+) -> dict:
+    """ES from the warm start, every candidate playing in ``decision``'s rounds (the agent spec's decision layer);
+    writes the selected network as a rounds policy folder (``marl:DIR``)."""
     started = time.perf_counter()
     net = initial_network(cfg)
     drop = tuple(f for f, k in zip(FEATURES, net.keep.tolist(), strict=True) if not k)
-    state = {"hidden": net.embed[0].out_features, "drop": drop, "weights": net.state_dict()}
+    state = {"hidden": net.embed[0].out_features, "drop": drop, "weights": net.state_dict(), "decision": decision}
     record = search(cfg, moved(net, cfg.params), state, _play, started=started, command=command, log=log)
     meta = {
         "format": "marlsched-policy",

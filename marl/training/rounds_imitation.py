@@ -174,10 +174,11 @@ class _LookaheadLabels:
 
 
 def play_window(task: tuple) -> Chunk:
-    """One training window ``(cfg, spec, state)`` with the teacher (``state`` None) or the student (``state``:
-    its weights) acting: the labelled rounds and the average JCT, as :func:`~marl.training.dagger.dagger`
-    aggregates them. A function of its arguments only, so windows run in any process."""
-    cfg, spec, state = task
+    """One training window ``(cfg, spec, decision, state)`` with the teacher (``state`` None) or the student
+    (``state``: its weights) acting in ``decision``'s rounds: the labelled rounds and the average JCT, as
+    :func:`~marl.training.dagger.dagger` aggregates them. A function of its arguments only, so windows run in any
+    process."""
+    cfg, spec, decision, state = task
     act = "teacher" if state is None else "student"
     torch.set_num_threads(1)
     net = PairScorer(hidden=cfg.hidden, drop=tuple(f for f in cfg.drop.split(",") if f), prior=cfg.prior)
@@ -193,7 +194,7 @@ def play_window(task: tuple) -> Chunk:
         policy.scorer = scorer
     else:
         scorer = _Labelled(net, act, cfg.stay, cfg.every, cfg.teacher)
-        policy = ScoredRounds(scorer, stay=cfg.stay, name="rounds")
+        policy = decision(scorer, stay=cfg.stay, name="rounds")
     jct = float(sim.run(policy).metrics()["avg_jct"])
     return {"rounds": scorer.samples, "avg_jct": [jct]}
 
@@ -238,9 +239,17 @@ def fit(net: PairScorer, data: list, cfg: ImitationConfig, rng: np.random.Genera
     return last
 
 
-def train(cfg: ImitationConfig, out: str | Path, *, command: str = "", log=print) -> dict:
-    """DAgger (:func:`~marl.training.dagger.dagger`) on ``cfg``'s windows; writes the policy folder ``out``
-    (TorchScript + metadata, atomically) and ``progress.csv``; returns the metadata."""
+def train(
+    cfg: ImitationConfig,
+    out: str | Path,
+    *,
+    command: str = "",
+    log=print,
+    decision: type[ScoredRounds] = ScoredRounds,
+) -> dict:
+    """DAgger (:func:`~marl.training.dagger.dagger`) on ``cfg``'s windows, the student acting in ``decision``'s
+    rounds (the agent spec's decision layer); writes the policy folder ``out`` (TorchScript + metadata,
+    atomically) and ``progress.csv``; returns the metadata."""
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(1)
     rng = np.random.default_rng(cfg.seed)
@@ -261,7 +270,7 @@ def train(cfg: ImitationConfig, out: str | Path, *, command: str = "", log=print
                      f"windows, {rnd.rows} rounds, loss {row['loss']:.4f}, {row['seconds']:.0f} s")  # fmt: skip
 
     _, rows, _ = dagger(
-        cfg.iterations, lambda _rnd: [(cfg, spec) for spec in cfg.specs()], play_window, refit,
+        cfg.iterations, lambda _rnd: [(cfg, spec, decision) for spec in cfg.specs()], play_window, refit,
         describe=lambda task: window_label(task[1]), teacher=teacher, workers=cfg.workers,
         log=log, started=started, report=report,
     )  # fmt: skip
