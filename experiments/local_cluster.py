@@ -1,4 +1,6 @@
-"""A throwaway multi-node Ray cluster on this machine (loopback), for tests and benchmarks.
+"""A throwaway multi-node Ray cluster on this machine (loopback), for tests, benchmarks and a first try of a
+command on several nodes: ``python -m experiments.local_cluster --nodes 2 -- marlsched run CONFIG --out DIR``
+starts the nodes, runs the command with ``RAY_ADDRESS`` set to the cluster, and stops the nodes it started.
 
 Each node is a ``ray start`` process tree; the head gets its own temporary folder, which every process of
 the cluster names on its command line, so stopping kills exactly this cluster's processes (``ray stop``
@@ -47,9 +49,14 @@ def local_cluster(nodes: int = 2, cpus_per_node: int = 1, object_store_bytes: in
         "--node-ip-address=127.0.0.1", f"--num-cpus={cpus_per_node}", f"--object-store-memory={object_store_bytes}",
         "--disable-usage-stats",
     ]  # fmt: skip
+    # the head starts its Ray client server outside its process tree, by default on the fixed port 10001 (where a
+    # second cluster, or another user's, would clash): on a port of its own, which names it for stop_cluster
+    client_port = free_port()
+    head = [f"--ray-client-server-port={client_port}"]
     try:
         subprocess.run(
-            [str(ray), "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *common],
+            [str(ray), "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *head,
+             *common],
             env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
         for index in range(1, nodes):
@@ -60,7 +67,7 @@ def local_cluster(nodes: int = 2, cpus_per_node: int = 1, object_store_bytes: in
             )  # fmt: skip
         yield f"127.0.0.1:{port}", env
     finally:
-        stop_cluster(temp)
+        stop_cluster(temp, f"--port={client_port} --mode=")  # the client server's own port
         shutil.rmtree(temp, ignore_errors=True)  # its sessions' logs: a folder in /tmp per cluster otherwise
 
 
@@ -103,16 +110,20 @@ def pids_mentioning(marker: str) -> list[int]:
     return sorted(found - {os.getpid()})
 
 
-def stop_cluster(marker: str) -> None:
-    """What ``ray stop`` does, for the cluster whose temp folder is ``marker`` only, with a shorter grace: Ray's
-    GCS and raylets take more than 3 s to end on SIGTERM, and a throwaway cluster has nothing to save, so they
-    get a second before SIGKILL."""
+def stop_cluster(*markers: str) -> None:
+    """What ``ray stop`` does, for the cluster whose processes' command lines name one of ``markers`` (its temp
+    folder, its client server's port) only, with a shorter grace: Ray's GCS and raylets take more than 3 s to end
+    on SIGTERM, and a throwaway cluster has nothing to save, so they get a second before SIGKILL."""
+
+    def pids() -> list[int]:
+        return sorted({pid for marker in markers for pid in pids_mentioning(marker)})
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids_mentioning(marker):
+        for pid in pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + (1 if sig == signal.SIGTERM else 10)
-        while _alive(pids_mentioning(marker)) and time.monotonic() < deadline:
+        while _alive(pids()) and time.monotonic() < deadline:
             time.sleep(0.3)
 
 
@@ -124,3 +135,42 @@ def _alive(pids: list[int]) -> bool:
         except OSError:
             continue
     return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command on a throwaway local cluster (``RAY_ADDRESS`` names it); its exit status."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.local_cluster",
+        description="Start a Ray cluster of several nodes on this machine (loopback, authentication off), run a "
+        "command on it with RAY_ADDRESS set, and stop exactly the nodes it started (not other Ray instances, as "
+        "`ray stop` would).",
+        epilog="e.g. python -m experiments.local_cluster --nodes 2 -- marlsched run "
+        "experiments/configs/quickstart.yaml --out results/two-node",
+    )
+    parser.add_argument("--nodes", type=int, default=2, help="nodes, the head included (default 2)")
+    parser.add_argument("--cpus-per-node", type=int, default=1, help="CPUs each node offers (default 1)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to run after --, e.g. -- marlsched run CONFIG --out DIR")
+    if args.nodes < 1 or args.cpus_per_node < 1:
+        parser.error("--nodes and --cpus-per-node must be >= 1")
+    print(f"starting {args.nodes} local Ray nodes of {args.cpus_per_node} CPU(s) each ...", flush=True)
+    with local_cluster(nodes=args.nodes, cpus_per_node=args.cpus_per_node) as (address, env):
+        print(f"cluster at {address}; running: {' '.join(command)}", flush=True)
+        try:
+            code = subprocess.run(command, env={**env, "RAY_ADDRESS": address}).returncode
+        except KeyboardInterrupt:
+            code = 130
+        except FileNotFoundError as err:
+            print(f"error: {err.filename}: no such command (activate the environment: . .venv/bin/activate)")
+            code = 127
+        print(f"stopping the {args.nodes} nodes", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -523,6 +523,30 @@ def two_node_cluster():
     with local_cluster(nodes=2, cpus_per_node=1) as (address, env):
         yield address, env
     assert set(temp.glob("marlsched-ray-*")) <= before  # stopped, it leaves no folder behind
+    assert not pids_naming(address)  # nor a process (the head's Ray client server included)
+
+
+def pids_naming(address: str) -> list[int]:
+    """Processes whose command line names the GCS port of the cluster at ``address``."""
+    from experiments.local_cluster import pids_mentioning
+
+    return pids_mentioning(f":{address.rsplit(':', 1)[1]} ")
+
+
+def test_a_command_runs_on_a_throwaway_local_cluster_that_stops_what_it_started(capfd) -> None:
+    """``python -m experiments.local_cluster -- COMMAND``: the command runs with ``RAY_ADDRESS`` naming the new
+    cluster, its exit status is the helper's, and afterwards no process of that cluster is left."""
+    from experiments.local_cluster import main, ray_command
+
+    if not ray_command().is_file():
+        pytest.skip(f"no ray command next to {sys.executable}")
+    with pytest.raises(SystemExit):
+        main(["--nodes", "1"])
+    assert "give the command to run after --" in capfd.readouterr().err
+    probe = "import os, sys; print('at', os.environ['RAY_ADDRESS']); sys.exit(3)"
+    assert main(["--nodes", "1", "--", sys.executable, "-c", probe]) == 3
+    address = re.search(r"^at (127\.0\.0\.1:\d+)$", capfd.readouterr().out, re.M)[1]
+    assert not pids_naming(address)
 
 
 @pytest.mark.slow
