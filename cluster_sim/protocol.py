@@ -150,6 +150,7 @@ class SchedulerTraits:
     one_gpu_type: bool = False
     wants_all_points: bool = False
     trained_on: TrainedOn | None = None
+    check_cluster: Callable[[ClusterView], None] | None = None
 
 
 def traits_of(scheduler: object) -> SchedulerTraits:
@@ -159,7 +160,15 @@ def traits_of(scheduler: object) -> SchedulerTraits:
         one_gpu_type=bool(getattr(scheduler, "one_gpu_type", False)),
         wants_all_points=bool(getattr(scheduler, "wants_all_points", False)),
         trained_on=getattr(scheduler, "trained_on", None),
+        check_cluster=getattr(scheduler, "check_cluster", None),
     )
+
+
+def check_fits(scheduler: object, topo: ClusterView) -> None:
+    """Raise ``ValueError`` (naming the fix) where ``scheduler`` declares it cannot run on ``topo`` (its
+    ``check_cluster`` trait): asked by ``simulate`` and ``run`` before any simulation starts."""
+    if (check := traits_of(scheduler).check_cluster) is not None:
+        check(topo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,8 +336,10 @@ class Scheduler(Protocol):
     A scheduler may declare traits as attributes (read by :func:`traits_of`, the one place the simulator reads
     them): ``elastic`` (its jobs resize; the simulation runs elastic jobs), ``one_gpu_type`` (a job runs on
     one GPU type at a time), ``wants_all_points`` (it is consulted at every event, not only where jobs wait),
-    ``trained_on`` (a :class:`TrainedOn`: the simulation warns where it runs on another cluster)
-    and ``round_seconds`` (its own per-round decision times, for a policy that decides once a round).
+    ``trained_on`` (a :class:`TrainedOn`: the simulation warns where it runs on another cluster),
+    ``check_cluster(topo)`` (raises ``ValueError`` naming the fix on a cluster it cannot run on: a policy of
+    per-partition agents whose count does not divide the racks) and ``round_seconds`` (its own per-round decision
+    times, for a policy that decides once a round).
     """
 
     name: str

@@ -293,9 +293,10 @@ def _load_plugins(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
 def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     from cluster_sim.plugins import PluginError
     from cluster_sim.policies import combination_syntax, get_policy, policy_names
+    from cluster_sim.protocol import check_fits
     from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
 
-    _cluster_of(cfg, chk)  # a bad cluster file is named before Ray starts or the run's folder is made
+    topo = _cluster_of(cfg, chk).view  # a bad cluster file is named before Ray starts or the run's folder is made
     if cfg.interference not in interference_modes():
         raise chk.fail(("interference",), f"{cfg.interference!r} is not one of {', '.join(interference_modes())}")
     if cfg.interference == "learned" and not cfg.interference_data:
@@ -345,7 +346,7 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
                 raise chk.fail(("scheduler_options", str(label), str(key)), "unknown key; did you mean 'policy'?")
         policy, options = cfg.policy_of(label)
         try:
-            get_policy(policy, **options)
+            check_fits(get_policy(policy, **options), topo)
         except (ValueError, TypeError) as err:
             raise chk.fail(
                 ("scheduler_options", str(label)), f"{err} (policy {policy!r}; allowed: {allowed})"
@@ -382,8 +383,8 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
                 )
             continue
         if split_folder_name(name):
-            try:  # its files are read now, not inside a Ray task
-                load_folder_policy(name)
+            try:  # its files are read now, not inside a Ray task, and it is asked whether it runs on the cluster
+                check_fits(load_folder_policy(name), topo)
             except (ValueError, FileNotFoundError) as err:
                 raise chk.fail(("schedulers", str(i)), str(err)) from None
             continue

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_sim.out_folder import check_out_folder, folder_lock
+from cluster_sim.protocol import check_fits
 from cluster_sim.results import SimResult, write_atomic
 from cluster_sim.sim_presets import restart_phrase
 from cluster_sim.simulator import Simulator
@@ -184,6 +185,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     sim = simulator_from_args(args)
     schedulers = [make_scheduler_by_name(n, args.seed) for n in names]
     _refuse_shared_names(names, [s.name for s in schedulers])
+    for scheduler in schedulers:  # one that cannot run on this cluster is said before any simulation
+        check_fits(scheduler, sim.topo)
     if not args.out:
         return _simulate(args, sim, schedulers)
     with folder_lock(args.out, "simulate"):

@@ -301,6 +301,29 @@ def test_a_folders_options_go_in_its_name_as_a_plugins_do_and_a_wrong_one_is_nam
         get_policy(f"marl:{folder},num_agents=2", num_agents=4)
 
 
+def test_a_policy_whose_agents_do_not_fit_the_racks_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
+    """``default-small``'s 4 agents on a cluster of 2 racks: ``simulate`` says so, with the counts that fit and the
+    option that gives one, before the first scheduler runs; ``run`` names the config's line before Ray starts."""
+    from experiments.cli import main
+
+    (tmp_path / "lab.yaml").write_text("name: mylab\npods: 1\nracks_per_pod: 2\nservers_per_rack: 4\n"
+                                       "server: nvswitch-8\ngpu_type: V100\n")  # fmt: skip
+    folder = f"marl:{SHIPPED / 'default-small'}"
+    base = ["simulate", "--cluster", str(tmp_path / "lab.yaml"), "--workload", "synthetic:30,load=1.0", "--quiet"]
+    assert main([*base, "--policy", f"fifo,{folder}", "--out", str(tmp_path / "sim")]) == 2
+    said = capsys.readouterr().err
+    assert f"{folder}: its 4 agents, one per partition: cannot split mylab's 2 racks into 4" in said
+    assert f"run it with fewer agents, e.g. `{folder},num_agents=2`" in said
+    assert not (tmp_path / "sim").exists()  # not even fifo ran
+    assert main([*base, "--policy", f"fifo,{folder},num_agents=2"]) == 0
+    config = tmp_path / "lab-run.yaml"
+    config.write_text(f"name: lab\ncluster: {tmp_path / 'lab.yaml'}\nworkloads:\n  w: synthetic:30,load=1.0\n"
+                      f"schedulers: [fifo, '{folder}']\n")  # fmt: skip
+    capsys.readouterr()
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert f"lab-run.yaml, line 5: schedulers.1: {folder}: its 4 agents" in capsys.readouterr().err
+
+
 def test_a_policys_interference_inputs_can_be_blanked_as_an_ablation() -> None:
     """``marl:DIR,interference_inputs=none``: the trained network's interference columns read 1.0 everywhere (the
     ablation that shows what the inputs change); a folder trained without inputs refuses the option."""

@@ -62,6 +62,12 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def partition_counts(view: ClusterView, unit: str = "rack", at_most: int | None = None) -> list[int]:
+    """The partition counts :func:`partition` accepts for ``view`` (those up to ``at_most``)."""
+    n = view.num_racks if unit == "rack" else view.num_pods
+    return [d for d in _divisors(n) if at_most is None or d <= at_most]
+
+
 def partition(view: ClusterView, k: int, unit: str = "rack") -> list[Partition]:
     """``k`` partitions of equally many consecutive racks (``unit="rack"``) or whole pods (``"pod"``)."""
     if unit not in ("rack", "pod"):

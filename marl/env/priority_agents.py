@@ -45,7 +45,7 @@ from marl.env.interference_obs import InterferenceInputs
 from marl.env.partitions import partition_view
 from marl.env.priority_features import JobSetLayout, PriorityObservation, RoundJobs, observe_partitions
 from marl.env.topology_obs import LOG_SPEED_FLOOR, SpeedCache, cand_column, log_hours, observe_topology, partition_grid
-from topology.partition import partition
+from topology.partition import partition, partition_counts
 
 HYSTERESIS = float(np.log(31.0))  # QSSF's margin of 30 on a log-time scale
 Scorer = Callable[[dict[str, np.ndarray]], np.ndarray]  # (K, ...) observation batch -> (K, N) scores
@@ -147,9 +147,24 @@ class PriorityAgents(PolicyScheduler):
         self.name = kw.get("name") or "marl-priority"
 
     # ------------------------------------------------------------ lifecycle
+    def check_cluster(self, topo) -> None:
+        """Refuse a cluster whose racks (pods) do not split into this policy's agents' partitions, naming the
+        agent counts that fit and how to give one (a trait: ``simulate`` and ``run`` ask before anything runs)."""
+        wanted = self.agents_wanted or topo.num_racks
+        try:
+            partition(topo, wanted, self.partition_unit)
+        except ValueError as err:
+            fits = max(partition_counts(topo, self.partition_unit, at_most=wanted))
+            raise ValueError(
+                f"{self.name}: its {wanted} agents, one per partition: {err}; run it with fewer agents, e.g. "
+                f"`{self.name},num_agents={fits}` in --policy or a run config's schedulers (its figures hold for the "
+                "cluster it was trained on)"
+            ) from None
+
     def reset(self, view: SchedulerView) -> None:
         super().reset(view)
         topo = view.topo
+        self.check_cluster(topo)
         self.num_agents = self.agents_wanted or topo.num_racks
         self.parts = partition(topo, self.num_agents, self.partition_unit)
         self.part_gpus = np.array([p.num_gpus for p in self.parts], dtype=np.int64)
