@@ -89,7 +89,11 @@ def plugins_first(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run ``marlsched`` with ``argv`` (default: the process's arguments); returns the exit code (2: a user error,
     said in one line; 130: interrupted)."""
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ValueError as err:  # an installed package's agent spec that cannot be read: every command needs the table
+        print(f"marlsched: error: {err}", file=sys.stderr)
+        return 2
     args = parser.parse_args(plugins_first(sys.argv[1:] if argv is None else argv))
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given, for results' provenance
     if argv is None and args.command in SEEDED_COMMANDS and "PYTHONHASHSEED" not in os.environ:

@@ -114,6 +114,10 @@ def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_fol
     sys.modules.pop("my_agent", None)
     with pytest.raises(ValueError, match=r"rounds = 'my_agent:CLASH' \(group marlsched.agents, package my-agent"):
         marl.agents._installed({s.name: s for s in marl.agents.BUILT_IN})
+    (dist / "entry_points.txt").write_text("[marlsched.agents]\nrounds-mine = my_agent:NOPE\n")
+    with pytest.raises(ValueError, match=r"'my_agent:NOPE' \(group marlsched.agents, package my-agent\) cannot be "
+                       r"loaded \(AttributeError: .*\); fix the entry point"):  # fmt: skip
+        marl.agents._installed({s.name: s for s in marl.agents.BUILT_IN})
 
 
 def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch) -> None:

@@ -22,9 +22,15 @@ def _installed(built_in: dict[str, AgentSpec]) -> dict[str, AgentSpec]:
     for ep in entry_points(group=GROUP):
         where = f"entry point {ep.name} = {ep.value!r} (group {GROUP}"
         where += f", package {ep.dist.name})" if ep.dist is not None else ")"
-        spec = ep.load()
+        try:
+            spec = ep.load()
+        except Exception as err:  # the package's own import error, or an attribute it does not have
+            raise ValueError(
+                f"{where} cannot be loaded ({type(err).__name__}: {err}); fix the entry point in that package's "
+                "pyproject.toml and reinstall it (pip install -e DIR), or uninstall the package"
+            ) from err
         if not isinstance(spec, AgentSpec):
-            raise TypeError(f"{where} is a {type(spec).__name__}, not a marl.agents.AgentSpec")
+            raise ValueError(f"{where} is a {type(spec).__name__}, not a marl.agents.AgentSpec")
         if spec.name != ep.name:
             raise ValueError(f"{where} holds the spec of {spec.name!r}; name the entry point {spec.name!r}")
         if spec.name in built_in or spec.name in found:
