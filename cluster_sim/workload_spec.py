@@ -253,11 +253,23 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
         raise
     except QuietWindowError as e:
         where = f" ({_arrivals(whole)})" if whole is not None and (start is not None or end is not None) else ""
-        raise QuietWorkloadSpecError(f"workload spec {spec!r}: {e}{where}") from None
+        raise QuietWorkloadSpecError(f"workload spec {spec!r}{_dated(spec)}: {e}{where}") from None
     except ValueError as e:
         if type(e) is not ValueError:
             raise
         raise WorkloadSpecError(f"workload spec {spec!r}: {e}") from None
+
+
+def _dated(spec: str) -> str:
+    """`` (2019-01-01..2019-01-03)``: a window given in seconds, as its trace's dates (a trainer's window reads
+    as the config's dates); '' where it has none."""
+    from cluster_sim.traces.periods import window_label
+
+    try:
+        label = window_label(spec).split(",")[0]
+    except (ValueError, OSError):
+        return ""
+    return f" (the window {label})" if ".." in label and f"start={label.split('..')[0]}" not in spec else ""
 
 
 def _arrivals(workload: Workload) -> str:

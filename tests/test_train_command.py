@@ -254,6 +254,7 @@ def test_set_replaces_settings_checked_as_the_files_and_named_by_the_option(tmp_
         (["dayz=3"], f"{cfg} (--set dayz=3): dayz: unknown key; did you mean 'days'? allowed keys here:"),
         (["dagger_rounds"], "--set dagger_rounds: write KEY=VALUE"),
         (["days.x=1"], "--set days.x=1: days in"),
+        (["first_start=2017-13-24"], "--set first_start=2017-13-24: '2017-13-24' is not a date (month must be in "),
     ]:
         assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--set", *sets]) == 2
         assert message in capsys.readouterr().err

@@ -700,6 +700,7 @@ def test_synthetic_gpu_scale_and_window_load_reach_a_queue_at_scale() -> None:
             "trace's jobs arrive from 2017-09-04T10:30:41 to 2017-11-14T23:56:00)",
         ),
         ("PHILLY,start=2017-11-20,load=0.9", "at least two jobs (the trace's jobs arrive from 2017-09-04T10:30:41 to"),
+        ("PHILLY,start=41779759,end=41952559,load=0.9", "(the window 2019-01-01..2019-01-03): load=F needs a window"),
         ("HEADER_ONLY", "no jobs"),
     ],
 )

@@ -169,6 +169,8 @@ def set_keys(data: Any, assignments: Sequence[str], source: str) -> tuple[Any, d
             value = yaml.safe_load(raw)
         except yaml.YAMLError as err:
             raise TrainConfigError(f"--set {text}: the value is not valid YAML ({err})") from None
+        except ValueError as err:  # YAML reads 2017-13-24 as a date, and the calendar refuses it
+            raise TrainConfigError(f"--set {text}: {raw.strip()!r} is not a date ({err}); write YYYY-MM-DD") from None
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string; on a command line it is a number
             with contextlib.suppress(ValueError):
                 value = float(value)
