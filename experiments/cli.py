@@ -132,12 +132,25 @@ def _format_warning(
     message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
 ) -> str:
     """What a reader of the figures should know (a learned policy on another cluster than its own, jobs on
-    estimated speeds) as one line; other warnings as Python prints them."""
+    estimated speeds), and any warning marlsched's own code gives, as one line; other libraries' warnings as
+    Python prints them (their source line is theirs to read)."""
     from cluster_sim.protocol import SimulationWarning
 
-    if issubclass(category, SimulationWarning):
+    if issubclass(category, SimulationWarning) or _ours(filename):
         return f"marlsched: warning: {message}\n"
     return _python_format(message, category, filename, lineno, line)
+
+
+_PACKAGES = ("cluster_sim", "interference", "marl", "topology", "experiments")
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _ours(filename: str) -> bool:
+    """Whether ``filename`` is a module of marlsched's own packages."""
+    try:
+        return Path(filename).resolve().relative_to(_ROOT).parts[0] in _PACKAGES
+    except (ValueError, IndexError):
+        return False
 
 
 def _after_interrupt(args) -> str:

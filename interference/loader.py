@@ -55,8 +55,9 @@ def _none(model_path: str | None) -> InterferenceModel:
 def _oracle(model_path: str | None) -> InterferenceModel:
     if model_path is None:
         warnings.warn(
-            "oracle interference without Gavel's measured pairs: GPU sharing uses the parametric model "
-            "only; pass the throughput file (gavel:PATH) to use the measurements",
+            "oracle interference without Gavel's measured pairs: co-located jobs slow each other by the parametric "
+            "model only; give Gavel's throughput file to use the measurements (--interference-model gavel:PATH; a "
+            "run config's interference_data; a training config's interference_data where it has one)",
             stacklevel=3,
         )
         return GroundTruthInterference(None)

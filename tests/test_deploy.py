@@ -379,6 +379,10 @@ def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys, traces
     # the command prints it as one line, without Python's file and source line
     line = warnings.formatwarning("P: trained on small", PolicyClusterWarning, "simulator.py", 1)
     assert line == "marlsched: warning: P: trained on small\n"
+    # so is any warning of marlsched's own modules; another library's keeps Python's form, with its source
+    ours = warnings.formatwarning("no pairs", UserWarning, str(REPO / "interference" / "loader.py"), 57)
+    theirs = warnings.formatwarning("deprecated", UserWarning, str(Path(np.__file__)), 3)
+    assert ours == "marlsched: warning: no pairs\n" and theirs.startswith(f"{np.__file__}:3: UserWarning: deprecated")
 
 
 def test_a_plugin_prefix_names_its_folders_everywhere_a_scheduler_name_goes(tmp_path: Path) -> None:
