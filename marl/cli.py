@@ -162,14 +162,20 @@ def run_train(args: argparse.Namespace) -> int:
 def simulate_hint(folder: Path) -> str:
     """The ``simulate`` command that runs a trained policy on the cluster it was trained on, on its training trace
     after the spans that trained and selected it (Philly's: the report period) where the folder records them."""
-    from marl.deploy.registry import read_metadata, trained_cluster
+    from marl.deploy.registry import read_metadata, trained_cluster, trained_on
 
     meta = read_metadata(folder)[1]
     cluster = trained_cluster(meta)
     workload = _held_out_workload(meta)
+    trained = trained_on(meta)
+    interference = ""
+    if trained is not None and trained.interference not in (None, "none"):  # simulated as it was trained
+        interference = f" --interference {trained.interference}"
+        if trained.interference_data:
+            interference += f" --interference-model {shlex.quote(trained.interference_data)}"
     return (
         f"marlsched simulate{f' --cluster {shlex.quote(cluster)}' if cluster else ''}"
-        f"{f' --workload {shlex.quote(workload)}' if workload else ''} --policy marl:{folder}"
+        f"{f' --workload {shlex.quote(workload)}' if workload else ''}{interference} --policy marl:{folder}"
     )
 
 
@@ -181,12 +187,14 @@ def _held_out_workload(meta: dict) -> str | None:
     config = trained.get("config") or meta.get("config") or {}
     env = config.get("env", config) if isinstance(config, dict) else {}
     trace, end = env.get("trace"), env.get("train_end")
-    if not isinstance(trace, str) or not isinstance(end, int | float):
+    if not isinstance(trace, str):
         return None
     select = config.get("select") or {}
     if on_philly_calendar(trace):
         report = PERIODS["report"]
         return f"{trace},start={report.first},end={report.end},load=0.9"
+    if not isinstance(end, int | float):
+        return None
     after = max(float(end), float(select.get("end") or 0.0))
     return f"{trace},start={trace_date(after, trace).removesuffix(' s')},load={select.get('load', 0.9)}"
 

@@ -366,6 +366,11 @@ def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys, traces
     gavel = "gavel:../shared/traces/gavel/simulation_throughputs.json"
     assert (default.trained_on.interference, default.trained_on.interference_data) == ("oracle", gavel)
     fix = f"simulate it with --interference oracle --interference-model {gavel}"
+    from marl.cli import simulate_hint  # what training prints to run the policy: as it was trained
+
+    assert simulate_hint(SHIPPED / "default-small").endswith(
+        f"--interference oracle --interference-model {gavel} --policy marl:{SHIPPED / 'default-small'}"
+    )
     with pytest.warns(PolicyClusterWarning, match=fix):
         build_simulator("small", "synthetic:200,load=1", seed=0).start(default)
     with warnings.catch_warnings():
