@@ -268,8 +268,14 @@ def test_options_the_algorithm_cannot_honour_are_refused(tmp_path: Path, capsys)
     assert "--address: agent 'priority' with algo 'dagger' is not trained on a Ray cluster (ppo and appo are)" in (
         capsys.readouterr().err
     )
+    assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--iterations", "-1"]) == 2
+    assert "--iterations must be >= 0, got -1" in capsys.readouterr().err  # dagger: 0 is the teacher's round alone
+    cfg.write_text("agent: rounds\nalgo: es\n")
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o"), "--iterations", "0"]) == 2
-    assert "--iterations must be >= 1, got 0" in capsys.readouterr().err
+    assert (
+        "--iterations must be >= 1, got 0 (0, the teacher's round alone, is for algo dagger)" in capsys.readouterr().err
+    )
+    cfg.write_text("agent: priority\nalgo: dagger\n")
     cfg.write_text("agent: priority\nppo:\n  learner_threads: 0\n")  # checked before Ray starts
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert "ppo.learner_threads: 0 is not a positive whole number" in capsys.readouterr().err

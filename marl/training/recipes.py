@@ -78,8 +78,10 @@ def check_settings(
     algorithm: Algorithm, data: dict[str, Any], chk: ConfigChecker, iterations: int | None = None
 ) -> Any:
     """The algorithm's settings from the rest of a config (``iterations``: the count to override), checked."""
-    if iterations is not None and iterations < 1:
-        raise ValueError(f"--iterations must be >= 1, got {iterations}")
+    least = 0 if algorithm.name == "dagger" else 1  # DAgger's count is of the rounds after the teacher's own
+    if iterations is not None and iterations < least:
+        also = "" if least == 0 else " (0, the teacher's round alone, is for algo dagger)"
+        raise ValueError(f"--iterations must be >= {least}, got {iterations}{also}")
     if algorithm.settings is None:
         cfg = resolve(str(algorithm.parse))(data, chk.source, chk.lines, chk=chk)
         if iterations is not None and isinstance(cfg, dict):  # ppo's; the baselines' trainers take the count
