@@ -3,9 +3,9 @@ schedulers to compare over seeds, optional MARL training, optional agent-count s
 
 Validation reuses marl.training.config's checker, so a wrong key or value fails at once with the file, the dotted
 key path, its line and the allowed keys or values. The ``train`` section is a training config of
-`marlsched train --config` (``agent``, ``algo`` and their settings; default the priority agents' PPO, whose
-``env.cluster`` defaults to the experiment's ``cluster``); ``train.extends: PATH`` starts from such a YAML file
-and the other keys of the section override it (mappings merge key by key).
+`marlsched train --config` (``agent``, ``algo`` and their settings; default the priority agents' PPO); the
+cluster, ``interference`` and ``interference_data`` it leaves out are the experiment's; ``train.extends: PATH``
+starts from such a YAML file and the other keys of the section override it (mappings merge key by key).
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class PriorityTrainSection:
 @dataclass(frozen=True)
 class TrainSection:
     """A ``train:`` section of any other agent or algorithm than the priority agents' PPO: trained as its own
-    config says (its cluster and windows), then evaluated as ``marl`` on the experiment's workloads."""
+    config says (its windows; the cluster and interference it leaves out are the experiment's), then evaluated as
+    ``marl`` on the experiment's workloads."""
 
     agent: str
     algo: str
@@ -240,7 +241,8 @@ def _parse_train(
     data: Any, cfg: ExperimentConfig, source: str, lines: dict, given: dict | None = None
 ) -> PriorityTrainSection | TrainSection:
     """The training section (``extends`` merged): any agent and algorithm of `marlsched train --config`; the
-    priority agents' PPO inherits the experiment's cluster."""
+    cluster and interference it leaves out are the experiment's."""
+    from marl.agents import resolve
     from marl.training.priority_train import check_keys, parse_config
     from marl.training.recipes import check_settings, recipe_of
 
@@ -260,14 +262,16 @@ def _parse_train(
         data = _merge(base, data)
     spec, algorithm, data = recipe_of(data, chk)
     if (spec.name, algorithm.name) != (PRIORITY_AGENT, "ppo"):  # trained as its config says, then run here
+        if algorithm.settings is not None:  # a flat config: what it leaves out, the experiment's
+            fields = {f.name for f in dataclasses.fields(resolve(algorithm.settings))}
+            data = _inherit(data, cfg, fields)
         return TrainSection(spec.name, algorithm.name, data, check_settings(algorithm, data, chk))
     if not isinstance(cfg.cluster, str):
         raise chk.fail((), "the priority agents train on a named cluster preset or file; name one in cluster")
     env = dict(data.get("env") or {})
     if "cluster" in env and env["cluster"] != cfg.cluster:
         raise chk.fail(("env", "cluster"), "must equal the experiment's cluster (or leave it out to inherit it)")
-    env.setdefault("cluster", cfg.cluster)
-    data["env"] = env
+    data["env"] = _inherit(env, cfg, {"cluster", "interference", "interference_data"})
     check_keys(data, chk)
     try:
         parsed = parse_config(data, f"{source}: train", default_name=f"{cfg.name}-marl", chk=chk)
@@ -276,6 +280,20 @@ def _parse_train(
     except (TypeError, ValueError) as err:
         raise chk.fail((), str(err)) from None
     return PriorityTrainSection(parsed)
+
+
+def _inherit(settings: dict[str, Any], cfg: ExperimentConfig, fields: set[str]) -> dict[str, Any]:
+    """``settings`` of a train section with what it leaves out of ``fields`` taken from the experiment: its
+    cluster (a preset or file) and its interference (with its data, unless the section names either), so that the
+    policy is trained in the simulation it is then compared in."""
+    out = dict(settings)
+    if "cluster" in fields and isinstance(cfg.cluster, str):
+        out.setdefault("cluster", cfg.cluster)
+    if "interference" in fields and not {"interference", "interference_data"} & out.keys():
+        out["interference"] = cfg.interference
+        if cfg.interference_data and "interference_data" in fields:
+            out["interference_data"] = cfg.interference_data
+    return out
 
 
 def _load_plugins(cfg: ExperimentConfig, chk: ConfigChecker) -> None:

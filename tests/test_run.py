@@ -261,6 +261,22 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(
     assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0  # trained once, kept
 
 
+def test_a_train_section_trains_in_the_experiments_simulation_where_it_says_nothing(traces_dir: Path) -> None:
+    """The cluster and interference (with its measurements) a ``train:`` section leaves out are the experiment's,
+    for any agent: the policy is trained in the simulation it is compared in. What the section names stays."""
+    gavel = f"gavel:{traces_dir}/gavel/simulation_throughputs.json"
+    experiment = {**TINY, "cluster": "small-hetero", "interference": "oracle", "interference_data": gavel,
+                  "schedulers": ["fifo", "marl"]}  # fmt: skip
+    rounds = {"agent": "rounds", "algo": "dagger", "windows": 1, "days": 0.5}
+    got = parse_experiment_config({**experiment, "train": rounds}, "r.yaml").train_config.settings
+    assert (got.cluster, got.interference, got.interference_data) == ("small-hetero", "oracle", gavel)
+    got = parse_experiment_config({**experiment, "train": {**rounds, "interference": "none"}}, "r.yaml")
+    assert (got.train_config.settings.interference, got.train_config.settings.interference_data) == ("none", None)
+    ppo = parse_experiment_config({**experiment, "train": {"agent": "priority", "env": {"window_days": 0.5}}}, "p.yaml")
+    env = ppo.train_config.env
+    assert (env["cluster"], env["interference"], env["interference_data"]) == ("small-hetero", "oracle", gavel)
+
+
 def test_run_trains_any_agent_its_train_section_names(ray_shared, tmp_path: Path, traces_dir: Path) -> None:
     """``train: {agent: priority, algo: dagger, ...}``: the one framework's loop trains it inside the run (the
     policy in ``train/policy``), ``marl`` is evaluated beside the heuristics, and the report says what trained it."""

@@ -65,6 +65,7 @@ class ImitationConfig:
     stay: float = 0.1
     seed: int = 0
     interference: str = "none"
+    interference_data: str | None = None  # oracle: gavel:PATH of measured pairs (None: the parametric model alone)
     drop: str = ""  # comma-separated features zeroed (an ablation), e.g. rel_speed,advantage
     teacher: str = (
         "oracle"  # oracle | oracle-area (privileged scorers of cluster_sim.policies.rigid_rounds) | lookahead
@@ -185,7 +186,8 @@ def play_window(task: tuple) -> Chunk:
     if state is not None:
         net.load_state_dict(state)
     net.eval()
-    sim = build_simulator(cfg.cluster, spec, seed=cfg.seed, interference=cfg.interference)
+    data = cfg.interference_data if cfg.interference != "none" else None
+    sim = build_simulator(cfg.cluster, spec, seed=cfg.seed, interference=cfg.interference, interference_data=data)
     if cfg.teacher == "lookahead":
         policy = LookaheadRounds(
             every=cfg.lookahead_every, horizon=cfg.horizon, terminal=cfg.terminal, stay=cfg.stay, name="rounds"
