@@ -198,6 +198,8 @@ class SimResult:
         }  # fmt: skip
         for i, t in enumerate(self.gpu_types):
             cols[f"gpu_hours_{t}"] = self.attained_by_type[:, i] / 3600.0
+        if w.job_ids is not None:  # the log's own ids, after the simulator's index
+            cols = {"id": cols.pop("id"), "job_id": [str(x) for x in w.job_ids], **cols}
         return cols
 
     def jobs_frame(self) -> Any:

@@ -27,11 +27,15 @@ class Workload:
     # bool (N,) or None: jobs that keep their GPU count even under an elastic scheduler (Sia's ``category``
     # column: ``rigid``); their GPU type is still the scheduler's to choose
     rigid: np.ndarray | None = None
+    # str (N,) or None: each job's id in the log it came from (a log's ``job_id`` column), written beside the
+    # simulator's own index in ``jobs.csv`` so that results join back to the log
+    job_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival)
-        if self.rigid is not None and len(self.rigid) != n:
-            raise ValueError(f"Workload column 'rigid' has {len(self.rigid)} rows, expected {n}")
+        for name in ("rigid", "job_ids"):
+            if (column := getattr(self, name)) is not None and len(column) != n:
+                raise ValueError(f"Workload column {name!r} has {len(column)} rows, expected {n}")
         for name in ("num_gpus", "duration", "model", "batch_size", "tenant"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Workload column {name!r} has {len(getattr(self, name))} rows, expected {n}")
@@ -58,4 +62,5 @@ class Workload:
             source=self.source,
             meta=dict(self.meta),
             rigid=None if self.rigid is None else self.rigid[idx],
+            job_ids=None if self.job_ids is None else self.job_ids[idx],
         )

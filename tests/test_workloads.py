@@ -308,14 +308,28 @@ def test_a_logs_model_column_names_the_jobs_models_and_unread_columns_are_named(
     body = "".join(f"{t},{d},{g},{d * g},{c}\n" for t, d, g, c in rows)
     drawn = load_philly(write(tmp_path, "plain.csv", PHILLY_HEAD + body), seed=4).model
     named = ["resnet50", "", "BERT-squad", "ncf"]
-    lines = [f"{line.rstrip()},{m},job-{i}\n" for i, (line, m) in enumerate(zip(body.splitlines(), named, strict=True))]
-    path = write(tmp_path, "lab.csv", PHILLY_HEAD.rstrip() + ",model,job_id\n" + "".join(lines))
-    with pytest.warns(SimulationWarning, match=r"lab\.csv: column\(s\) job_id not read"):
+    lines = [
+        f"{line.rstrip()},{m},job-{i},done\n" for i, (line, m) in enumerate(zip(body.splitlines(), named, strict=True))
+    ]
+    path = write(tmp_path, "lab.csv", PHILLY_HEAD.rstrip() + ",model,job_id,state\n" + "".join(lines))
+    with pytest.warns(SimulationWarning, match=r"lab\.csv: column\(s\) state not read"):
         w = load_philly(path, seed=4)
     assert [MODEL_NAMES[m] for m in w.model] == ["resnet50-imagenet", MODEL_NAMES[drawn[1]], "bert-squad", "ncf"]
+    # the log's ids follow its jobs through a window, and every jobs.csv names them beside the simulator's index
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    window = parse_workload_spec(f"philly:{path},start=2024-03-01T08:30", cluster_gpus=8, seed=0)
+    assert window.job_ids.tolist() == ["job-1", "job-2", "job-3"]
+    jobs = build_simulator("small", window).run(get_policy("fifo")).job_rows()
+    assert jobs[0][:2] == ["id", "job_id"] and [row[:2] for row in jobs[1:]] == [
+        [0, "job-1"],
+        [1, "job-2"],
+        [2, "job-3"],
+    ]
     for bad, why in (("vgg16", "names no model"), ("res", "names several")):
         lines[2] = lines[2].replace("BERT-squad", bad)
-        path = write(tmp_path, f"{bad}.csv", PHILLY_HEAD.rstrip() + ",model,job_id\n" + "".join(lines))
+        path = write(tmp_path, f"{bad}.csv", PHILLY_HEAD.rstrip() + ",model,job_id,state\n" + "".join(lines))
         with (
             pytest.warns(SimulationWarning),
             pytest.raises(TraceFormatError, match=rf"line 4: column model='{bad}' {why}"),

@@ -1,8 +1,9 @@
 """Loader for the Microsoft Philly job list as processed by Pollux (``pollux-osdi21/traces/philly.csv``).
 
 Columns ``timestamp,duration,num_gpus,gpu_time,cluster`` and, in a log of one's own, optionally ``model`` (a
-model of the zoo, :data:`cluster_sim.model_zoo.MODEL_NAMES`, or a unique start of one: ``resnet50``); the file is
-not sorted by submit time. Other columns are not read, and a warning names them. Philly itself has no model
+model of the zoo, :data:`cluster_sim.model_zoo.MODEL_NAMES`, or a unique start of one: ``resnet50``) and
+``job_id`` (the log's own id, written beside the simulator's index in ``jobs.csv``); the file is not sorted by
+submit time. Other columns are not read, and a warning names them. Philly itself has no model
 types, so models (where a row names none) come from a seeded rule (:func:`cluster_sim.model_rules.assign_models`):
 ``independent`` (default) draws from each virtual cluster's model mix and never looks at a job's size;
 ``pollux`` is Pollux's GPU-time rule, which tells any model-based estimator the job's size. The draws are
@@ -37,6 +38,7 @@ from cluster_sim.workload import Workload
 
 PHILLY_COLUMNS: tuple[str, ...] = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 MODEL_COLUMN = "model"  # optional: the job's model, where the log knows it
+ID_COLUMN = "job_id"  # optional: the job's id in the log, carried into jobs.csv
 POLLUX_MIN_DURATION_S = 60.0
 POLLUX_MAX_GPU_TIME_S = 1000 * 3600.0
 
@@ -74,11 +76,11 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
     windows of one trace, and parsing its 100,000 rows costs half a second each time. The arrays are
     read-only, so no caller can change what the next one gets."""
     p = Path(path)
-    cols, lines = read_csv_columns(p, PHILLY_COLUMNS, optional=(MODEL_COLUMN,))
-    if unread := unread_columns(p, (*PHILLY_COLUMNS, MODEL_COLUMN)):
+    cols, lines = read_csv_columns(p, PHILLY_COLUMNS, optional=(MODEL_COLUMN, ID_COLUMN))
+    if unread := unread_columns(p, (*PHILLY_COLUMNS, MODEL_COLUMN, ID_COLUMN)):
         warnings.warn(
             f"{p}: column(s) {', '.join(unread)} not read: a philly: trace reads {', '.join(PHILLY_COLUMNS)} "
-            f"and, where given, {MODEL_COLUMN} (see docs/guide/workloads.md, Your own trace)",
+            f"and, where given, {MODEL_COLUMN} and {ID_COLUMN} (see docs/guide/workloads.md, Your own trace)",
             TraceColumnsWarning,
             stacklevel=2,
         )
@@ -91,9 +93,10 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
     require(gpu_time >= 0, "must be >= 0", cols["gpu_time"], "gpu_time", lines, p)
     tenant, tenants = tenant_codes(cols["cluster"])
     given = _model_codes(cols[MODEL_COLUMN], lines, p) if MODEL_COLUMN in cols else np.full(len(ts), -1, np.int16)
-    for a in (ts, duration, num_gpus, gpu_time, tenant, given):
+    ids = np.char.strip(cols[ID_COLUMN]) if ID_COLUMN in cols else None
+    for a in (ts, duration, num_gpus, gpu_time, tenant, given, *([ids] if ids is not None else [])):
         a.flags.writeable = False
-    return ts, duration, num_gpus, gpu_time, tenant, tenants, given
+    return ts, duration, num_gpus, gpu_time, tenant, tenants, given, ids
 
 
 class TraceColumnsWarning(SimulationWarning):
@@ -150,7 +153,9 @@ def load_philly(
         raise ValueError(f"gpu_scale={gpu_scale} must be an integer >= 1 (GPUs per Philly GPU)")
     p = open_trace(path, "philly")
     stat = p.stat()
-    ts, duration, num_gpus, gpu_time, tenant, tenants, given = _parsed(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
+    ts, duration, num_gpus, gpu_time, tenant, tenants, given, ids = _parsed(
+        str(p.resolve()), stat.st_mtime_ns, stat.st_size
+    )
     n_rows = len(ts)
 
     order = np.argsort(ts, kind="stable")
@@ -173,6 +178,7 @@ def load_philly(
         models=MODEL_NAMES,
         tenants=tenants,
         source="philly",
+        job_ids=None if ids is None else ids[idx],
         meta={
             "path": str(p),
             "rows": n_rows,

@@ -105,6 +105,7 @@ def window(
         source=w.source,
         meta=meta,
         rigid=None if w.rigid is None else w.rigid[sl].copy(),
+        job_ids=None if w.job_ids is None else w.job_ids[sl].copy(),
     )
 
 
