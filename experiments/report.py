@@ -338,16 +338,39 @@ def _policy_folders_held_out(cfg: ExperimentConfig) -> list[str]:
             continue
         config = (meta.get("trained") or {}).get("config") or meta.get("config") or {}
         env = config.get("env", config) if isinstance(config, dict) else {}
-        trace, first, last = env.get("trace"), env.get("train_start", 0.0), env.get("train_end")
-        if not isinstance(trace, str) or not isinstance(last, int | float):
+        trace, spans = env.get("trace"), _recorded_spans(env)
+        if not isinstance(trace, str) or not spans:
             continue
-        spans = {"its training span": (float(first), float(last))}
         if (meta.get("selected") or {}).get("windows"):
             spans["its select windows"] = _span_of(meta["selected"]["windows"])
         sentence = _outside(cfg, trace, spans)
         if sentence:
             lines.append(f"`{label}` ({folder}): {sentence}")
     return [*lines, ""] if lines else []
+
+
+def _recorded_spans(env: dict) -> dict[str, tuple[float, float]]:
+    """The spans of its trace that a folder's recorded settings trained (and validated) on, in seconds, in each
+    layout the loops record: ``train_start``/``train_end`` (PPO, the priority agents' DAgger), ``train_first``/
+    ``train_last`` and ``validation_*`` (ES), ``first_start``/``windows``/``days`` (the round scorer's DAgger)."""
+    from cluster_sim.traces.periods import DAY
+
+    def num(key: str) -> float | None:
+        value = env.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    days = num("days") or 0.0
+    if (last := num("train_end")) is not None:
+        return {"its training span": (num("train_start") or 0.0, last)}
+    if (first := num("train_first")) is not None and (last := num("train_last")) is not None:
+        spans = {"its training span": (first, last + days * DAY)}
+        if (v0 := num("validation_first")) is not None:
+            length = (num("validation_windows") or 0.0) * (num("validation_days") or 0.0) * DAY
+            spans["its validation windows"] = (v0, v0 + length)
+        return spans
+    if (first := num("first_start")) is not None and (windows := num("windows")) is not None:
+        return {"its training span": (first, first + windows * days * DAY)}
+    return {}
 
 
 def _seconds(value: str, spec: str) -> float:

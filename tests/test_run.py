@@ -718,6 +718,13 @@ def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_worklo
     assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml"))[0].endswith(
         "Every workload lies outside its training span and its select windows: held out."
     )
+    # the layouts the other loops record: ES (small-hetero: training starts, validation windows)
+    raw["scheduler_options"]["mine"]["policy"] = "marl:experiments/policies/small-hetero"
+    raw["workloads"]["oct28"] = f"{philly},start=2017-10-28,end=2017-10-29"
+    assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml"))[0] == (
+        "`mine` (experiments/policies/small-hetero): Not held out: oct28 overlaps its validation windows. nov05 lies "
+        "outside its training span and its validation windows: held out."
+    )
 
 
 def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Path, monkeypatch) -> None:
