@@ -424,7 +424,44 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
             "(`@fastest`: its fastest GPU type with room, kept there), so on mixed GPUs long jobs left on slow "
             "types can raise its mean while its median and slowdown lead.",
         ]
-    return [*lines, ""]
+    return [*lines, *_type_blind(cfg, order), ""]
+
+
+def _type_blind(cfg: ExperimentConfig, names: list[str]) -> list[str]:
+    """On a cluster of several GPU types, which heuristics place jobs without regard to the type (``@any``, the
+    default), so that part of their gap to the type-aware schedulers is that choice, and how to compare fairly."""
+    from cluster_sim.policies import get_policy
+    from cluster_sim.policies.elastic import ElasticPolicy
+    from topology import build_cluster
+
+    try:
+        types = build_cluster(cfg.cluster).view.gpu_types
+    except (ValueError, OSError):
+        return []
+    if len(types) < 2:
+        return []
+    blind = []
+    for label in names:
+        policy, options = cfg.policy_of(label)
+        if ":" in policy:  # a policy folder or a class of one's own: it chooses as it was written to
+            continue
+        try:
+            scheduler = get_policy(policy, **options)
+        except (ValueError, TypeError):
+            continue
+        if not isinstance(scheduler, ElasticPolicy) and getattr(scheduler, "gpu_type", None) == "any":
+            blind.append(label)
+    if not blind:
+        return []
+    example = cfg.policy_of(blind[0])[0].split("@")[0] + "@fastest"
+    one = len(blind) == 1
+    return [
+        "",
+        f"{', '.join(f'`{n}`' for n in blind)} {_verb(blind, 'places', 'place')} jobs without regard to GPU type "
+        f"(`@any`, the default) on this cluster of {', '.join(types)}: part of {'its' if one else 'their'} gap to the "
+        f"type-aware schedulers (Gavel, Sia, the learned ones) is that choice; `{example}` tries the fastest type "
+        "with room first (`@slowest`: the slowest).",
+    ]
 
 
 def _warnings(rows: Runs) -> list[str]:

@@ -727,6 +727,21 @@ def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_worklo
     )
 
 
+def test_a_report_on_mixed_gpus_names_the_heuristics_that_ignore_the_gpu_type(monkeypatch) -> None:
+    """On a cluster of several GPU types, the heuristics placing at ``@any`` (the default) are named, with the
+    type-aware form to compare; those that choose types (``@fastest``, Gavel, a policy folder) are not, and on
+    one type nothing is said."""
+    from experiments.report import _type_blind
+
+    monkeypatch.chdir(REPO)
+    cfg = load_experiment_config("experiments/configs/quickstart.yaml")
+    said = _type_blind(cfg, list(cfg.schedulers))[1]
+    assert said.startswith("`tiresias`, `gandiva`, `qssf@any` place jobs without regard to GPU type (`@any`, the "
+                           "default) on this cluster of V100, P100, K80")  # fmt: skip
+    assert "`tiresias@fastest` tries the fastest type with room first" in said
+    assert _type_blind(parse_experiment_config({**TINY, "schedulers": ["fifo", "qssf"]}, "x.yaml"), ["fifo"]) == []
+
+
 def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Path, monkeypatch) -> None:
     """``marlsched run CONFIG --workload LABEL``: only that workload of ``workloads:`` runs (its published
     figures kept; a published mean over all the workloads is not put beside some of them, and the report says
