@@ -108,6 +108,7 @@ def write_report(
     lines += _metric_table(cfg, rows)
     lines += _per_workload_table(cfg, rows)
     lines += _gpu_type_table(cfg, rows, typed)
+    lines += _tenant_table(cfg, out, specs)
     lines += _published_table(cfg, rows)
     lines += _improvement_tables(cfg, rows)
     if scaling:
@@ -119,6 +120,58 @@ def write_report(
     write_atomic(path, "\n".join(lines) + "\n")
     log(_console_table(cfg, rows))
     return path
+
+
+TENANT_ROWS = 10  # the tenants with most jobs get a row each; the others share one
+
+
+def _tenant_table(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]]) -> list[str]:
+    """Each tenant's average JCT under each scheduler (its finished jobs of every workload and seed, from the
+    tasks' ``jobs.csv``), where the workloads have several tenants: to whom a scheduler's gain goes."""
+    import csv
+
+    from experiments.tasks import TASKS_DIR
+
+    jcts: dict[str, dict[str, list[float]]] = {name: {} for name in cfg.schedulers}
+    counts: dict[str, int] = {}  # jobs submitted, finished or not (the first scheduler's runs: the same jobs)
+    for spec in specs:
+        path = out / TASKS_DIR / spec["id"] / "jobs.csv"
+        if not path.is_file():
+            return []
+        first = spec["scheduler"] == cfg.schedulers[0]
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if first:
+                    counts[row["tenant"]] = counts.get(row["tenant"], 0) + 1
+                if row.get("jct") not in (None, "", "nan"):
+                    jcts[spec["scheduler"]].setdefault(row["tenant"], []).append(float(row["jct"]))
+    if len(counts) < 2:
+        return []
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))
+    shown, rest = ranked[:TENANT_ROWS], ranked[TENANT_ROWS:]
+    groups = [(t, [t]) for t in shown] + ([(f"{len(rest)} others", rest)] if rest else [])
+    names = cfg.schedulers
+    lines = [
+        "## Average JCT per tenant (s)",
+        "",
+        "Each tenant's finished jobs over every workload and seed (`jobs`: submitted, most first); the last row is "
+        "the largest tenant average over the smallest, a measure of how evenly a scheduler treats them.",
+        "",
+        "| tenant | jobs | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|---:|" + "---:|" * len(names),
+    ]
+    means: dict[str, list[float]] = {n: [] for n in names}
+    for label, members in groups:
+        cells = []
+        for n in names:
+            values = [v for t in members for v in jcts[n].get(t, [])]
+            mean = float(np.mean(values)) if values else float("nan")
+            means[n].append(mean)
+            cells.append(f"{mean:,.0f}" if values else "")
+        lines.append(f"| {label} | {sum(counts[t] for t in members):,} | " + " | ".join(cells) + " |")
+    spread = [np.nanmax(means[n]) / np.nanmin(means[n]) if np.nanmin(means[n]) > 0 else float("nan") for n in names]
+    lines.append("| largest / smallest | | " + " | ".join(f"{x:.1f}x" for x in spread) + " |")
+    return [*lines, ""]
 
 
 def _count(n: int, noun: str) -> str:

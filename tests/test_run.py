@@ -742,6 +742,33 @@ def test_a_report_on_mixed_gpus_names_the_heuristics_that_ignore_the_gpu_type(mo
     assert _type_blind(parse_experiment_config({**TINY, "schedulers": ["fifo", "qssf"]}, "x.yaml"), ["fifo"]) == []
 
 
+def test_a_report_gives_each_tenants_average_jct_under_each_scheduler(tmp_path: Path) -> None:
+    """Workloads of several tenants: a row per tenant (most jobs first) of its finished jobs' average JCT under each
+    scheduler, pooled over the runs, and the largest over the smallest; one tenant: no table."""
+    from experiments.report import _tenant_table
+
+    cfg = parse_experiment_config({**TINY, "seeds": [1, 2]}, "x.yaml")
+    jobs = {
+        "fifo": [("a", 100), ("a", 300), ("b", 50), ("b", "")],
+        "sjf": [("a", 100), ("a", 100), ("b", 25), ("b", 75)],
+    }
+    specs = []
+    for name, rows in jobs.items():
+        for seed in (1, 2):
+            folder = tmp_path / "tasks" / f"{name}-{seed}"
+            folder.mkdir(parents=True)
+            body = "".join(f"{i},{t},{j}\n" for i, (t, j) in enumerate(rows))
+            (folder / "jobs.csv").write_text("id,tenant,jct\n" + body)
+            specs.append({"id": folder.name, "scheduler": name})
+    lines = _tenant_table(cfg, tmp_path, specs)
+    assert lines[4:] == ["| tenant | jobs | `fifo` | `sjf` |", "|---|---:|---:|---:|", "| a | 4 | 200 | 100 |",
+                         "| b | 4 | 50 | 50 |", "| largest / smallest | | 4.0x | 2.0x |", ""]  # fmt: skip
+    for spec in specs:
+        path = tmp_path / "tasks" / spec["id"] / "jobs.csv"
+        path.write_text(path.read_text().replace(",b,", ",a,"))
+    assert _tenant_table(cfg, tmp_path, specs) == []
+
+
 def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Path, monkeypatch) -> None:
     """``marlsched run CONFIG --workload LABEL``: only that workload of ``workloads:`` runs (its published
     figures kept; a published mean over all the workloads is not put beside some of them, and the report says
