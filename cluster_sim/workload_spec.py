@@ -235,7 +235,7 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     if "load" in opts and "load" not in source.options:  # the window offers that load to the cluster
         win["load"] = opts.pop("load")
         win["cluster_gpus"] = cluster_gpus
-    whole = None
+    whole, in_seconds = None, not isinstance(start, str)
     try:
         whole = source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts)
         start, end = (_seconds(spec, whole, key, t) for key, t in (("start", start), ("end", end)))
@@ -253,23 +253,25 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
         raise
     except QuietWindowError as e:
         where = f" ({_arrivals(whole)})" if whole is not None and (start is not None or end is not None) else ""
-        raise QuietWorkloadSpecError(f"workload spec {spec!r}{_dated(spec)}: {e}{where}") from None
+        dated = _dated(whole, start, end) if in_seconds else ""
+        raise QuietWorkloadSpecError(f"workload spec {spec!r}{dated}: {e}{where}") from None
     except ValueError as e:
         if type(e) is not ValueError:
             raise
         raise WorkloadSpecError(f"workload spec {spec!r}: {e}") from None
 
 
-def _dated(spec: str) -> str:
-    """`` (2019-01-01..2019-01-03)``: a window given in seconds, as its trace's dates (a trainer's window reads
-    as the config's dates); '' where it has none."""
-    from cluster_sim.traces.periods import window_label
-
-    try:
-        label = window_label(spec).split(",")[0]
-    except (ValueError, OSError):
+def _dated(whole: Workload | None, start: float | None, end: float | None) -> str:
+    """`` (the window 2019-01-01..2019-01-03)``: a window given in seconds, as its trace's dates (a trainer's window
+    reads as its config's dates); '' where the trace records no start."""
+    origin = None if whole is None else whole.meta.get("trace_start")
+    if origin is None or start is None:
         return ""
-    return f" (the window {label})" if ".." in label and f"start={label.split('..')[0]}" not in spec else ""
+
+    def day(t: float) -> str:
+        return str(np.datetime64(origin, "s") + np.timedelta64(int(t), "s")).removesuffix("T00:00:00")
+
+    return f" (the window {day(start)}..{day(end) if end is not None and math.isfinite(end) else ''})"
 
 
 def _arrivals(workload: Workload) -> str:

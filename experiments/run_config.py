@@ -4,8 +4,9 @@ schedulers to compare over seeds, optional MARL training, optional agent-count s
 Validation reuses marl.training.config's checker, so a wrong key or value fails at once with the file, the dotted
 key path, its line and the allowed keys or values. The ``train`` section is a training config of
 `marlsched train --config` (``agent``, ``algo`` and their settings; default the priority agents' PPO); the
-cluster, ``interference`` and ``interference_data`` it leaves out are the experiment's; ``train.extends: PATH``
-starts from such a YAML file and the other keys of the section override it (mappings merge key by key).
+cluster it leaves out is the experiment's, and so is the interference where the experiment has one;
+``train.extends: PATH`` starts from such a YAML file and the other keys of the section override it (mappings
+merge key by key).
 """
 
 from __future__ import annotations
@@ -284,12 +285,14 @@ def _parse_train(
 
 def _inherit(settings: dict[str, Any], cfg: ExperimentConfig, fields: set[str]) -> dict[str, Any]:
     """``settings`` of a train section with what it leaves out of ``fields`` taken from the experiment: its
-    cluster (a preset or file) and its interference (with its data, unless the section names either), so that the
-    policy is trained in the simulation it is then compared in."""
+    cluster (a preset or file) and, where it simulates one, its interference (with its data, unless the section
+    names either), so that the policy is trained in the simulation it is then compared in. An experiment without
+    interference leaves the section's default (the priority agents' DAgger trains only with one)."""
     out = dict(settings)
     if "cluster" in fields and isinstance(cfg.cluster, str):
         out.setdefault("cluster", cfg.cluster)
-    if "interference" in fields and not {"interference", "interference_data"} & out.keys():
+    given = {"interference", "interference_data"} & out.keys()
+    if "interference" in fields and cfg.interference != "none" and not given:
         out["interference"] = cfg.interference
         if cfg.interference_data and "interference_data" in fields:
             out["interference_data"] = cfg.interference_data

@@ -272,6 +272,10 @@ def test_a_train_section_trains_in_the_experiments_simulation_where_it_says_noth
     assert (got.cluster, got.interference, got.interference_data) == ("small-hetero", "oracle", gavel)
     got = parse_experiment_config({**experiment, "train": {**rounds, "interference": "none"}}, "r.yaml")
     assert (got.train_config.settings.interference, got.train_config.settings.interference_data) == ("none", None)
+    # an experiment without interference leaves the section's default (the priority agents' DAgger needs one)
+    dagger = {"agent": "priority", "algo": "dagger", "interference_data": gavel}
+    got = parse_experiment_config({**experiment, "interference": "none", "train": dagger}, "d.yaml")
+    assert got.train_config.settings.interference == "oracle"
     ppo = parse_experiment_config({**experiment, "train": {"agent": "priority", "env": {"window_days": 0.5}}}, "p.yaml")
     env = ppo.train_config.env
     assert (env["cluster"], env["interference"], env["interference_data"]) == ("small-hetero", "oracle", gavel)
