@@ -525,7 +525,11 @@ class Simulator:
                     warnings.warn(f"{scheduler.name}: {why}", PolicyClusterWarning, stacklevel=2)
         one_blas_thread()  # a simulation's linear algebra is tiny: BLAS's threads only slow it down
         self.reset()
-        scheduler.reset(self)
+        try:
+            scheduler.reset(self)
+        except Exception as err:
+            err.add_note(f"while {scheduler.name} was reset for a run on {self.topo.name}")
+            raise
 
     def step(self, scheduler: Scheduler) -> bool:
         """Process the events up to the next scheduling point and let ``scheduler`` decide there
@@ -540,7 +544,11 @@ class Simulator:
         point), and carry out its decisions; its time is counted in the result."""
         if self._queue or traits_of(scheduler).wants_all_points:
             t0 = _time.perf_counter()
-            decisions = scheduler.schedule(self)
+            try:
+                decisions = scheduler.schedule(self)
+            except Exception as err:  # which scheduler, and when: its message is kept, this is added to it
+                err.add_note(f"while {scheduler.name} decided at t={self.now:,.0f} s")
+                raise
             took = _time.perf_counter() - t0
             self.scheduler_seconds += took
             self._round_seconds.append(took)

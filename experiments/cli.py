@@ -117,12 +117,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(err: BaseException) -> str:
-    """A user error as its message; one raised in a Ray task (whose text is the worker's coloured traceback) as
-    its cause's message, said to come from a task."""
+    """A user error as its message, with what the simulator noted (which scheduler, when) and, where code of the
+    user's own raised it, that code's file and line; one raised in a Ray task (whose text is the worker's coloured
+    traceback) as its cause's, said to come from a task."""
     cause = getattr(err, "cause", None)
     if isinstance(cause, BaseException) and type(err).__name__.startswith("RayTaskError"):
-        return f"{cause} (raised in a Ray task)"
-    return str(err)
+        return f"{_one_line(cause)} (raised in a Ray task)"
+    where = _user_frame(err)
+    text = f"{type(err).__name__}: {err}" if where else str(err)  # marlsched's own messages say what went wrong
+    return "; ".join([text, *getattr(err, "__notes__", ()), *([f"raised at {where}"] if where else [])])
+
+
+def _user_frame(err: BaseException) -> str | None:
+    """``FILE, line N, in FUNC`` of the innermost frame of ``err``'s traceback in code of the user's own (not
+    marlsched's, not a library's, not Python's), or None where none is in it."""
+    import sysconfig
+    import traceback
+
+    libraries = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if frame.filename.startswith("<") or _ours(frame.filename):
+            continue
+        if any(path.is_relative_to(lib) for lib in libraries):
+            continue
+        return f"{frame.filename}, line {frame.lineno}, in {frame.name}"
+    return None
 
 
 _python_format = warnings.formatwarning

@@ -161,6 +161,27 @@ def test_an_instance_run_from_python_is_held_to_the_protocol_before_the_run(tiny
         sim.run(Forgot())  # a ValueError: the command line says it in one line
 
 
+def test_an_error_in_a_schedulers_own_code_is_said_with_its_scheduler_time_file_and_line(
+    tiny, tmp_path: Path, capsys
+) -> None:
+    """A scheduler of one's own that raises (a KeyError, a ValueError of its own code): the command's one line says
+    the error, which scheduler decided when, and the file and line of the user's code that raised it."""
+    cluster, jobs = tiny
+    code = tmp_path / "crash.py"
+    code.write_text("def crash(view):\n    return {}['oops']\n\n\ndef bad(view):\n    return [int('x')]\n")
+    base = ["simulate", "--cluster", str(cluster), "--workload", f"philly:{jobs}", "--quiet", "--policy"]
+    assert main([*base, f"{code}:crash"]) == 2
+    assert capsys.readouterr().err == (
+        f"marlsched simulate: error: KeyError: 'oops'; while crash decided at t=0 s; raised at {code}, line 2, in "
+        "crash\n"
+    )
+    assert main([*base, f"{code}:bad"]) == 2
+    assert (
+        f"ValueError: invalid literal for int() with base 10: 'x'; while bad decided at t=0 s; raised at {code}, line 6"
+        in (capsys.readouterr().err)
+    )
+
+
 def test_get_policy_builds_a_scheduler_of_your_own_from_its_spec(tiny) -> None:
     """``get_policy("FILE:Class,key=value")`` in Python, as ``--policy`` takes it: the same hand-computed JCTs."""
     from cluster_sim.build import build_simulator
