@@ -1,6 +1,7 @@
 """What a result needs to be recomputed later: the command, the code version, the libraries' versions and the
 SHA-256 of every file it read that is not code: a custom scheduler's or plugin's source, each file a trained
-policy's folder holds for its loader (``marl:DIR``: weights, metadata, predictor) and the workload's trace files.
+policy's folder holds for its loader (``marl:DIR``: weights, metadata, predictor), the workload's trace files and
+the folders of measured tables its options name (one digest each).
 
 ``marlsched simulate --out`` keeps it in ``simulate.json``, ``marlsched run`` in ``state.json`` per invocation.
 """
@@ -45,22 +46,31 @@ def result_provenance(
         "command": command,
         "code_version": code_version(),
         "libraries": library_versions(),
-        "files": {str(Path(f).resolve()): _sha256(Path(f)) for f in dict.fromkeys(files)},
+        "files": {_key(Path(f)): _sha256(Path(f)) for f in dict.fromkeys(files)},
     }
 
 
 def spec_files(spec: str) -> list[str]:
     """The files a spec ``KIND:PATH[,key=value...]`` (or ``PATH``, ``NAME,key=value...``) names: its path and any
-    option that is a file (folders of profiles are left out: their files are measured tables read as a whole
-    set)."""
+    option that is a file or a folder (``profiles=DIR``, ``apps=DIR``: measured tables, hashed as one set)."""
     _, colon, rest = spec.partition(":")
     path, *items = (rest if colon else spec).split(",")
     named = [path] + [item.partition("=")[2] for item in items]
-    return [p for p in named if p and Path(p).is_file()]
+    return [p for p in named if p and (Path(p).is_file() or (Path(p).is_dir() and p != path))]
+
+
+def _key(path: Path) -> str:
+    """A file's absolute path; a folder's with a trailing ``/`` (its digest covers every file under it)."""
+    return str(path.resolve()) + ("/" if path.is_dir() else "")
 
 
 def _sha256(path: Path) -> str:
     try:
+        if path.is_dir():  # each file's path under it and digest, in sorted order: a change anywhere shows
+            digest = hashlib.sha256()
+            for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                digest.update(f"{f.relative_to(path).as_posix()}\0{_sha256(f)}\n".encode())
+            return digest.hexdigest()
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError as err:
         return f"unreadable: {err.strerror}"

@@ -727,6 +727,20 @@ def test_a_results_provenance_hashes_the_policy_folder_and_the_trace_it_read(tmp
     assert main(shared) == 0
     files = json.loads((tmp_path / "shared" / "simulate.json").read_text())["provenance"]["files"]
     assert files == {str(gavel.resolve()): hashlib.sha256(gavel.read_bytes()).hexdigest()}
+    # a folder of measured tables an option names (profiles=, apps=) is one digest over every file under it
+    from experiments.provenance import result_provenance
+
+    profiles = tmp_path / "profiles"
+    (profiles / "bert").mkdir(parents=True)
+    (profiles / "bert" / "placements.csv").write_text("a,b\n1,2\n")
+    spec = f"pollux:{tmp_path / 'w.csv'},profiles={profiles}"
+
+    def digest() -> str:
+        return result_provenance("x", ["sia"], workloads=[spec])["files"][f"{profiles.resolve()}/"]
+
+    before = digest()
+    (profiles / "bert" / "placements.csv").write_text("a,b\n1,3\n")
+    assert digest() != before and len(before) == 64
 
 
 class _FirstFreeGpus:
