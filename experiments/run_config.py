@@ -359,7 +359,10 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
                     ("schedulers", str(cfg.schedulers.index(typo[0]))),
                     f"{typo[0]!r}: did you mean {label!r} (scheduler_options defines it)?",
                 )
-            raise chk.fail(("scheduler_options", str(label)), f"not among schedulers: {', '.join(cfg.schedulers)}")
+            raise chk.fail(
+                ("scheduler_options", str(label)),
+                f"not among schedulers: {', '.join(cfg.schedulers)}; list it there, or remove its entry here",
+            )
         if not isinstance(opts, Mapping):
             raise chk.fail(("scheduler_options", str(label)), "expected a mapping {policy: NAME, OPTION: VALUE...}")
         for key in opts:
@@ -372,6 +375,13 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
             raise chk.fail(
                 ("scheduler_options", str(label)), f"{err} (policy {policy!r}; allowed: {allowed})"
             ) from None
+    for section in ("claims", "published"):
+        for label in getattr(cfg, section) or {}:
+            if label not in cfg.schedulers:
+                raise chk.fail(
+                    (section, str(label)),
+                    f"not among schedulers: {', '.join(cfg.schedulers)}; list it there, or remove its entry here",
+                )
     for label, claim in (cfg.claims or {}).items():
         if label not in cfg.schedulers or not isinstance(claim, str):
             raise chk.fail(("claims", str(label)), 'expected `SCHEDULER: "the paper\'s claim"` for a listed scheduler')
@@ -501,6 +511,11 @@ def load_experiment_config(
     (``--set``: ``seeds=[0]``, ``train.ppo.iterations=2``), checked as the file's are."""
     data, lines = read_yaml_config(path, "experiment config", ExperimentConfigError)
     data, given = set_keys(data, sets, str(path))
+    if ("schedulers",) in given and isinstance(data, Mapping) and isinstance(data.get("schedulers"), list):
+        # fewer schedulers on the command line: what the file says of the others goes with them
+        listed = set(map(str, data["schedulers"]))
+        about = [key for key in ("scheduler_options", "published", "claims") if isinstance(data.get(key), Mapping)]
+        data = {**data, **{key: {k: v for k, v in data[key].items() if str(k) in listed} for key in about}}
     if workloads and isinstance(data, Mapping):
         have = data.get("workloads")
         if not isinstance(have, Mapping):

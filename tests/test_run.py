@@ -145,7 +145,7 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ),
         ({"scheduler_options": {"sjf": {"policy": "fifo", "speed": 2}}}, ["scheduler_options.sjf:", "speed"]),
         ({"published": {"fifo": {"w9": 100}}}, ["published.fifo.w9:", "or `mean`"]),
-        ({"claims": {"srtf": "better"}}, ["claims.srtf:", "for a listed scheduler"]),
+        ({"claims": {"srtf": "better"}}, ["claims.srtf:", "not among schedulers: fifo, sjf; list it there"]),
         ({"cluster": "smal"}, ["cluster: smal:", "neither a preset name nor a YAML file; did you mean 'small'?"]),
         (
             {"cluster": {"racks_per_pod": 2, "servers_per_rack": 2, "server": "pcie-4", "gpu_type": "X100"}},
@@ -771,6 +771,20 @@ def test_a_report_gives_each_tenants_average_jct_under_each_scheduler(tmp_path: 
         path = tmp_path / "tasks" / spec["id"] / "jobs.csv"
         path.write_text(path.read_text().replace(",b,", ",a,"))
     assert _tenant_table(cfg, tmp_path, specs) == []
+
+
+def test_fewer_schedulers_on_the_command_line_take_their_options_and_figures_with_them(monkeypatch) -> None:
+    """``--set schedulers=[pollux, gavel]`` on Sia's config: the options and published figures of the schedulers
+    left out go with them (no error, and not "a changed setup"); in the file, an entry of an unlisted one is named
+    with the fix."""
+    monkeypatch.chdir(REPO)
+    cfg = load_experiment_config("experiments/configs/sia_sosp23.yaml", sets=["schedulers=[pollux, gavel]"])
+    assert cfg.schedulers == ["pollux", "gavel"] and not cfg.scheduler_options
+    assert set(cfg.published) == {"pollux", "gavel"} and "changed" not in (cfg.published_source or "")
+    raw = {**TINY, "scheduler_options": {"lazy": {"policy": "fifo"}}}
+    with pytest.raises(ExperimentConfigError, match=r"scheduler_options.lazy: not among schedulers: fifo, sjf; list it "
+                       "there, or remove its entry here"):  # fmt: skip
+        parse_experiment_config(raw, "x.yaml")
 
 
 def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Path, monkeypatch) -> None:
