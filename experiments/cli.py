@@ -182,8 +182,13 @@ def _after_interrupt(args) -> str:
         if (Path(out) / "policy" / "metadata.json").is_file() and not (Path(out) / CHECKPOINT_DIR).is_dir():
             return f"The policy was written before the interrupt: {Path(out) / 'policy'} is complete."
         if (Path(out) / CHECKPOINT_DIR).is_dir():
+            from marl.training.priority_train import iterations_saved
+
             kept = Path(out) / CHECKPOINT_DIR
-            return f"Its last checkpoint is kept in {kept}; add --resume to the same command to go on from it."
+            return (
+                f"Its last checkpoint (after iteration {iterations_saved(kept)}: an iteration is saved after its "
+                f"line) is kept in {kept}; add --resume to the same command to go on from it."
+            )
         return (
             f"No checkpoint was kept in {out} (PPO and APPO keep one as they train, the other algorithms none); "
             "the same command starts the training again."

@@ -531,6 +531,14 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path: Path) -> None:
     (tmp_path / "checkpoint" / "progress.json").write_text(json.dumps({"config": json.loads(json.dumps(other))}))
     with pytest.raises(ValueError, match=r"checkpoint: saved by a training with another config; .* delete"):
         _resume_point(None, cfg, tmp_path / "checkpoint", log=print)
+    # a training resumed after k iterations draws other windows and exploration than iteration 1 (seeds moved on
+    # by k, the same for the same k), while the config it checks against the checkpoint is unchanged
+    from marl.training.priority_train import ppo_config, resumed_seeds
+
+    assert resumed_seeds(cfg, 0) is cfg
+    seeds = [(c["seed"], c["env"]["seed"]) for c in (resumed_seeds(cfg, k) for k in (1, 2, 2))]
+    assert seeds[0] != (cfg["seed"], cfg["env"]["seed"]) and seeds[0] != seeds[1] == seeds[2]
+    assert ppo_config(resumed_seeds(cfg, 1)).seed == seeds[0][0] and cfg["seed"] == 0
 
 
 def test_training_windows_refuse_a_period_too_short_for_one() -> None:

@@ -14,8 +14,9 @@ policy as deployed.
 
 Every ``checkpoint_every`` iterations the algorithm (network, optimizer, connectors) and the progress so far
 are saved to ``OUT/checkpoint``; ``resume=True`` (``--resume``; ``marlsched run`` always) continues a killed
-training from there. The episodes in flight at the kill are not saved: a resumed training draws new ones,
-so it is seeded but not bit-identical to one that ran through.
+training from there. The episodes in flight at the kill are not saved: a resumed training draws new ones (its
+seeds moved on by the iterations done, :func:`resumed_seeds`), so it is seeded but not bit-identical to one that
+ran through.
 
     marlsched train-priority --config experiments/configs/marl_philly.yaml --out results/marl_philly
 """
@@ -476,6 +477,26 @@ def _as_json(cfg: Mapping[str, Any]) -> Any:
     return json.loads(json.dumps(cfg, default=str))
 
 
+RESUME_SEED_STRIDE = 100_003  # seeds of a training resumed after k iterations: seed + k x this, apart from others
+
+
+def resumed_seeds(cfg: Mapping[str, Any], done: int) -> Mapping[str, Any]:
+    """``cfg`` with its seeds moved on for a training resumed after ``done`` iterations: fresh runners would
+    otherwise draw the windows and exploration of iteration 1 again. The same ``done`` gives the same seeds,
+    so a resumed training is seeded too."""
+    if done <= 0:
+        return cfg
+    step = RESUME_SEED_STRIDE * done
+    return {**cfg, "seed": int(cfg["seed"]) + step, "env": {**cfg["env"], "seed": int(cfg["env"]["seed"]) + step}}
+
+
+def iterations_saved(ckpt: Path) -> int:
+    """How many iterations the checkpoint in ``ckpt`` holds (0: none)."""
+    from marl.deploy.policy_files import read_json
+
+    return len(read_json(ckpt / "progress.json").get("rows", [])) if (ckpt / "progress.json").is_file() else 0
+
+
 def _resume_point(algo: Any, cfg: Mapping[str, Any], ckpt: Path, log: Log) -> dict[str, Any] | None:
     """Restore ``algo`` from the checkpoint folder ``ckpt`` and return its saved progress; None where there is
     none. A checkpoint of another config is refused with the fix."""
@@ -540,11 +561,11 @@ def train_priority(
     p = cfg["ppo"]
     rows: list[dict[str, Any]] = []
     resumed: list[int] = []  # the iterations after which a killed training was resumed
+    ckpt = out / CHECKPOINT_DIR
     with without_known_noise():  # the env runners start here
-        algo = ppo_config(cfg).build_algo()
+        algo = ppo_config(resumed_seeds(cfg, iterations_saved(ckpt) if resume else 0)).build_algo()
     command = command or f"marlsched train-priority --config {config} --out {out_dir}"
     export = _exporter(algo, cfg, rows, command, resumed)
-    ckpt = out / CHECKPOINT_DIR
     results = ResultLog(out)  # Ray's result.json and TensorBoard events: `tensorboard --logdir OUT`
     try:
         saved = _resume_point(algo, cfg, ckpt, log) if resume else None
