@@ -370,11 +370,15 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
                 raise chk.fail(("scheduler_options", str(label), str(key)), "unknown key; did you mean 'policy'?")
         policy, options = cfg.policy_of(label)
         try:
-            check_fits(get_policy(policy, **options), topo)
+            scheduler = get_policy(policy, **options)
         except (ValueError, TypeError) as err:
             raise chk.fail(
                 ("scheduler_options", str(label)), f"{err} (policy {policy!r}; allowed: {allowed})"
             ) from None
+        try:
+            check_fits(scheduler, topo)
+        except ValueError as err:
+            raise chk.fail(("scheduler_options", str(label)), str(err)) from None
     for section in ("claims", "published"):
         for label in getattr(cfg, section) or {}:
             if label not in cfg.schedulers:

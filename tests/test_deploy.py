@@ -315,6 +315,8 @@ def test_a_policy_whose_agents_do_not_fit_the_racks_is_refused_before_anything_r
     assert f"{folder}: its 4 agents, one per partition: cannot split mylab's 2 racks into 4" in said
     assert f"run it with fewer agents, e.g. `{folder},num_agents=2`" in said
     assert not (tmp_path / "sim").exists()  # not even fifo ran
+    assert main([*base, "--policy", f"{folder},num_agents=4"]) == 2  # a count given: the fix replaces it
+    assert f"e.g. `{folder},num_agents=2` in --policy" in capsys.readouterr().err
     assert main([*base, "--policy", f"fifo,{folder},num_agents=2"]) == 0
     config = tmp_path / "lab-run.yaml"
     config.write_text(f"name: lab\ncluster: {tmp_path / 'lab.yaml'}\nworkloads:\n  w: synthetic:30,load=1.0\n"

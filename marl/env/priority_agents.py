@@ -32,6 +32,7 @@ What the agents see is :mod:`marl.env.priority_features`; what scores the jobs i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -155,10 +156,11 @@ class PriorityAgents(PolicyScheduler):
             partition(topo, wanted, self.partition_unit)
         except ValueError as err:
             fits = max(partition_counts(topo, self.partition_unit, at_most=wanted))
+            named = re.sub(r",num_agents=[^,]*", "", self.name)  # the suggestion replaces a count already given
             raise ValueError(
                 f"{self.name}: its {wanted} agents, one per partition: {err}; run it with fewer agents, e.g. "
-                f"`{self.name},num_agents={fits}` in --policy or a run config's schedulers (its figures hold for the "
-                "cluster it was trained on)"
+                f"`{named},num_agents={fits}` in --policy or a run config's schedulers (`num_agents: {fits}` in "
+                "its scheduler_options); its figures hold for the cluster it was trained on"
             ) from None
 
     def reset(self, view: SchedulerView) -> None:
