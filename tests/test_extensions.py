@@ -292,11 +292,29 @@ def test_a_plugins_workload_kind_reaches_the_processes_training_starts(tmp_path:
     proc = subprocess.run([sys.executable, "-c", build, json.dumps(env_config)], capture_output=True, text=True,
                           cwd=REPO)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    pool = WorkerPool(2)
+    import warnings
+
+    from experiments.cli import _format_warning
+
+    shown, warnings.formatwarning = warnings.formatwarning, _format_warning  # as the command sets it
+    try:
+        pool = WorkerPool(2)
+    finally:
+        warnings.formatwarning = shown
     try:
         assert all("jobs" in kinds for kinds in pool.map(_workload_kinds, [0, 1]))
+        # and its warnings print as the command's do: one marlsched line, not Python's file and source line
+        lines = list(pool.map(_warning_line, [str(REPO / "cluster_sim" / "build.py")] * 2))
+        assert lines == ["marlsched: warning: estimated\n"] * 2
     finally:
         pool.close()
+
+
+def _warning_line(filename: str) -> str:
+    """In a trainer's pool process: how a warning of marlsched's own code is printed."""
+    import warnings
+
+    return warnings.formatwarning("estimated", UserWarning, filename, 70)
 
 
 def _touch(path: str) -> None:

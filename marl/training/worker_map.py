@@ -13,6 +13,7 @@ import multiprocessing
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -27,7 +28,7 @@ class WorkerPool:
         from cluster_sim.plugins import loaded_plugins
 
         self.workers = int(workers)
-        start = functools.partial(_start_worker, loaded_plugins(), initializer)
+        start = functools.partial(_start_worker, loaded_plugins(), initializer, warnings.formatwarning)
         self._pool = (
             ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=start)
             if self.workers > 1
@@ -69,11 +70,15 @@ def _ctrl_c_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _start_worker(plugins: list[str], initializer: Callable[[], None] | None) -> None:
-    """A spawned worker's start: the plugins its parent imported (their workload kinds, schedulers), then
-    ``initializer``."""
+def _start_worker(
+    plugins: list[str], initializer: Callable[[], None] | None, formatwarning: Callable[..., str] | None = None
+) -> None:
+    """A spawned worker's start: its parent's way of printing warnings (the command's one line), the plugins it
+    imported (their workload kinds, schedulers), then ``initializer``."""
     from cluster_sim.plugins import load_plugins
 
+    if formatwarning is not None:
+        warnings.formatwarning = formatwarning
     load_plugins(plugins)
     if initializer is not None:
         initializer()
