@@ -4,6 +4,7 @@ relative reward, export, the shipped policy, and a brief real RLlib training run
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import numpy as np
@@ -539,6 +540,31 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path: Path) -> None:
     seeds = [(c["seed"], c["env"]["seed"]) for c in (resumed_seeds(cfg, k) for k in (1, 2, 2))]
     assert seeds[0] != (cfg["seed"], cfg["env"]["seed"]) and seeds[0] != seeds[1] == seeds[2]
     assert ppo_config(resumed_seeds(cfg, 1)).seed == seeds[0][0] and cfg["seed"] == 0
+
+
+def test_a_training_span_outside_the_trace_or_overlapped_by_select_is_named_in_dates() -> None:
+    """The training span is checked against the trace before any window is drawn, in the config's dates: one
+    after the trace's jobs, one that ends before it starts, and a select period inside it are refused at their keys."""
+    from marl.training.config import TrainConfigError
+    from marl.training.priority_train import parse_config
+
+    lab = "philly:experiments/examples/lab_jobs.csv"
+    env = {"cluster": "experiments/configs/clusters/small-64.yaml", "trace": lab, "num_agents": 1,
+           "train_start": "2024-03-01", "train_end": "2024-03-08", "window_days": 1, "interference": "none",
+           "interference_data": None}  # fmt: skip
+    cases = [
+        ({"train_start": "2024-04-01", "train_end": "2024-04-05"}, None,
+         "env.train_start: the training span 2024-04-01..2024-04-05 holds no job of philly:experiments/examples/"
+         "lab_jobs.csv: its jobs arrive from 2024-03-01T08:00:00 to 2024-03-13T07:37:42"),
+        ({"train_start": "2024-03-05", "train_end": "2024-03-03"}, None,
+         "env.train_end: the training span 2024-03-05..2024-03-03 ends before it starts"),
+        ({}, {"start": "2024-03-06", "end": "2024-03-10", "days": 1, "stride": 1, "load": 0.9},
+         "select.start: 2024-03-06 lies inside the training span (train_end 2024-03-08): the iterate shipped would "
+         "be chosen on windows it trained on"),
+    ]  # fmt: skip
+    for change, select, message in cases:
+        with pytest.raises(TrainConfigError, match=re.escape(message)):
+            parse_config({"env": {**env, **change}, **({"select": select} if select else {})}, "own.yaml")
 
 
 def test_training_windows_refuse_a_period_too_short_for_one() -> None:

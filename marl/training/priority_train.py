@@ -34,7 +34,7 @@ from typing import Any
 
 from cluster_sim.plugins import loaded_plugins
 from cluster_sim.results import write_dict_rows
-from cluster_sim.traces.periods import trace_seconds
+from cluster_sim.traces.periods import trace_date, trace_seconds
 from marl.deploy.local_ray import QUIET_LEVEL, init_ray, stop_algorithm, without_known_noise
 from marl.deploy.policy_files import code_version
 from marl.env.priority_env import EnvConfigError, PriorityEnv, PriorityEnvConfig
@@ -205,6 +205,7 @@ def parse_config(
     env.setdefault("seed", int(raw.get("seed", 0)))
     # the cluster recorded even where it is the default: a policy folder says what it was trained on
     env.setdefault("cluster", PriorityEnvConfig.__dataclass_fields__["cluster"].default)
+    given = {key: env[key] for key in ("train_start", "train_end") if key in env}  # as written, for messages
     for key in ("train_start", "train_end"):  # dates as seconds: the config is recorded as JSON
         if key in env:
             try:
@@ -216,6 +217,7 @@ def parse_config(
         pair = isinstance(load, list) and len(load) == 2
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (load if pair else [load])):
             raise chk.fail(("env", "load"), f"expected a number or [low, high] (e.g. [0.8, 1.1]), got {load!r}")
+    _check_span(env, given, chk)
     model = {**MODEL_DEFAULTS, **(raw.get("model") or {})}
     if model["init_policy"]:
         _start_from_policy(path, model, env, "hidden" in (raw.get("model") or {}))
@@ -236,6 +238,15 @@ def parse_config(
                     select[key] = trace_seconds(select[key], env_cfg.trace)
             except ValueError as err:
                 raise chk.fail(("select", key), str(err)) from None
+        start, end = select.get("start"), env.get("train_end")
+        if env_cfg.workload is None and start is not None and end is not None and float(start) < float(end):
+            raise chk.fail(
+                ("select", "start"),
+                f"{trace_date(float(start), env_cfg.trace)} lies inside the training span (train_end "
+                f"{trace_date(float(end), env_cfg.trace)}): the iterate shipped would be chosen on windows it trained "
+                "on; keep the periods apart in time order (train, select, report) and start select at train_end or "
+                "later",
+            )
         try:
             specs = select_windows(env_cfg.trace, select["days"], select["stride"], select["load"], select.get("start"),
                                    select.get("end"))  # fmt: skip
@@ -267,6 +278,35 @@ def _check_windows(specs: list[str], cluster: str, key: tuple[str, ...], chk: Co
             parse_workload_spec(spec, cluster_gpus=gpus, seed=0)
         except ValueError as err:
             raise chk.fail(key, str(err)) from None
+
+
+def _check_span(env: Mapping[str, Any], given: Mapping[str, Any], chk: ConfigChecker) -> None:
+    """The training span of a trace (``train_start``, ``train_end``, in seconds; ``given``: as written) runs
+    forward and holds jobs of it: said at its key, in the trace's dates, before any window is drawn."""
+    from cluster_sim.workload_spec import parse_workload_spec
+
+    trace, first, last = env.get("trace"), env.get("train_start"), env.get("train_end")
+    if env.get("workload") is not None or not isinstance(trace, str) or first is None or last is None:
+        return
+
+    def said(key: str, seconds: float) -> str:
+        return str(given[key]) if key in given else trace_date(seconds, trace)
+
+    span = f"{said('train_start', float(first))}..{said('train_end', float(last))}"
+    try:
+        arrivals = parse_workload_spec(trace, cluster_gpus=1, seed=0).arrival
+    except (ValueError, OSError):
+        arrivals = None  # the trace's own error is said where it is read
+    if arrivals is not None and len(arrivals) and (float(first) > arrivals[-1] or float(last) <= arrivals[0]):
+        key = "train_start" if float(first) > arrivals[-1] else "train_end"
+        raise chk.fail(
+            ("env", key),
+            f"the training span {span} holds no job of {trace}: its jobs arrive from "
+            f"{trace_date(float(arrivals[0]), trace)} to {trace_date(float(arrivals[-1]), trace)}",
+        )
+    if float(last) <= float(first):
+        raise chk.fail(("env", "train_end"), f"the training span {span} ends before it starts; train_end comes after "
+                       "train_start")  # fmt: skip
 
 
 def _check_partitions(env: PriorityEnvConfig, chk: ConfigChecker) -> None:
