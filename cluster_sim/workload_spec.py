@@ -235,7 +235,7 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
     if "load" in opts and "load" not in source.options:  # the window offers that load to the cluster
         win["load"] = opts.pop("load")
         win["cluster_gpus"] = cluster_gpus
-    whole, in_seconds = None, not isinstance(start, str)
+    whole, in_seconds, given = None, not isinstance(start, str), (start, end)
     try:
         whole = source.load(arg, seed=seed, cluster_gpus=cluster_gpus, **opts)
         start, end = (_seconds(spec, whole, key, t) for key, t in (("start", start), ("end", end)))
@@ -244,8 +244,8 @@ def parse_workload_spec(spec: str, *, cluster_gpus: int, seed: int) -> Workload:
         if not len(workload):
             raise (QuietWorkloadSpecError if time_range is not None else WorkloadSpecError)(
                 f"workload spec {spec!r}: no jobs"
-                + (f" in the window start={start}" + (f", end={end}" if end is not None else "")
-                   + f" (seconds from the trace's start; {_arrivals(whole)})"
+                + (f" in the window start={given[0]}" + (f", end={given[1]}" if given[1] is not None else "")
+                   + (" (seconds from the trace's start; " if in_seconds else " (") + f"{_arrivals(whole)})"
                    if time_range is not None else " (a job count must be >= 1; a CSV needs rows after its header)")
             )  # fmt: skip
         return workload if apps is None else with_applications(workload, apps, seed=seed)

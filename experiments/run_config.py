@@ -336,9 +336,9 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         for label, spec in cfg.workloads.items():
             if not isinstance(spec, str) or not str(label) or "," in str(label) or "/" in str(label):
                 raise chk.fail(("workloads", str(label)), "expected `LABEL: WORKLOAD_SPEC` (a label without , or /)")
-            _check_workload(chk, ("workloads", str(label)), spec)
+            _check_workload(chk, ("workloads", str(label)), spec, topo.num_gpus)
     else:
-        _check_workload(chk, ("workload",), cfg.workload)
+        _check_workload(chk, ("workload",), cfg.workload, topo.num_gpus)
     if not cfg.seeds:
         raise chk.fail(("seeds",), "give at least one workload seed")
     if len(set(cfg.seeds)) != len(cfg.seeds):
@@ -497,12 +497,15 @@ def _cluster_of(cfg: ExperimentConfig, chk: ConfigChecker) -> Any:
         raise chk.fail(("cluster",), str(err)) from None
 
 
-def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str) -> None:
-    """The spec's kind, options, argument and file (loading the trace itself waits for the run)."""
-    from cluster_sim.workload_spec import WorkloadSpecError, check_workload_spec
+def _check_workload(chk: ConfigChecker, path: tuple[str, ...], spec: str, cluster_gpus: int | None = None) -> None:
+    """The spec's kind, options, argument and file; with ``cluster_gpus``, a window of a trace (``start=``,
+    ``end=``) is loaded too, so that one without jobs (or too few for its ``load=``) is said before Ray starts."""
+    from cluster_sim.workload_spec import WorkloadSpecError, check_workload_spec, parse_workload_spec
 
     try:
         check_workload_spec(spec)
+        if cluster_gpus is not None and any(f",{key}=" in spec for key in ("start", "end")):
+            parse_workload_spec(spec, cluster_gpus=cluster_gpus, seed=0)
     except WorkloadSpecError as e:
         raise chk.fail(path, str(e)) from None
 

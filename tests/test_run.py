@@ -787,6 +787,18 @@ def test_fewer_schedulers_on_the_command_line_take_their_options_and_figures_wit
         parse_experiment_config(raw, "x.yaml")
 
 
+def test_a_window_without_jobs_is_named_by_the_config_check_before_anything_runs() -> None:
+    """A workload window outside its trace's arrivals is refused by the config check (before Ray starts), at its
+    line, in the dates it was given."""
+    lab = REPO / "experiments" / "examples" / "lab_jobs.csv"
+    raw = {**TINY, "workloads": {"ok": f"philly:{lab},start=2024-03-10,end=2024-03-13",
+                                 "apr": f"philly:{lab},start=2024-04-01,end=2024-04-02"}}  # fmt: skip
+    raw.pop("workload")
+    with pytest.raises(ExperimentConfigError, match=r"workloads\.apr: .*no jobs in the window start=2024-04-01, "
+                       r"end=2024-04-02 \(the trace's jobs arrive from 2024-03-01T08:00:00"):  # fmt: skip
+        parse_experiment_config(raw, "x.yaml")
+
+
 def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Path, monkeypatch) -> None:
     """``marlsched run CONFIG --workload LABEL``: only that workload of ``workloads:`` runs (its published
     figures kept; a published mean over all the workloads is not put beside some of them, and the report says
