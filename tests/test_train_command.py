@@ -249,6 +249,13 @@ def test_set_replaces_settings_checked_as_the_files_and_named_by_the_option(tmp_
     ppo.write_text("agent: priority\nppo:\n  lr: 0.0003\n")
     got = load_recipe_config(ppo, sets=["ppo.lr=1e-3", "env.window_days=0.5"])[2]
     assert got["ppo"]["lr"] == 1e-3 and got["env"]["window_days"] == 0.5
+    # a section's key set at the top, another library's name of a setting: each said with the one meant
+    from marl.training.config import TrainConfigError
+
+    with pytest.raises(TrainConfigError, match=r"train_end: is a key of the section env: write env.train_end"):
+        load_recipe_config(ppo, sets=["train_end=2017-10-01"])
+    with pytest.raises(TrainConfigError, match=r"ppo.learning_rate: unknown key; did you mean 'lr'\?"):
+        load_recipe_config(ppo, sets=["ppo.learning_rate=1e-3"])
     for sets, message in [
         (["dagger_rounds=x"], f"{cfg} (--set dagger_rounds=x): dagger_rounds: expected an integer, got 'x'"),
         (["dayz=3"], f"{cfg} (--set dayz=3): dayz: unknown key; did you mean 'days'? allowed keys here:"),

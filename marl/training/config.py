@@ -32,6 +32,13 @@ def _yaml_key(name: str) -> str:
     return "lambda" if name == "lambda_" else name
 
 
+# other libraries' names of a setting, where they are too unlike ours for a close match to find it
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "learning_rate": ("lr",), "epochs": ("num_epochs",), "batch_size": ("train_batch_size", "batch"),
+    "clip": ("clip_param",), "entropy": ("entropy_coeff",), "discount": ("gamma",),
+}  # fmt: skip
+
+
 class ConfigChecker:
     """Collects config errors, each named by file, line, key path and the allowed values (shared with
     ``experiments.run_config``)."""
@@ -56,6 +63,7 @@ class ConfigChecker:
         import difflib
 
         close = difflib.get_close_matches(path[-1], list(allowed), n=1, cutoff=0.6)
+        close = close or [a for a in SYNONYMS.get(path[-1], ()) if a in allowed]
         guess = f"did you mean {close[0]!r}? " if close else ""
         return self.fail(path, f"unknown key; {guess}allowed keys here: {', '.join(allowed)}")
 

@@ -146,6 +146,9 @@ def check_keys(data: Mapping[str, Any], chk: ConfigChecker) -> None:
         raise chk.fail((), f"expected a mapping with the sections {', '.join(sorted(CONFIG_SECTIONS))}")
     for key, value in data.items():
         if key not in CONFIG_SECTIONS:
+            if home := [section for section, keys in allowed.items() if key in keys]:  # a section's key at the top
+                raise chk.fail((str(key),), f"is a key of the section {home[0]}: write {home[0]}.{key} (--set "
+                               f"{home[0]}.{key}=...) or put it under `{home[0]}:`")  # fmt: skip
             raise chk.unknown((str(key),), sorted(CONFIG_SECTIONS))
         if key in allowed and value is not None:
             if not isinstance(value, Mapping):
