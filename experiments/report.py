@@ -242,7 +242,7 @@ def _priority_training_lines(section: PriorityTrainSection, train_info: Mapping[
     )
     return [
         f"`marl` is the policy this run trained (`train/`): {env.num_agents} priority agents that {what}, "
-        f"through one shared network; PPO for {train_info.get('iterations', 0)} iterations in "
+        f"through one shared network; PPO for {_count(int(train_info.get('iterations', 0)), 'iteration')} in "
         f"{train_info.get('train_s', 0):.0f} s"
         + "".join(f" (resumed after iteration {i})" for i in train_info.get("resumed_after", []))
         + f" on {episodes}, interference `{env.interference}`. "
