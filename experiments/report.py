@@ -119,6 +119,9 @@ def write_report(
     path = out / "report.md"
     write_atomic(path, "\n".join(lines) + "\n")
     log(_console_table(cfg, rows))
+    for line in lines:  # a figure on windows that trained or chose the policy: said where it is read first
+        if "Not held out" in line:
+            log(f"note: {line}")
     return path
 
 

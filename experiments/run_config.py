@@ -120,7 +120,7 @@ class ExperimentConfig:
     perf_model: bool = True
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
     schedulers: list[str] = field(default_factory=lambda: ["fifo", "sjf", "tiresias"])
-    baselines: list[str] = field(default_factory=lambda: ["fifo"])
+    baselines: list[str] = field(default_factory=lambda: ["fifo"])  # default: fifo, else the first scheduler
     # label in schedulers -> {policy: NAME, OPTION: VALUE...}: a named scheduler with its own settings
     scheduler_options: dict[str, Any] | None = None
     # published average JCTs to put beside ours: label -> {workload label: seconds}, and where they come from
@@ -208,6 +208,8 @@ def parse_experiment_config(
     data = _with_preset(data, chk)
     cfg: ExperimentConfig = chk.section(ExperimentConfig, data, ())
     cfg = dataclasses.replace(cfg, source=source)
+    if "baselines" not in data and "fifo" not in cfg.schedulers and cfg.schedulers:
+        cfg = dataclasses.replace(cfg, baselines=[cfg.schedulers[0]])  # the default, fifo, is not among them
     _load_plugins(cfg, chk)  # first: the train section and the workloads may name their kinds
     if cfg.train is not None:
         cfg.__dict__["_train"] = _parse_train(cfg.train, cfg, source, lines, given)

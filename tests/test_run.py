@@ -787,6 +787,17 @@ def test_fewer_schedulers_on_the_command_line_take_their_options_and_figures_wit
         parse_experiment_config(raw, "x.yaml")
 
 
+def test_the_default_baseline_is_fifo_or_else_the_first_scheduler() -> None:
+    """``baselines`` left out: ``fifo`` where it is among the schedulers, else the first one (not an error about a
+    key the file never wrote); given, it is kept."""
+    plain = {k: v for k, v in TINY.items() if k != "baselines"}
+    assert parse_experiment_config(plain, "a.yaml").baselines == ["fifo"]
+    assert parse_experiment_config({**plain, "schedulers": ["qssf", "sjf"]}, "b.yaml").baselines == ["qssf"]
+    assert parse_experiment_config(
+        {**plain, "schedulers": ["qssf", "sjf"], "baselines": ["sjf"]}, "c.yaml"
+    ).baselines == ["sjf"]
+
+
 def test_a_window_without_jobs_is_named_by_the_config_check_before_anything_runs() -> None:
     """A workload window outside its trace's arrivals is refused by the config check (before Ray starts), at its
     line, in the dates it was given."""
