@@ -237,6 +237,8 @@ def test_run_trains_placing_priority_agents_beside_their_warm_start(
     gain = (avg_jct_of := lambda n: json.loads((out / "tasks" / task_id(n, 0) / "metrics.json").read_text())[
         "avg_jct"])("marl") / avg_jct_of("marl-warm-start") - 1  # fmt: skip
     assert f"paired on the same 1 run: average JCT {100 * gain:+.1f}% ± 0.0%" in report  # what training added
+    if gain:  # the sign said in words (the improvement tables give reductions, + for better)
+        assert f"± 0.0% ({'longer, worse' if gain > 0 else 'shorter, better'}; better in {int(gain < 0)} of 1" in report
     assert "Every workload lies outside the training span: held out." in report
     from experiments.report import _held_out
 
