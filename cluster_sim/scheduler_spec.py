@@ -60,8 +60,11 @@ def load_custom_scheduler(spec: str, seed: int = 0, **more: Any) -> Scheduler:
     cls = getattr(module, cls_name, None)
     if cls is None:
         found = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and _speaks_protocol(v))
-        hint = f"schedulers it defines: {', '.join(found)}" if found else "it defines no scheduler class"
-        raise PluginError(f"--policy {spec!r}: {target} has no class {cls_name!r}; {hint}")
+        # the one-call form: functions defined in the file itself (not those it imports)
+        found += sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__
+                        and not n.startswith("_"))  # fmt: skip
+        hint = f"schedulers it defines: {', '.join(found)}" if found else "it defines no scheduler class or function"
+        raise PluginError(f"--policy {spec!r}: {target} has no scheduler {cls_name!r}; {hint}")
     if inspect.isfunction(cls):  # the one-call form: fn(view) -> list[Decision]
         unknown = sorted(set(options) - {"name"})
         if unknown:
