@@ -111,7 +111,7 @@ def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(
     [
         ("no_such_module_xyz:Sched", "cannot import module 'no_such_module_xyz'"),
         ("missing/file.py:Sched", "missing/file.py: no such file"),
-        (f"{EXAMPLES / 'smallest_first.py'}:Nope", "has no scheduler 'Nope'; schedulers it defines: SmallestRequestFirst"),
+        (f"{EXAMPLES / 'smallest_first.py'}:Nope", "has no scheduler 'Nope'; schedulers it defines: SmallestRequest"),
         ("cluster_sim.placement:FreePool", "does not speak the scheduler protocol (no reset, schedule)"),
         (f"{SMALLEST_FIRST},colour=red", "unexpected keyword argument 'colour'"),
         (f"{SMALLEST_FIRST},placement=nowhere", "SmallestRequestFirst(placement='nowhere') failed: unknown placement"),
