@@ -224,7 +224,7 @@ def test_a_scheduler_that_is_one_function_runs_as_its_class_does(tiny) -> None:
 def test_bad_custom_scheduler_in_a_run_config_names_its_entry() -> None:
     from experiments.run_config import ExperimentConfigError, parse_experiment_config
 
-    with pytest.raises(ExperimentConfigError, match=r"schedulers\.1.*no class 'Nope'"):
+    with pytest.raises(ExperimentConfigError, match=r"schedulers\.1.*no scheduler 'Nope'"):
         parse_experiment_config({"schedulers": ["fifo", f"{EXAMPLES / 'smallest_first.py'}:Nope"]}, "exp.yaml")
     with pytest.raises(ExperimentConfigError, match=r"plugins\.0.*no such file"):
         parse_experiment_config({"plugins": ["nowhere/plugin.py"]}, "exp.yaml")
