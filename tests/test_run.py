@@ -629,6 +629,11 @@ def test_training_goes_on_on_the_head_when_the_worker_node_is_lost(two_node_clus
     assert (out / "policy" / "policy.pt").is_file()
 
 
+def _finished_tasks(out: Path) -> int:
+    """Task folders in place (a killed run may leave a half-written ``.ID.tmp`` folder, which is not finished)."""
+    return sum(not p.parent.name.startswith(".") for p in (out / "tasks").glob("*/metrics.json"))
+
+
 def _start_run(tmp_path: Path):
     """A real `marlsched run` (its own in-process Ray) of 12 tasks, once a task of this invocation is done."""
     import signal
@@ -642,14 +647,14 @@ def _start_run(tmp_path: Path):
         "seeds: [0, 1, 2, 3, 4, 5]\nschedulers: [fifo, tiresias]\nray: {num_cpus: 2}\n"
     )
     out = tmp_path / "out"
-    before = len(list((out / "tasks").glob("*/metrics.json")))
+    before = _finished_tasks(out)
     proc = subprocess.Popen(
         [sys.executable, "-m", "experiments.cli", "run", str(config), "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    while len(list((out / "tasks").glob("*/metrics.json"))) <= before and time.monotonic() < deadline:
+    while _finished_tasks(out) <= before and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1]
         time.sleep(0.2)
     assert proc.poll() is None, "the run finished before it could be interrupted: make it longer"
@@ -678,7 +683,7 @@ def test_a_killed_run_leaves_nothing_behind_and_ctrl_c_stops_the_next_one_cleanl
         alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.3)
     assert not alive, [(p.pid, p.name()) for p in alive]
-    done = len(list((out / "tasks").glob("*/metrics.json")))
+    done = _finished_tasks(out)
 
     proc, _ = _start_run(tmp_path)
     proc.send_signal(signal.SIGINT)
@@ -686,7 +691,7 @@ def test_a_killed_run_leaves_nothing_behind_and_ctrl_c_stops_the_next_one_cleanl
     assert f"evaluation: 12 runs ({done} finished before, {12 - done} to run)" in stdout + err
     assert proc.returncode == 130, err[-3000:]  # what ended it otherwise
     assert "Traceback" not in err and "marlsched run: interrupted. What finished is kept in" in err, err
-    assert done < len(list((out / "tasks").glob("*/metrics.json"))) < 12
+    assert done < _finished_tasks(out) < 12
 
 
 def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_workloads(monkeypatch) -> None:
