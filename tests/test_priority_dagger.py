@@ -100,9 +100,10 @@ def test_training_writes_a_seeded_policy_folder_that_loads_as_marl(
     assert saved["agents"]["hysteresis"] == pytest.approx(np.log(saved["tuned"]["factor"]))
     assert any("hysteresis ln" in line for line in logs) and (tmp_path / "a" / "estimates.png").stat().st_size > 0
     # progress names each window by its dates and its place in the round, and says when a fit starts
-    played = [line for line in logs if line.startswith("round 0, window ")]
-    assert played and all(re.match(r"round 0, window \d+/\d+: 20\d\d-\d\d-\d\d\S*\.\.20", line) for line in played)
-    assert any(line.startswith("round 1: fitting on ") for line in logs)
+    played = [line for line in logs if line.startswith("round 0/") and ", window " in line]  # R of N rounds
+    window = rf"round 0/{cfg.dagger_rounds}, window \d+/\d+: 20\d\d-\d\d-\d\d\S*\.\.20"
+    assert played and all(re.match(window, line) for line in played)
+    assert any(line.startswith(f"round 1/{cfg.dagger_rounds}: fitting on ") for line in logs)
     policy = load_policy(tmp_path / "a", name="learned")
     assert isinstance(policy, PriorityAgents) and policy.name == "learned"
     assert policy.hysteresis == pytest.approx(saved["agents"]["hysteresis"])

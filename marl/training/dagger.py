@@ -1,5 +1,7 @@
 """The DAgger loop of the imitation trainers: round 0 on the teacher's states, then rounds on the policy's own.
 
+Its log lines count rounds as ``round R/N`` (round 0 is the teacher's, so a run has N + 1 of them).
+
 Each round plays its windows in worker processes with the current network (None in round 0: the teacher acts),
 records what the agent sees with the teacher's label (a privileged one, such as the true remaining time, which
 only training reads), aggregates every round's rows and fits the network again on all of them. What is recorded
@@ -93,7 +95,7 @@ def dagger(
             new: list[Chunk] = []
             played = zip(round_tasks, run(collect, [(*t, state) for t in round_tasks]), strict=True)
             for k, (task, chunk) in enumerate(played, 1):
-                where = f"round {rnd}, window {k}/{len(round_tasks)}: {describe(task)}"
+                where = f"round {rnd}/{rounds}, window {k}/{len(round_tasks)}: {describe(task)}"
                 if chunk is None:
                     log(f"{where} too quiet for the load or nothing recorded, left out")
                     continue
@@ -107,7 +109,8 @@ def dagger(
                 )
             data = join(chunks)
             log(
-                f"round {rnd}: fitting on {len(next(iter(data.values())))} rows ({time.perf_counter() - started:.0f} s)"
+                f"round {rnd}/{rounds}: fitting on {len(next(iter(data.values())))} rows "
+                f"({time.perf_counter() - started:.0f} s)"
             )
             net, figures = fit(rnd, data)
             row, said = report(
