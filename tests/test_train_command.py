@@ -180,7 +180,8 @@ def test_dates_of_a_trace_of_ones_own_count_from_its_first_arrival(tmp_path: Pat
     first = np.datetime64("2024-03-01T06:00:00")
     stamps = sorted(first + np.timedelta64(int(t), "s") for t in rng.uniform(0, 12 * 86_400, 80))
     stamps[0] = first
-    rows = [f"{str(t).replace('T', ' ')},{rng.uniform(600, 9000):.0f},1,1,lab" for t in stamps]
+    lengths = rng.uniform(600, 9000, len(stamps)).round()
+    rows = [f"{str(t).replace('T', ' ')},{d:.0f},1,{d:.0f},lab" for t, d in zip(stamps, lengths, strict=True)]
     (tmp_path / "log.csv").write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + "\n".join(rows) + "\n")
     trace = f"philly:{tmp_path / 'log.csv'}"
     day = 86_400.0

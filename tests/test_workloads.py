@@ -750,3 +750,19 @@ def test_a_load_that_squeezes_a_window_into_one_burst_is_named(philly_path: Path
     day = f"philly:{philly_path},start=2017-11-01,end=2017-11-02,load=0.04"
     assert main(["simulate", "--cluster", "dc-1k", "--workload", day, "--policy", "fifo", "--quiet"]) == 0
     assert "marlsched simulate: warning: load=0.04 squeezes this window's 24.0 h" in capsys.readouterr().err
+
+
+def test_a_gpu_time_that_is_not_duration_times_gpus_is_named_with_its_line(tmp_path: Path) -> None:
+    """``gpu_time`` decides Pollux's filter and ``model_rule=pollux``: a log that writes it in GPU-hours is named
+    (the first line and how many rows), a rounded one is not."""
+    import warnings
+
+    from cluster_sim.traces.philly import GpuTimeWarning
+
+    rows = [("2024-03-01 08:00:00", 7200, 2, 14400.4), ("2024-03-01 09:00:00", 3600, 4, 4.0)]
+    body = "".join(f"{t},{d},{g},{gt},team\n" for t, d, g, gt in rows)
+    with pytest.warns(GpuTimeWarning, match=r"hours\.csv, line 3: gpu_time=4 but duration x num_gpus = 14400 \(1 of 2"):
+        load_philly(write(tmp_path, "hours.csv", PHILLY_HEAD + body))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GpuTimeWarning)
+        load_philly(write(tmp_path, "rounded.csv", PHILLY_HEAD + body.replace(",4.0,", ",14399.8,")))

@@ -91,6 +91,7 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
     require(duration > 0, "must be > 0 seconds", cols["duration"], "duration", lines, p)
     require(num_gpus >= 1, "must be >= 1", cols["num_gpus"], "num_gpus", lines, p)
     require(gpu_time >= 0, "must be >= 0", cols["gpu_time"], "gpu_time", lines, p)
+    _check_gpu_time(gpu_time, duration * num_gpus, lines, p)
     tenant, tenants = tenant_codes(cols["cluster"])
     given = _model_codes(cols[MODEL_COLUMN], lines, p) if MODEL_COLUMN in cols else np.full(len(ts), -1, np.int16)
     ids = np.char.strip(cols[ID_COLUMN]) if ID_COLUMN in cols else None
@@ -101,6 +102,27 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
 
 class TraceColumnsWarning(SimulationWarning):
     """A trace file has columns its loader does not read (a model or GPU type the simulation will not use)."""
+
+
+class GpuTimeWarning(SimulationWarning):
+    """A trace's ``gpu_time`` is not its ``duration`` x ``num_gpus`` (often GPU-hours, or a job's measured busy
+    time): the Pollux filter and ``model_rule=pollux`` read it, so their choices would differ from Pollux's."""
+
+
+def _check_gpu_time(gpu_time: np.ndarray, expected: np.ndarray, lines: np.ndarray, path: Path) -> None:
+    """Warn, naming the first line and how many rows differ, where ``gpu_time`` is off ``duration`` x ``num_gpus``
+    by more than 1% (a rounded log is left alone)."""
+    off = np.abs(gpu_time - expected) > 0.01 * expected + 1.0
+    if off.any():
+        i = int(np.argmax(off))
+        warnings.warn(
+            f"{path}, line {int(lines[i])}: gpu_time={gpu_time[i]:g} but duration x num_gpus = {expected[i]:g} "
+            f"({int(off.sum())} of {len(off)} rows differ by more than 1%); gpu_time is read as GPU-seconds, "
+            "duration x num_gpus: the Pollux filter and model_rule=pollux read it (write it so, or in GPU-hours "
+            "multiply by 3600)",
+            GpuTimeWarning,
+            stacklevel=3,
+        )
 
 
 def _model_codes(values: np.ndarray, lines: np.ndarray, path: Path) -> np.ndarray:
