@@ -22,7 +22,7 @@ from topology.view import ClusterView
 
 def build_simulator(
     cluster: str | Mapping[str, Any] | ClusterSpec,
-    workload: str | Workload,
+    workload: str | Workload | Any,
     *,
     seed: int = 0,
     preset: str | None = None,
@@ -43,8 +43,9 @@ def build_simulator(
     """A simulator of ``workload`` on ``cluster``.
 
     ``cluster``: a preset name (``small``, ``dc-1k``, ...), a YAML file or a spec mapping. ``workload``: a
-    spec string (``philly:PATH,start=...``, ``synthetic:500,load=0.9``; ``seed`` draws its random parts)
-    or a :class:`Workload`. ``preset``: a paper's settings (``sia``, ``pollux``: :mod:`cluster_sim.sim_presets`,
+    spec string (``philly:PATH,start=...``, ``synthetic:500,load=0.9``; ``seed`` draws its random parts),
+    a :class:`Workload` or a table of jobs (a pandas DataFrame: :func:`cluster_sim.traces.workload_from_frame`).
+    ``preset``: a paper's settings (``sia``, ``pollux``: :mod:`cluster_sim.sim_presets`,
     ``simulate --preset``) for the five below that are not given; those not given otherwise take simulate's
     defaults (no interference, restart cost 30 s, no start cost, neither Sia's per-application costs nor its
     calibration). ``interference``: a mode of :func:`interference.loader.load_interference_model` with its data
@@ -64,6 +65,10 @@ def build_simulator(
     view = build_cluster(cluster).view
     if isinstance(workload, str):
         workload = parse_workload_spec(workload, cluster_gpus=view.num_gpus, seed=seed)
+    elif not isinstance(workload, Workload):  # a table of jobs (a DataFrame, a mapping of columns)
+        from cluster_sim.traces.frame import workload_from_frame
+
+        workload = workload_from_frame(workload, seed=seed)
     perf = PerformanceModel(view) if perf_model else None
     mode = settings.pop("interference")
     model = None if mode == "none" else load_interference_model(mode, interference_data)

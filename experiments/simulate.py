@@ -304,13 +304,13 @@ def _refuse_shared_names(given: list[str], names: list[str]) -> None:
 
 
 def split_policies(text: str) -> list[str]:
-    """Comma-separated scheduler names; ``key=value`` items after a ``FILE:Class`` spec are its options
-    (``mine.py:Mine,k=2,fifo`` is two schedulers)."""
+    """Comma-separated scheduler names; ``key=value`` items after a name are its options (``mine.py:Mine,k=2,fifo``
+    and ``qssf,name=mine,fifo`` are two schedulers each)."""
     names: list[str] = []
     for item in (x.strip() for x in text.split(",")):
         if not item:
             continue
-        if names and "=" in item and ":" in names[-1].split(",")[0]:
+        if names and "=" in item:
             names[-1] += "," + item
         else:
             names.append(item)

@@ -37,7 +37,7 @@ def jobs(arrival, gpus, duration, tenant=None, model=None) -> Workload:
         batch_size=np.full(n, 128, dtype=np.int32),
         tenant=np.zeros(n, dtype=np.int16) if tenant is None else np.asarray(tenant, dtype=np.int16),
         models=MODEL_NAMES,
-        tenants=("a", "b"),
+        tenants=tuple("abcdefgh"[: max(2, 1 + int(np.max(tenant if tenant is not None else 0)))]),
     )
 
 
@@ -597,3 +597,28 @@ def test_a_misspelt_scheduler_name_is_refused_with_the_closest_name_and_the_form
     with pytest.raises(ValueError) as e:
         get_policy("zzzz")
     assert "did you mean" not in str(e.value)
+
+
+def test_a_schedulers_options_ride_in_its_name_or_beside_it_name_among_them(tmp_path, monkeypatch) -> None:
+    """``get_policy("qssf,name=mine")`` as ``--policy qssf,name=mine,fifo`` takes it; ``name=`` is an option like any
+    other (the scheduler's label); a mistake in the string is a ValueError naming it; a shipped folder's relative
+    name from another directory is answered with the folder's absolute name."""
+    from experiments.simulate import split_policies
+    from marl.deploy.registry import SHIPPED_POLICIES
+
+    assert get_policy("qssf,name=mine,min_history=4").name == "mine"
+    assert get_policy("qssf,name=mine,min_history=4").history.min_history == 4
+    assert get_policy("tiresias", name="t2").name == "t2" and get_policy("qssf@fastest,name=x").name == "x"
+    assert split_policies("qssf,name=mine,fifo,mine.py:Mine,k=2") == ["qssf,name=mine", "fifo", "mine.py:Mine,k=2"]
+    with pytest.raises(ValueError, match=r"unknown option 'nme'; did you mean 'name'\?.*\(in 'qssf,nme=x'\)"):
+        get_policy("qssf,nme=x")
+    with pytest.raises(ValueError, match="one scheduler per name, and after it only key=value options, not 'tiresias'"):
+        get_policy("fifo,tiresias")
+    with pytest.raises(ValueError, match="option name given in the name and again beside it"):
+        get_policy("qssf,name=a", name="b")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        get_policy("marl:experiments/policies/default-small")
+    assert f"read from the working directory {tmp_path}" in str(err.value)
+    assert f"marl:{SHIPPED_POLICIES / 'default-small'}" in str(err.value)
+    assert get_policy(f"marl:{SHIPPED_POLICIES / 'default-small'},name=d").name == "d"

@@ -766,3 +766,65 @@ def test_a_gpu_time_that_is_not_duration_times_gpus_is_named_with_its_line(tmp_p
     with warnings.catch_warnings():
         warnings.simplefilter("error", GpuTimeWarning)
         load_philly(write(tmp_path, "rounded.csv", PHILLY_HEAD + body.replace(",4.0,", ",14399.8,")))
+
+
+def test_a_table_of_jobs_in_python_runs_as_the_same_jobs_in_a_csv_file(tmp_path: Path) -> None:
+    """``workload_from_frame``: a pandas DataFrame of jobs (a gap in its GPU column made it float, as pandas does)
+    gives the workload, and so the run, that the same jobs give from a ``philly:`` file: the same models drawn, the
+    same batch sizes; ``arrival`` seconds stand for date-times; a value it cannot read is named with its row."""
+    import pandas as pd
+
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+    from cluster_sim.traces import FrameError, workload_from_frame
+
+    rng = np.random.default_rng(1)
+    n = 200
+    stamps = np.datetime64("2024-03-01T08:00:00") + rng.integers(0, 3 * 86400, n).astype("timedelta64[s]")
+    frame = pd.DataFrame({
+        "timestamp": stamps, "duration": rng.integers(60, 20000, n), "num_gpus": rng.choice([1, 2, 4, 8], n),
+        "cluster": rng.choice(["vision", "nlp"], n), "model": rng.choice(["", "resnet50", "bert-squad"], n),
+        "job_id": [f"j{i}" for i in range(n)],
+    })  # fmt: skip
+    frame["num_gpus"] = frame["num_gpus"].astype(float)  # whole numbers, as a float column
+    body = "".join(
+        f"{pd.Timestamp(t):%Y-%m-%d %H:%M:%S},{d},{int(g)},{d * int(g)},{c},{m},{j}\n"
+        for t, d, g, c, m, j in frame.itertuples(index=False)
+    )
+    csv_file = write(tmp_path, "jobs.csv", PHILLY_HEAD.rstrip() + ",model,job_id\n" + body)
+    mine, filed = workload_from_frame(frame, seed=3), load_philly(csv_file, seed=3)
+    for column in ("arrival", "num_gpus", "duration", "model", "batch_size", "tenant", "job_ids"):
+        assert np.array_equal(getattr(mine, column), getattr(filed, column)), column
+    assert mine.tenants == filed.tenants == ("nlp", "vision") and len(set(mine.batch_size.tolist())) > 3
+    runs = [build_simulator("small", w, seed=0).run(get_policy("tiresias")) for w in (mine, filed)]
+    assert runs[0].job_rows() == runs[1].job_rows()
+    # seconds from an origin of one's own stand for the dates (no date to count windows from)
+    seconds = frame.drop(columns="timestamp").assign(arrival=(stamps - stamps.min()).astype(float) + 50.0)
+    by_seconds = workload_from_frame(seconds, seed=3)
+    assert np.array_equal(by_seconds.arrival, mine.arrival) and "trace_start" not in by_seconds.meta
+    # what it cannot read, named with the column, the row and its index label
+    gap = frame.set_index("job_id").copy()
+    gap.iloc[5, gap.columns.get_loc("num_gpus")] = np.nan
+    with pytest.raises(FrameError, match=r"column 'num_gpus', row 5 \(index 'j5'\): nan; give a whole number"):
+        workload_from_frame(gap)
+    with pytest.raises(FrameError, match=r"row 7: column model='res' names several model"):
+        workload_from_frame(frame.assign(model=["res" if i == 7 else "" for i in range(n)]))
+    with pytest.raises(FrameError, match=r"no column timestamp \(date-times\) or arrival \(seconds\)"):
+        workload_from_frame(frame.drop(columns="timestamp"))
+    small = workload_from_frame({"arrival": [0, 10], "duration": [60, 60], "num_gpus": [1, 2]})  # a mapping of lists
+    assert small.num_gpus.tolist() == [1, 2] and small.tenants == ("default",)
+
+
+def test_a_workload_built_by_hand_converts_columns_that_hold_the_same_numbers_and_names_the_others() -> None:
+    """Lists and float columns of whole numbers become the documented arrays; 2.5 GPUs, a missing value or a
+    model index past the models tuple are named with the job's row before any simulation starts."""
+    base = dict(arrival=[0.0, 5.0], num_gpus=[1.0, 2.0], duration=[60, 90], model=[0, 1], batch_size=[32, 64],
+                tenant=[0, 0], models=MODEL_NAMES)  # fmt: skip
+    w = Workload(**base)
+    assert w.num_gpus.dtype == np.int32 and w.duration.dtype == np.float64 and w.model.tolist() == [0, 1]
+    with pytest.raises(ValueError, match=r"column 'num_gpus', job 1: 2.5 is not a whole number"):
+        Workload(**{**base, "num_gpus": [1.0, 2.5]})
+    with pytest.raises(ValueError, match=r"column 'duration', job 0: nan is not a finite number"):
+        Workload(**{**base, "duration": [float("nan"), 1.0]})
+    with pytest.raises(ValueError, match=r"column 'model', job 1: 2 is no index into models \(0..1\)"):
+        Workload(**{**base, "models": MODEL_NAMES[:2], "model": [0, 2]})

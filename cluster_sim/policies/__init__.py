@@ -220,14 +220,36 @@ def reads_true_durations(name: str) -> bool:
     return base in ("sjf", "srtf") or "oracle" in base.split("-")
 
 
-def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
+def get_policy(name: str, /, seed: int = 0, **options) -> PolicyScheduler:
     """A fresh scheduler for a named policy or an ``ORDERING+PLACEMENT`` combination. ``options`` go to
     its constructor (``thresholds``, ``interval``, ``name`` ...; a named policy's own settings are the
-    defaults they override); an option the scheduler does not take is a ``TypeError`` naming it.
+    defaults they override), as keywords or in the name as ``NAME,key=value,...`` (``qssf,name=mine``: values
+    read as YAML, as ``--policy`` takes them); an option the scheduler does not take is a ``TypeError`` naming it.
     ``NAME@ORDER`` (``qssf@fastest``) is ``NAME`` with ``gpu_type=ORDER``: on a cluster of several GPU
     types, the order in which a heuristic tries the types for a job (:mod:`cluster_sim.typed_placement`).
     ``PREFIX:DIR`` (``marl:experiments/policies/philly-small``) is the trained policy saved in that folder
-    (:mod:`cluster_sim.policy_folders`)."""
+    (:mod:`cluster_sim.policy_folders`); ``FILE_OR_MODULE:Class`` a scheduler class of your own
+    (:mod:`cluster_sim.scheduler_spec`)."""
+    from cluster_sim.scheduler_spec import custom_spec_form, load_custom_scheduler
+
+    head, *items = name.split(",")
+    if items and not split_folder_name(head) and not custom_spec_form(name):  # those two read their own options
+        from cluster_sim.plugins import spec_options
+
+        if bad := [item for item in items if "=" not in item]:
+            raise ValueError(
+                f"scheduler {name!r}: one scheduler per name, and after it only key=value options, not {bad[0]!r} "
+                "(for several schedulers, get each by its own name)"
+            )
+        given = spec_options(name, items)
+        if twice := sorted(set(given) & set(options)):
+            raise ValueError(
+                f"scheduler {name!r}: option {twice[0]} given in the name and again beside it; give it once"
+            )
+        try:
+            return get_policy(head, seed, **given, **options)
+        except TypeError as err:  # an option the name carries: a mistake in a string, as --policy reports them
+            raise ValueError(f"{err} (in {name!r})") from None
     base, at, order = name.partition("@")
     if at:
         if order not in GPU_TYPE_ORDERS:
@@ -252,8 +274,6 @@ def get_policy(name: str, seed: int = 0, **options) -> PolicyScheduler:
             ) from None
     if split_folder_name(name):
         return load_folder_policy(name, **options)
-    from cluster_sim.scheduler_spec import custom_spec_form, load_custom_scheduler
-
     if custom_spec_form(name):  # FILE_OR_MODULE:Class[,key=value...]: a scheduler of your own
         return load_custom_scheduler(name, seed, **options)
     ordering, plus, placement = name.partition("+")

@@ -93,11 +93,67 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
     require(gpu_time >= 0, "must be >= 0", cols["gpu_time"], "gpu_time", lines, p)
     _check_gpu_time(gpu_time, duration * num_gpus, lines, p)
     tenant, tenants = tenant_codes(cols["cluster"])
-    given = _model_codes(cols[MODEL_COLUMN], lines, p) if MODEL_COLUMN in cols else np.full(len(ts), -1, np.int16)
+    given = model_codes(cols[MODEL_COLUMN], lines, p) if MODEL_COLUMN in cols else np.full(len(ts), -1, np.int16)
     ids = np.char.strip(cols[ID_COLUMN]) if ID_COLUMN in cols else None
     for a in (ts, duration, num_gpus, gpu_time, tenant, given, *([ids] if ids is not None else [])):
         a.flags.writeable = False
     return ts, duration, num_gpus, gpu_time, tenant, tenants, given, ids
+
+
+def jobs_workload(
+    stamp: np.ndarray,
+    duration: np.ndarray,
+    num_gpus: np.ndarray,
+    gpu_time: np.ndarray,
+    tenant: np.ndarray,
+    tenants: tuple[str, ...],
+    given: np.ndarray,
+    ids: np.ndarray | None,
+    *,
+    source: str,
+    meta: dict,
+    pollux_filter: bool,
+    model_rule: str,
+    seed: int,
+    gpu_scale: int,
+) -> Workload:
+    """The jobs of a log (checked columns, in the log's order; ``stamp``: submit times in seconds, a date's epoch
+    seconds or any origin) as a workload: sorted by submit time (stable), arrivals from the first, models drawn
+    where ``given`` is -1, batch = model default x GPUs. A log file and a table of jobs in Python
+    (:func:`cluster_sim.traces.frame.workload_from_frame`) go through here, so the same jobs give the same run."""
+    if int(gpu_scale) != gpu_scale or gpu_scale < 1:
+        raise ValueError(f"gpu_scale={gpu_scale} must be an integer >= 1 (GPUs per Philly GPU)")
+    n_rows = len(stamp)
+    order = np.argsort(stamp, kind="stable")
+    start = stamp[order[0]] if n_rows else 0.0
+    # drawn for every row, so a row without a model draws the same one whether or not others name theirs
+    model = assign_models(model_rule, tenant[order], gpu_time[order], make_rng(seed))
+    model = np.where(given[order] >= 0, given[order], model).astype(model.dtype)
+    keep = np.ones(n_rows, dtype=bool)
+    if pollux_filter:
+        keep = (duration[order] >= POLLUX_MIN_DURATION_S) & (gpu_time[order] < POLLUX_MAX_GPU_TIME_S)
+    idx = order[keep]
+    g = (num_gpus[idx] * int(gpu_scale)).astype(np.int32)
+    return Workload(
+        arrival=(stamp[idx] - start).astype(np.float64),
+        num_gpus=g,
+        duration=duration[idx],
+        model=model[keep],
+        batch_size=default_batch_sizes(model[keep], g),
+        tenant=tenant[idx],
+        models=MODEL_NAMES,
+        tenants=tenants,
+        source=source,
+        job_ids=None if ids is None else ids[idx],
+        meta={
+            **meta,
+            "trace_start": str(np.datetime64(int(start), "s")),
+            "pollux_filter": pollux_filter,
+            "model_rule": model_rule,
+            "seed": seed,
+            "gpu_scale": int(gpu_scale),
+        },
+    )
 
 
 class TraceColumnsWarning(SimulationWarning):
@@ -125,7 +181,7 @@ def _check_gpu_time(gpu_time: np.ndarray, expected: np.ndarray, lines: np.ndarra
         )
 
 
-def _model_codes(values: np.ndarray, lines: np.ndarray, path: Path) -> np.ndarray:
+def model_codes(values: np.ndarray, lines: np.ndarray, path: Path) -> np.ndarray:
     """The ``model`` column as zoo indices (-1 where empty: the model rule draws one): a zoo name or a unique
     start of one, any case; another raises with its line and the zoo's names."""
     out = np.full(len(values), -1, dtype=np.int16)
@@ -171,44 +227,14 @@ def load_philly(
     rates keeps dc-1k about 45% busy with the trace's arrival pattern and tenants intact.
     """
     check_window_options(time_range, max_jobs, arrival_scale)
-    if int(gpu_scale) != gpu_scale or gpu_scale < 1:
-        raise ValueError(f"gpu_scale={gpu_scale} must be an integer >= 1 (GPUs per Philly GPU)")
     p = open_trace(path, "philly")
     stat = p.stat()
     ts, duration, num_gpus, gpu_time, tenant, tenants, given, ids = _parsed(
         str(p.resolve()), stat.st_mtime_ns, stat.st_size
     )
-    n_rows = len(ts)
-
-    order = np.argsort(ts, kind="stable")
-    start = int(ts[order[0]]) if n_rows else 0
-    # drawn for every row, so a row without a model draws the same one whether or not others name theirs
-    model = assign_models(model_rule, tenant[order], gpu_time[order], make_rng(seed))
-    model = np.where(given[order] >= 0, given[order], model).astype(model.dtype)
-    keep = np.ones(n_rows, dtype=bool)
-    if pollux_filter:
-        keep = (duration[order] >= POLLUX_MIN_DURATION_S) & (gpu_time[order] < POLLUX_MAX_GPU_TIME_S)
-    idx = order[keep]
-    g = (num_gpus[idx] * int(gpu_scale)).astype(np.int32)
-    w = Workload(
-        arrival=(ts[idx] - start).astype(np.float64),
-        num_gpus=g,
-        duration=duration[idx],
-        model=model[keep],
-        batch_size=default_batch_sizes(model[keep], g),
-        tenant=tenant[idx],
-        models=MODEL_NAMES,
-        tenants=tenants,
-        source="philly",
-        job_ids=None if ids is None else ids[idx],
-        meta={
-            "path": str(p),
-            "rows": n_rows,
-            "trace_start": str(np.datetime64(start, "s")),
-            "pollux_filter": pollux_filter,
-            "model_rule": model_rule,
-            "seed": seed,
-            "gpu_scale": int(gpu_scale),
-        },
-    )
+    w = jobs_workload(
+        ts.astype(np.float64), duration, num_gpus, gpu_time, tenant, tenants, given, ids,
+        source="philly", meta={"path": str(p), "rows": len(ts)}, pollux_filter=pollux_filter,
+        model_rule=model_rule, seed=seed, gpu_scale=gpu_scale,
+    )  # fmt: skip
     return window(w, time_range=time_range, max_jobs=max_jobs, arrival_scale=arrival_scale)

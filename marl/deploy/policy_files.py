@@ -46,7 +46,8 @@ def torchscript_quietly() -> Iterator[None]:
     """TorchScript without torch's notice that it is deprecated (2.14 on): the folders carry the same network as a
     ``torch.export`` program, which the loaders read where TorchScript is gone, so the notice asks nothing of a user."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", r".*torch\.jit\.\w+` is deprecated", FutureWarning)
+        for category in (FutureWarning, DeprecationWarning):  # torch has used both
+            warnings.filterwarnings("ignore", r".*torch\.jit\.\w+` is deprecated", category)
         yield
 
 

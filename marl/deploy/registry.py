@@ -34,6 +34,10 @@ from marl.deploy.policy_files import (
     read_json,
 )
 
+# the policies shipped with marlsched, wherever the code runs from (a relative ``marl:experiments/policies/NAME`` is
+# read from the working directory, so a notebook elsewhere gives ``marl:{SHIPPED_POLICIES / NAME}``)
+SHIPPED_POLICIES = Path(__file__).resolve().parents[2] / "experiments" / "policies"
+
 # the prefixes of a scheduler name that load a folder (pyproject.toml's marlsched.policy_folders entry points),
 # and the kind each one requires (None: the kind the folder's metadata names)
 PREFIXES: dict[str, str | None] = {"marl": None, "topdrl": "topdrl", "dl2": "dl2", "metaplace": "metaplace"}
@@ -64,10 +68,13 @@ def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
 
         siblings = [d.name for d in folder.parent.iterdir() if d.is_dir()] if folder.parent.is_dir() else []
         close = f" ({hint})" if (hint := did_you_mean(folder.name, siblings)) else ""
+        where = "" if folder.is_absolute() else f" (a relative folder is read from the working directory {Path.cwd()})"
+        shipped = SHIPPED_POLICIES / folder.name
+        example = shipped if shipped.is_dir() else SHIPPED_POLICIES / "default-imitation"
         raise FileNotFoundError(
-            f"no policy folder {str(folder)!r}{close}; make one with e.g. {AGENTS['priority'].made_by} (then "
-            "OUT/policy), or run a shipped one (experiments/policies/*, e.g. "
-            "marl:experiments/policies/default-imitation)"
+            f"no policy folder {str(folder)!r}{where}{close}; make one with e.g. {AGENTS['priority'].made_by} (then "
+            f"OUT/policy), or run a shipped one, from anywhere: marl:{example} (the shipped ones are in "
+            f"{SHIPPED_POLICIES}, marl.deploy.registry.SHIPPED_POLICIES in Python)"
         )
     path = folder / METADATA
     if not path.is_file():
