@@ -4,7 +4,8 @@ Each ``interval`` (60 s, as Pollux's simulator) an elastic policy chooses a GPU 
 job (its own :meth:`ElasticPolicy.allocate`), then this module places the counts and carries them out:
 
 - **Placement.** Jobs whose count is unchanged keep their GPUs; the others go best-fit onto one node, or
-  onto the emptiest nodes free of other multi-node jobs (at most ``max_nodes``); a count that cannot be
+  onto the emptiest nodes free of other multi-node jobs (at most ``max_nodes``, or the nodes a count needs where
+  ``max_nodes`` full nodes cannot hold it: a rigid job of 192 GPUs on 8-GPU nodes); a count that cannot be
   placed is lowered (Pollux's rule of one multi-node job per node).
 - **Moves.** A job that changes placement waits for the jobs now on its GPUs to move away first; a cycle
   of moves is broken by stopping one job, which frees its GPUs.
@@ -255,6 +256,7 @@ class ElasticPolicy(PolicyScheduler):
         types = None if getattr(view, "mix_gpu_types", True) else np.asarray(topo.server_gpu_type)
         out: list[np.ndarray | None] = [None] * len(jobs)
         stype = np.asarray(topo.server_gpu_type)
+        node_gpus = int(np.max(topo.server_num_gpus))
         for i, j in enumerate(jobs.tolist()):
             if counts[i] and counts[i] == cur[i]:
                 g = np.asarray(view.placement(j))
@@ -275,7 +277,7 @@ class ElasticPolicy(PolicyScheduler):
                 only = (
                     None if job_types is None or job_types[i] < 0 else np.asarray(topo.server_gpu_type) == job_types[i]
                 )
-                chosen = self._fit(free, multi, n, types, only)
+                chosen = self._fit(free, multi, n, types, only, nodes=max(self.max_nodes, -(-n // node_gpus)))
                 if chosen is not None:
                     break
                 n -= 1
@@ -303,10 +305,12 @@ class ElasticPolicy(PolicyScheduler):
         n: int,
         types: np.ndarray | None = None,
         only: np.ndarray | None = None,
+        nodes: int | None = None,
     ) -> list[int] | None:
         """Servers for ``n`` GPUs: the fullest node that fits them, else the emptiest nodes with no other
-        multi-node job (as few as possible, at most ``max_nodes``). With ``types`` (each server's GPU type),
-        the nodes share one type: the type that needs the fewest nodes (then has the most free GPUs).
+        multi-node job (as few as possible, at most ``nodes``, by default ``max_nodes``). With ``types`` (each
+        server's GPU type), the nodes share one type: the type that needs the fewest nodes (then has the most free
+        GPUs).
         ``only``: a mask of the servers allowed (one GPU type's)."""
         if only is not None:
             free = np.where(only, free, 0)
@@ -317,7 +321,7 @@ class ElasticPolicy(PolicyScheduler):
         for mask in [None] if types is None else [types == t for t in np.unique(types).tolist()]:
             ok = (free > 0) & ~multi if mask is None else (free > 0) & ~multi & mask
             cand = np.flatnonzero(ok)
-            cand = cand[np.lexsort((cand, -free[cand]))][: self.max_nodes]
+            cand = cand[np.lexsort((cand, -free[cand]))][: nodes or self.max_nodes]
             total = np.cumsum(free[cand])
             if not len(total) or total[-1] < n:
                 continue
