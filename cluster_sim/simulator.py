@@ -79,6 +79,11 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return v
 
 
+class SimulationStalled(RuntimeError):
+    """A run that cannot finish: jobs wait on an idle cluster and the scheduler starts none of them. It is the
+    scheduler's failure on this workload (a job it cannot place), so ``simulate`` reports it and runs the others."""
+
+
 class Simulator:
     """Replays a workload on a cluster under one scheduler.
 
@@ -573,7 +578,7 @@ class Simulator:
         self._idle_rounds += 1
         if self._idle_rounds >= IDLE_ROUNDS:
             first = int(self._queue.array()[0])
-            raise RuntimeError(
+            raise SimulationStalled(
                 f"simulation stalled at t={self.now:.1f}s: {len(self._queue)} jobs wait on an idle cluster with no "
                 f"arrival left, and {scheduler.name} started none in its last {IDLE_ROUNDS:,} rounds (first: job "
                 f"{first}, {int(self.jobs.num_gpus[first])} GPUs); it cannot or will not place them"
@@ -594,7 +599,7 @@ class Simulator:
             t = min(t_arr, t_evt)
             if t == math.inf:
                 stuck = [j for j in range(n) if self._state[j] != DONE]
-                raise RuntimeError(
+                raise SimulationStalled(
                     f"simulation stalled at t={self.now:.1f}s: {len(stuck)} jobs can never run "
                     f"(first: job {stuck[0]}, state {int(self._state[stuck[0]])}); the scheduler left them "
                     "queued with nothing running and no wake-up requested"

@@ -14,7 +14,7 @@ from cluster_sim.out_folder import check_out_folder, folder_lock
 from cluster_sim.protocol import check_fits
 from cluster_sim.results import SimResult, write_atomic
 from cluster_sim.sim_presets import restart_phrase
-from cluster_sim.simulator import Simulator
+from cluster_sim.simulator import SimulationStalled, Simulator
 from interference.cli import int_at_least
 
 SUMMARY_COLUMNS = (
@@ -235,9 +235,15 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
     title = f"{sim.jobs.source} jobs on {sim.topo.name}, interference {settings['interference']}"
     title += ", GPU sharing" if args.gpu_sharing else ""
     title = f"{title}, {restart_phrase(settings['restart_cost'], settings['app_restart_costs'])}"
+    stalled: list[str] = []
     try:
         for sched in schedulers:
-            result = sim.run(sched, progress=not args.quiet)
+            try:
+                result = sim.run(sched, progress=not args.quiet)
+            except SimulationStalled as err:  # this scheduler's failure on this workload: the others still run
+                print(f"marlsched simulate: {sched.name}: {err}; left out of the results", file=sys.stderr)
+                stalled.append(sched.name)
+                continue
             results.append(result)
             if args.out:
                 out = Path(args.out) if len(schedulers) == 1 else Path(args.out) / _safe(sched.name)
@@ -248,6 +254,8 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
             if args.out:
                 _write_manifest(args)
         raise
+    if not results:
+        return 1
     print(summary_table([r.metrics() for r in results], title=title))
     if args.plot:
         write_simulate_plots(check_out_folder(args.plot, "--plot"), args, results)
@@ -258,8 +266,9 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
     unfinished = [r.scheduler for r in results if r.metrics()["jobs_completed"] != len(sim.jobs)]
     if unfinished:
         print(f"warning: unfinished jobs under {', '.join(unfinished)}", file=sys.stderr)
-        return 1
-    return 0
+    if stalled:
+        print(f"stalled, left out: {', '.join(stalled)}", file=sys.stderr)
+    return 1 if unfinished or stalled else 0
 
 
 def _empty_folder(path: Path) -> bool:

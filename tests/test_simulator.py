@@ -506,3 +506,23 @@ def test_a_periodic_scheduler_that_never_starts_the_waiting_jobs_is_stopped_as_s
         Simulator(tiny_cluster().view, jobs).run(Waiting(None))
     late = Simulator(tiny_cluster().view, jobs).run(Waiting(IDLE_ROUNDS // 2))
     assert late.end[0] == pytest.approx(60.0 * (IDLE_ROUNDS // 2) + 100.0)
+
+
+def test_simulate_reports_a_stalled_scheduler_and_runs_the_others(tmp_path, capsys) -> None:
+    """One scheduler that cannot finish a workload (here one that starts nothing) is named with the stall's reason
+    and left out; the others' results are printed and written, and the exit status says one failed."""
+    from experiments.cli import main
+
+    never = tmp_path / "never.py"
+    never.write_text(
+        "class Never:\n    name = 'never'\n\n    def reset(self, view):\n        pass\n\n"
+        "    def schedule(self, view):\n        return []\n"
+    )
+    out = tmp_path / "out"
+    argv = ["simulate", "--cluster", "small", "--workload", "synthetic:1000,window_load=1.0", "--quiet",
+            "--policy", f"{never}:Never,fifo,tiresias", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 1
+    printed = capsys.readouterr()
+    assert "never: simulation stalled at t=" in printed.err and "left out of the results" in printed.err
+    assert "fifo " in printed.out and "tiresias " in printed.out and "never" not in printed.out
+    assert (out / "fifo" / "jobs.csv").is_file() and (out / "tiresias" / "metrics.json").is_file()
