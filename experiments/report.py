@@ -471,6 +471,8 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
             "Every scheduler gave the same average JCT on every run: at this load their choices made no "
             "difference (jobs hardly wait); offer more load to compare them.",
         ]
+    elif len(order) > 1 and (hardly := _hardly_queued(rows, order)):
+        lines += ["", hardly]
     oracles = [name for name in order if reads_true_durations(name)]
     if oracles:
         verb = "reads" if len(oracles) == 1 else "read"
@@ -483,6 +485,22 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
             "types can raise its mean while its median and slowdown lead.",
         ]
     return [*lines, *_type_blind(cfg, order), ""]
+
+
+def _hardly_queued(rows: Runs, order: list[str]) -> str:
+    """Where no scheduler's jobs waited more than 1% of their JCT on average, a note that the gaps between them are
+    not their orders (the queue they would order hardly formed); '' otherwise."""
+    wait = {n: float(np.mean([m.get("avg_queue_delay", math.nan) for m in rows[n].values()])) for n in order}
+    jct = {n: float(np.mean([m["avg_jct"] for m in rows[n].values()])) for n in order}
+    if not all(wait[n] <= 0.01 * jct[n] for n in order):  # a NaN (no such column) fails too: no note
+        return ""
+    spread = (max(jct.values()) - min(jct.values())) / min(jct.values())
+    return (
+        f"No scheduler's jobs waited more than {max(wait.values()):.0f} s on average (at most 1% of their JCT): at "
+        f"this load a queue hardly formed, so the {100 * spread:.1f}% between the schedulers' average JCTs comes from "
+        "where they placed jobs and a few waits, not from the orders they would give a queue; offer more load to "
+        "compare those."
+    )
 
 
 def _type_blind(cfg: ExperimentConfig, names: list[str]) -> list[str]:

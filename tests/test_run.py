@@ -332,6 +332,8 @@ def test_scaling_runs_one_policy_file_at_every_agent_count(ray_shared, tmp_path:
     out = tmp_path / "out"
     logs: list[str] = []
     run_experiment(cfg, out, log=logs.append)
+    assert any(line.startswith("scaling: measuring 2 agent count(s) (1, 4)") for line in logs)  # said before minutes
+    assert "scaling: [2/2] 4 agents ..." in logs
     rows = [json.loads((out / "scaling" / f"agents_{k:03d}.json").read_text()) for k in (1, 4)]
     for k, row in zip((1, 4), rows, strict=True):
         assert row["agents"] == k and row["gpus_per_agent"] == 256 // k
@@ -869,8 +871,11 @@ def test_the_metrics_notes_name_oracle_references_and_say_when_no_choice_mattere
     cfg = parse_experiment_config(TINY, "tiny.yaml")
     runs = [("w", seed) for seed in cfg.seeds]
 
-    def notes(jct: dict[str, list[float]]) -> str:
-        rows = {name: {run: {"avg_jct": v} for run, v in zip(runs, vals, strict=True)} for name, vals in jct.items()}
+    def notes(jct: dict[str, list[float]], wait: float = 5.0) -> str:
+        rows = {
+            name: {run: {"avg_jct": v, "avg_queue_delay": wait} for run, v in zip(runs, vals, strict=True)}
+            for name, vals in jct.items()
+        }
         return "\n".join(_metric_table(cfg, rows))
 
     same = notes({"fifo": [10.0, 20.0, 30.0], "sjf": [10.0, 20.0, 30.0]})
@@ -878,6 +883,10 @@ def test_the_metrics_notes_name_oracle_references_and_say_when_no_choice_mattere
     assert "Every scheduler gave the same average JCT on every run" in same
     differ = notes({"fifo": [10.0, 20.0, 30.0], "sjf": [10.0, 20.0, 29.0]})
     assert "Every scheduler gave the same" not in differ and "`sjf` reads" in differ
+    # JCTs a little apart while no one's jobs waited (as the whole Philly trace at arrival_scale=0.05 on dc-1k)
+    calm = notes({"fifo": [1e4, 2e4, 3e4], "sjf": [1e4, 2e4, 2.9e4]}, wait=1.0)
+    assert "No scheduler's jobs waited more than 1 s on average" in calm and "the 1.7% between" in calm
+    assert "No scheduler's jobs waited" not in notes({"fifo": [1e4, 2e4, 3e4], "sjf": [1e4, 2e4, 2.9e4]}, wait=900.0)
 
 
 def test_an_error_raised_in_a_ray_task_is_one_line_without_the_workers_traceback() -> None:
