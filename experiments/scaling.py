@@ -182,12 +182,20 @@ def run_scaling(cfg: ExperimentConfig, out: Path, log: Log) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     gpus = build_cluster(cfg.cluster).view.num_gpus
     rows = []
-    for agents in sc.agents:
+    todo = [k for k in sc.agents if not (folder / f"agents_{k:03d}.json").is_file()]
+    if todo:  # each count is an evaluation episode and a rollout on RLlib's EnvRunners: minutes, with no line between
+        log(
+            f"scaling: measuring {len(todo)} agent count(s) ({', '.join(map(str, todo))}), one evaluation episode "
+            f"and {sc.env_runners} EnvRunner(s) of {sc.rollout_steps} rollout steps each; each count takes a while "
+            "(about 2 minutes on dc-1k on 2 cores)"
+        )
+    for n, agents in enumerate(sc.agents, 1):
         path = folder / f"agents_{agents:03d}.json"
         if path.is_file():
             rows.append(json.loads(path.read_text()))
             log(f"scaling: {agents} agents measured before")
             continue
+        log(f"scaling: [{n}/{len(sc.agents)}] {agents} agents ...")
         t0 = time.perf_counter()
         row: dict[str, Any] = {"agents": agents, "gpus_per_agent": gpus // agents}
         row |= evaluation_episode(cfg, agents)
