@@ -111,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         # user errors (bad spec, missing file, unknown name) end in one clear line, not a traceback
         print(f"marlsched {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
+    except RuntimeError as err:  # a scheduler that cannot finish the workload: not a user error, not a crash
+        from cluster_sim.simulator import SimulationStalled
+
+        if not isinstance(err, SimulationStalled):
+            raise
+        print(f"marlsched {args.command}: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"marlsched {args.command}: interrupted. {_after_interrupt(args)}", file=sys.stderr)
         return 130  # the shell's code for a command stopped by Ctrl-C

@@ -32,6 +32,7 @@ import yaml
 
 from cluster_sim.out_folder import LOCK_FILE, folder_lock
 from cluster_sim.results import write_atomic
+from cluster_sim.simulator import SimulationStalled
 from cluster_sim.workload_spec import WorkloadSpecError
 from experiments.provenance import result_provenance
 from experiments.run_config import (
@@ -209,6 +210,7 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
     t0 = time.perf_counter()
     done, first = 0, 0.0
     warned: set[str] = set()
+    stalled: list[str] = []
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -218,6 +220,10 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
             except Exception as err:  # a workload that only its run can refuse: named at its key and line
                 if isinstance(getattr(err, "cause", None), WorkloadSpecError):
                     raise workload_error(cfg, spec["workload_label"], err.cause) from None
+                if isinstance(getattr(err, "cause", None), SimulationStalled):  # this run's: the others go on
+                    stalled.append(f"{_run_name(spec)}: {err.cause}")
+                    print(f"marlsched run: {stalled[-1]}", file=sys.stderr)
+                    continue
                 raise
             write_task(out, spec, res)
             done += 1
@@ -232,9 +238,7 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
             else:
                 eta = f"ETA {(elapsed - first) / (done - 1) * (len(todo) - done):.0f} s"
             log(
-                f"[{done}/{len(todo)}] {spec['scheduler']}"
-                f"{' on ' + spec['workload_label'] if spec['workload_label'] else ''} "
-                f"seed {spec['seed']}: avg JCT {m['avg_jct']:.0f} s, "
+                f"[{done}/{len(todo)}] {_run_name(spec)}: avg JCT {m['avg_jct']:.0f} s, "
                 f"{m['jobs_completed']}/{m['jobs_total']} jobs, {m['wall_seconds']:.1f} s "
                 f"({m['task_cpu_seconds']:.1f} s CPU) on host {res['host']}, worker pid {res['pid']}"
                 f"  (elapsed {elapsed:.0f} s, {eta})"
@@ -244,7 +248,20 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
         # would go on computing what nobody collects; a rerun redoes them
         for ref in pending:
             ray.cancel(ref)
+    if stalled:  # the report compares every scheduler on the same runs: it waits for a config without them
+        names = sorted({s.split(" on ")[0].split(" seed ")[0] for s in stalled})
+        raise SimulationStalled(
+            f"{len(stalled)} of {len(todo)} runs stalled ({', '.join(names)}; each said above); the other {done} are "
+            f"written in {out / TASKS_DIR} and a rerun into the same --out reuses them. Take the stalled scheduler "
+            "out of `schedulers:` (or fix it) and rerun for the report"
+        )
     return done
+
+
+def _run_name(spec: dict[str, Any]) -> str:
+    """One run as the progress lines name it: scheduler, workload where the config has several, seed."""
+    on = f" on {spec['workload_label']}" if spec["workload_label"] else ""
+    return f"{spec['scheduler']}{on} seed {spec['seed']}"
 
 
 def node_slots() -> list[str]:
@@ -271,15 +288,15 @@ def _on_node(node_id: str) -> Any:
 # ---------------------------------------------------------------------------------------------- run
 
 
-# what may change between invocations into one folder: more (or fewer) seeds and agent counts reuse what
-# every other setting measured, since a task is one scheduler x workload x seed and a scaling row one count
-EXTENDABLE = frozenset({"seeds", "scaling.agents"})
+# what may change between invocations into one folder: more (or fewer) seeds, schedulers and agent counts reuse
+# what every other setting measured, since a task is one scheduler x workload x seed and a scaling row one count
+EXTENDABLE = frozenset({"seeds", "schedulers", "baselines", "scaling.agents"})
 
 
 def _prepare_out(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
     """Create ``out`` with the config copy, or check that it holds this same experiment (resume), or this one
-    with other seeds or agent counts (:data:`EXTENDABLE`: what was measured is reused), or nothing measured yet
-    (a start that failed before any result: the corrected config takes its place)."""
+    with other seeds, schedulers or agent counts (:data:`EXTENDABLE`: what was measured is reused), or nothing
+    measured yet (a start that failed before any result: the corrected config takes its place)."""
     out.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
     path = out / CONFIG_FILE
@@ -294,7 +311,7 @@ def _prepare_out(cfg: ExperimentConfig, out: Path) -> dict[str, Any]:
         if measured and not set(changed) <= EXTENDABLE:
             raise ValueError(
                 f"{out} holds another experiment: its {CONFIG_FILE} differs from {cfg.source} in "
-                f"{', '.join(changed)}; only {' and '.join(sorted(EXTENDABLE))} may change between runs into one "
+                f"{', '.join(changed)}; only {', '.join(sorted(EXTENDABLE))} may change between runs into one "
                 f"folder (what was measured is reused); use another --out, or delete {out}"
             )
     write_atomic(path, text)

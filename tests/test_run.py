@@ -398,6 +398,38 @@ def test_a_run_stopped_on_a_ray_that_outlives_it_cancels_its_unfinished_tasks(ra
     assert ray.available_resources().get("CPU", 0) == total, "tasks of the stopped run still hold CPUs"
 
 
+def test_a_stalled_scheduler_is_named_the_others_run_and_the_folder_takes_the_config_without_it(
+    ray_shared, tmp_path: Path, capsys
+) -> None:
+    """A scheduler that cannot finish a workload (one that starts nothing) stalls its runs alone: each is named with
+    the reason, the other schedulers' runs finish and are kept, and the command says what to do (status 1, no
+    report); the same folder then takes the config without that scheduler and reuses every run."""
+    from cluster_sim.simulator import SimulationStalled
+    from experiments.cli import main
+    from experiments.run import run_experiment
+
+    never = tmp_path / "never.py"
+    never.write_text(
+        "class Never:\n    name = 'never'\n\n    def reset(self, view):\n        pass\n\n"
+        "    def schedule(self, view):\n        return []\n"
+    )
+    raw = {**TINY, "seeds": [1, 2], "schedulers": ["fifo", f"{never}:Never", "sjf"]}
+    out = tmp_path / "out"
+    said = r"2 of 6 runs stalled \(.*never.py:Never; each said above\); the other 4 are written in .*Take the stalled"
+    with pytest.raises(SimulationStalled, match=said):
+        run_experiment(parse_experiment_config(raw, "stall.yaml"), out, log=lambda s: None)
+    assert capsys.readouterr().err.count("never.py:Never seed ") == 2
+    assert sorted(p.name for p in (out / "tasks").iterdir()) == ["fifo__seed1", "fifo__seed2", "sjf__seed1",
+                                                                "sjf__seed2"]  # fmt: skip
+    assert not (out / "report.md").exists()
+    config = _write(tmp_path, yaml.safe_dump(raw), "stall.yaml")  # the command: one line, status 1
+    assert main(["run", str(config), "--out", str(out), "--quiet"]) == 1
+    assert "marlsched run: 2 of 2 runs stalled" in capsys.readouterr().err  # the 4 others were reused
+    kept = parse_experiment_config({**raw, "schedulers": ["fifo", "sjf"]}, "stall.yaml")
+    assert run_experiment(kept, out, log=lambda s: None)["tasks_run"] == 0
+    assert "| sjf |" in (out / "report.md").read_text()
+
+
 @pytest.mark.slow
 def test_interrupted_run_resumes_without_recomputing_finished_work(ray_shared, tmp_path: Path) -> None:
     from experiments.run import run_experiment
@@ -461,7 +493,8 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(ray_shared, t
     assert run_experiment(cfg, out, log=logs.append)["tasks_run"] == 0
     other = parse_experiment_config({**TINY, "seeds": [4]})
     with pytest.raises(ValueError, match=r"holds another experiment: its config.yaml differs from .* in seeds, "
-                                         r"schedulers, train; only scaling.agents and seeds may change"):  # fmt: skip
+                                         r"schedulers, train; only baselines, scaling.agents, schedulers, seeds may "
+                                         r"change"):  # fmt: skip
         run_experiment(other, out, log=logs.append)
     more = parse_experiment_config({**TINY, "schedulers": cfg.schedulers, "train": train, "seeds": [1, 2, 3, 4]},
                                    "tiny.yaml")  # fmt: skip
