@@ -262,6 +262,7 @@ PHILLY_OK = "2017-10-09 07:01:55,66.0,1,66.0,aa\n"
         (PHILLY_OK + "2017-10-09 07:02:00,5.0,abc,5.0,bb\n", 3, "num_gpus='abc' is not an integer"),
         (PHILLY_OK * 3 + "2017-10-09 07:02:00,,1,5.0,bb\n", 5, "duration='' is not a number"),
         (PHILLY_OK + "yesterday,5.0,1,5.0,bb\n", 3, "timestamp='yesterday' is not a date-time"),
+        (PHILLY_OK + "1714953938,5.0,1,5.0,bb\n", 3, "timestamp='1714953938' is a number, not a date-time"),
         (PHILLY_OK + "2017-10-09 08:00:00+01:00,5.0,1,5.0,bb\n", 3, "carries a time zone; write every row in one zone"),
         (PHILLY_OK + "2017-10-09 07:02:00,5.0,1,5.0\n", 3, "expected 5 comma-separated fields"),
         (PHILLY_OK + "2017-10-09 07:02:00,5.0,0,0.0,bb\n", 3, "num_gpus='0' must be >= 1"),
@@ -282,6 +283,11 @@ def test_philly_missing_column_lists_expected(tmp_path: Path) -> None:
         load_philly(p)
     with pytest.raises(FileNotFoundError, match="philly trace not found"):
         load_philly(tmp_path / "nope.csv")
+    # a log that names its tenant column otherwise is told what cluster means
+    p = write(tmp_path, "users.csv", "timestamp,duration,num_gpus,gpu_time,user\n" + PHILLY_OK)
+    with pytest.raises(TraceFormatError, match=r"line 1: header lacks column\(s\) cluster; .*cluster is each job's "
+                                               r"tenant \(user, team or queue"):  # fmt: skip
+        load_philly(p)
 
 
 def test_philly_unsorted_ties_keep_file_order(tmp_path: Path) -> None:
@@ -766,6 +772,24 @@ def test_a_gpu_time_that_is_not_duration_times_gpus_is_named_with_its_line(tmp_p
     with warnings.catch_warnings():
         warnings.simplefilter("error", GpuTimeWarning)
         load_philly(write(tmp_path, "rounded.csv", PHILLY_HEAD + body.replace(",4.0,", ",14399.8,")))
+
+
+def test_a_log_whose_median_job_runs_under_a_minute_is_said_to_be_in_another_unit(tmp_path: Path) -> None:
+    """Durations in hours (with gpu_time in GPU-hours, so the two agree) would run silently as seconds: every
+    figure 3600 times too small; the median job's length names it. A log in seconds is not warned about."""
+    import warnings
+
+    from cluster_sim.traces.philly import DurationUnitWarning
+
+    rows = [("2024-03-01 08:00:00", 2.0, 2), ("2024-03-01 09:00:00", 0.5, 4), ("2024-03-01 10:00:00", 12.0, 1)]
+    body = "".join(f"{t},{d},{g},{d * g},team\n" for t, d, g in rows)
+    with pytest.warns(DurationUnitWarning, match=r"hours\.csv: the median job runs 2 s; duration is read as seconds "
+                                                 r"\(a log in hours: multiply by 3600"):  # fmt: skip
+        load_philly(write(tmp_path, "hours.csv", PHILLY_HEAD + body))
+    seconds = "".join(f"{t},{d * 3600},{g},{d * g * 3600},team\n" for t, d, g in rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DurationUnitWarning)
+        load_philly(write(tmp_path, "seconds.csv", PHILLY_HEAD + seconds))
 
 
 def test_a_table_of_jobs_in_python_runs_as_the_same_jobs_in_a_csv_file(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -50,6 +51,14 @@ def _timestamps(values: np.ndarray, lines: np.ndarray, path: Path) -> np.ndarray
     """``YYYY-MM-DD HH:MM:SS`` strings as int64 seconds since the epoch (timezone as written; an offset is refused:
     rows of several zones would be ordered wrong)."""
     text = values.astype(str)
+    numbers = np.char.isdigit(np.char.replace(np.char.strip(text), ".", ""))  # numpy would read 1714953938 as a year
+    if numbers.any():
+        i = int(np.argmax(numbers))
+        raise TraceFormatError(
+            path, int(lines[i]), f"column timestamp={str(text[i])!r} is a number, not a date-time like 2017-10-09 "
+            "07:01:55; seconds since 1970 (a Slurm export): write them as dates, e.g. pandas.to_datetime(column, "
+            "unit='s'), or load the table with cluster_sim.traces.workload_from_frame"
+        )  # fmt: skip
     for i in np.flatnonzero(np.char.str_len(text) > 19):  # longer than 2017-10-09 07:01:55
         if _ZONE.search(text[i].strip()):
             raise TraceFormatError(
@@ -76,7 +85,7 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
     windows of one trace, and parsing its 100,000 rows costs half a second each time. The arrays are
     read-only, so no caller can change what the next one gets."""
     p = Path(path)
-    cols, lines = read_csv_columns(p, PHILLY_COLUMNS, optional=(MODEL_COLUMN, ID_COLUMN))
+    cols, lines = read_csv_columns(p, PHILLY_COLUMNS, header_check=_tenant_named(p), optional=(MODEL_COLUMN, ID_COLUMN))
     if unread := unread_columns(p, (*PHILLY_COLUMNS, MODEL_COLUMN, ID_COLUMN)):
         warnings.warn(
             f"{p}: column(s) {', '.join(unread)} not read: a philly: trace reads {', '.join(PHILLY_COLUMNS)} "
@@ -92,6 +101,7 @@ def _parsed(path: str, mtime_ns: int, size: int) -> tuple:
     require(num_gpus >= 1, "must be >= 1", cols["num_gpus"], "num_gpus", lines, p)
     require(gpu_time >= 0, "must be >= 0", cols["gpu_time"], "gpu_time", lines, p)
     _check_gpu_time(gpu_time, duration * num_gpus, lines, p)
+    _check_duration_unit(duration, p)
     tenant, tenants = tenant_codes(cols["cluster"])
     given = model_codes(cols[MODEL_COLUMN], lines, p) if MODEL_COLUMN in cols else np.full(len(ts), -1, np.int16)
     ids = np.char.strip(cols[ID_COLUMN]) if ID_COLUMN in cols else None
@@ -160,9 +170,41 @@ class TraceColumnsWarning(SimulationWarning):
     """A trace file has columns its loader does not read (a model or GPU type the simulation will not use)."""
 
 
+class DurationUnitWarning(SimulationWarning):
+    """A trace's jobs run under a minute in the median: its durations are likely hours or minutes, not seconds."""
+
+
 class GpuTimeWarning(SimulationWarning):
     """A trace's ``gpu_time`` is not its ``duration`` x ``num_gpus`` (often GPU-hours, or a job's measured busy
     time): the Pollux filter and ``model_rule=pollux`` read it, so their choices would differ from Pollux's."""
+
+
+def _tenant_named(path: Path) -> Callable[[list[str]], None]:
+    """A header without ``cluster`` is told that it is the tenant's column (a log names it user, team or queue)."""
+
+    def check(header: list[str]) -> None:
+        if "cluster" not in header:
+            missing = [c for c in PHILLY_COLUMNS if c not in header]
+            raise TraceFormatError(
+                path, 1, f"header lacks column(s) {', '.join(missing)}; expected columns: {','.join(PHILLY_COLUMNS)} "
+                f"(found: {','.join(header)}); cluster is each job's tenant (user, team or queue; Philly's virtual "
+                "cluster): rename that column cluster, or write one name for all"
+            )  # fmt: skip
+
+    return check
+
+
+def _check_duration_unit(duration: np.ndarray, path: Path) -> None:
+    """Warn where the median job runs under a minute: a log in hours or minutes reads as seconds and runs silently,
+    every figure a thousand times too small."""
+    median = float(np.median(duration)) if len(duration) else 60.0
+    if median < 60.0:
+        warnings.warn(
+            f"{path}: the median job runs {median:g} s; duration is read as seconds (a log in hours: multiply by "
+            "3600, in minutes: by 60; gpu_time likewise)",
+            DurationUnitWarning,
+            stacklevel=3,
+        )
 
 
 def _check_gpu_time(gpu_time: np.ndarray, expected: np.ndarray, lines: np.ndarray, path: Path) -> None:
