@@ -335,6 +335,11 @@ def summary_table(rows: list[dict], title: str = "") -> str:
     for row in [header, *body]:
         cells = (c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
         lines.append("  ".join(cells))
+    if any(r["mean_slowdown"] < 1 for r in rows):  # reads as a bug unless said: the reference is the trace's type
+        lines.append(
+            "slowdown: JCT over the job's run time in the workload, on the type its times are given for (V100 for "
+            "Philly-like traces); below 1 where jobs ran on a faster type or an elastic scheduler gave them more GPUs"
+        )
     return "\n".join(lines)
 
 

@@ -526,3 +526,15 @@ def test_simulate_reports_a_stalled_scheduler_and_runs_the_others(tmp_path, caps
     assert "never: simulation stalled at t=" in printed.err and "left out of the results" in printed.err
     assert "fifo " in printed.out and "tiresias " in printed.out and "never" not in printed.out
     assert (out / "fifo" / "jobs.csv").is_file() and (out / "tiresias" / "metrics.json").is_file()
+
+
+def test_the_table_says_why_a_slowdown_is_below_one_where_one_is() -> None:
+    """A slowdown under 1 reads as a bug unless the table says its reference (the trace's GPU type); a table of
+    slowdowns at or above 1 carries no such line."""
+    from cluster_sim.results import METRIC_KEYS
+    from experiments.simulate import summary_table
+
+    row = {key: 1.5 for key in METRIC_KEYS} | {"scheduler": "fifo"}
+    assert "slowdown: JCT over" not in summary_table([row])
+    table = summary_table([row, row | {"scheduler": "gavel-las", "mean_slowdown": 0.45}])
+    assert table.splitlines()[-1].startswith("slowdown: JCT over the job's run time") and "faster type" in table
