@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import heapq
 import math
+import sys
 import time as _time
 import warnings
 from collections.abc import Callable, Sequence
@@ -478,17 +479,14 @@ class Simulator:
         training episodes whose returns beyond it no longer count."""
         self.start(scheduler)
         wall0 = _time.perf_counter()
-        bar = _progress_bar(len(self.jobs), scheduler.name) if progress else None
-        last_done = 0
+        bar = _Progress(len(self.jobs), scheduler.name) if progress else None
         while self.step(scheduler):
             if until is not None and self.now >= until:
                 break
-            if bar is not None and self._done - last_done >= 500:
-                bar.update(self._done - last_done)
-                last_done = self._done
+            if bar is not None:
+                bar.tick(self._done, self.now)
         if bar is not None:
-            bar.update(self._done - last_done)
-            bar.close()
+            bar.close(self._done)
         if self._mixed_jobs:
             warnings.warn(
                 f"{scheduler.name}: {len(self._mixed_jobs)} of {len(self.jobs)} jobs ran on several GPU types at once, "
@@ -1201,8 +1199,37 @@ def _count(items: list[int]) -> dict[int, int]:
     return counts
 
 
-def _progress_bar(total: int, name: str):
-    from tqdm import tqdm
+class _Progress:
+    """A simulation's progress: a bar on a terminal; where stderr is a log file or a pipe (a bar's redraws would
+    clutter it), a plain line every :attr:`LINE_EVERY` seconds, so that a long run (Pollux on a data center) shows
+    that it moves and a short one prints nothing."""
 
-    # disable=None: no bar where stderr is no terminal (a log file, a pipe), whose lines it would only clutter
-    return tqdm(total=total, desc=f"simulate {name}", unit="job", mininterval=0.5, leave=False, disable=None)
+    LINE_EVERY = 30.0
+
+    def __init__(self, total: int, name: str) -> None:
+        self.total, self.name, self.shown = total, name, 0
+        self.t0 = self.said = _time.perf_counter()
+        self.bar = None
+        if sys.stderr is not None and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=f"simulate {name}", unit="job", mininterval=0.5, leave=False)
+
+    def tick(self, done: int, now: float) -> None:
+        if self.bar is not None:
+            if done - self.shown >= 500:  # a bar's update costs more than a simulation step
+                self.bar.update(done - self.shown)
+                self.shown = done
+        elif (wall := _time.perf_counter()) - self.said >= self.LINE_EVERY:
+            self.said = wall
+            print(
+                f"simulate {self.name}: {done:,}/{self.total:,} jobs done at simulated {now / 3600:,.1f} h "
+                f"({wall - self.t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self, done: int) -> None:
+        if self.bar is not None:
+            self.bar.update(done - self.shown)
+            self.bar.close()

@@ -538,3 +538,20 @@ def test_the_table_says_why_a_slowdown_is_below_one_where_one_is() -> None:
     assert "slowdown: JCT over" not in summary_table([row])
     table = summary_table([row, row | {"scheduler": "gavel-las", "mean_slowdown": 0.45}])
     assert table.splitlines()[-1].startswith("slowdown: JCT over the job's run time") and "faster type" in table
+
+
+def test_a_long_simulation_into_a_log_says_every_so_often_how_far_it_is(monkeypatch, capsys) -> None:
+    """Where stderr is no terminal (a pipe, a log file: here pytest's capture) a progress bar is off; a plain line
+    at most every ``LINE_EVERY`` seconds says how many jobs are done, and a run shorter than that says nothing."""
+    from cluster_sim import simulator as simulator_module
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    sim = build_simulator("small", "synthetic:300,load=2", seed=3, restart_cost=30)
+    sim.run(get_policy("fifo"), progress=True)
+    assert "jobs done" not in capsys.readouterr().err
+    monkeypatch.setattr(simulator_module._Progress, "LINE_EVERY", 0.0)
+    sim.run(get_policy("fifo"), progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) > 10 and all(line.startswith("simulate fifo: ") for line in lines)
+    assert "/300 jobs done at simulated " in lines[-1] and " h (" in lines[-1]
