@@ -191,43 +191,56 @@ class ElasticPolicy(PolicyScheduler):
         (or starts on any node), so no placement constraint changes."""
         cost = self.cost_table
         topo = view.topo
-        server = topo.gpu_server
-        gpn = int(topo.server_num_gpus.max())
+        server = np.asarray(topo.gpu_server)
+        size = np.asarray(topo.server_num_gpus)
+        gpn = int(size.max())
+        jobs = len(placement)
         holder = np.full(topo.num_gpus, -1, dtype=np.int64)
         for i, g in enumerate(placement):
             if g is not None:
                 holder[g] = i
         counts = np.array([0 if g is None else len(g) for g in placement], dtype=np.int64)
+        pairs = None  # each (node, job) holding GPUs there, in (node, job) order, and how many: redone after a swap
         for i in np.flatnonzero(counts < np.minimum(wanted, gpn)).tolist():
             t = min(int(wanted[i]), gpn)
-            if counts[i] and len(np.unique(server[placement[i]])) > 1:
-                continue
-            nodes = np.unique(server[placement[i]]) if counts[i] else np.arange(topo.num_servers)
-            gain = cost[i, counts[i]] - cost[i, t]
-            best = None  # (net gain, node, donor, GPUs taken)
-            for s in nodes.tolist():
-                on = np.flatnonzero(server == s)
-                need = t - int((holder[on] == i).sum()) - int((holder[on] == -1).sum())
-                if need <= 0 or len(on) < t or not np.isfinite(gain):
+            allowed = None  # every node, for a job not running
+            if counts[i]:
+                allowed = np.unique(server[placement[i]])
+                if len(allowed) > 1:
                     continue
-                for d in np.unique(holder[on][holder[on] >= 0]).tolist():
-                    mine = on[holder[on] == d]
-                    left = int(counts[d]) - need
-                    if d == i or len(mine) < need or (0 < left < least[d]):
-                        continue
-                    net = gain - (cost[d, left] - cost[d, counts[d]])
-                    if net > 1e-12 and (best is None or net > best[0]):
-                        best = (net, s, d, mine[-need:])
-            if best is None:
+            gain = cost[i, counts[i]] - cost[i, t]
+            if not np.isfinite(gain):
                 continue
-            _, s, d, taken = best
+            if pairs is None:
+                held = holder >= 0
+                keys, held_there = np.unique(server[held] * jobs + holder[held], return_counts=True)
+                pairs = (keys // jobs, keys % jobs, held_there, np.bincount(server[~held], minlength=len(size)))
+            node, donor, held_there, free = pairs
+            # GPUs job i still lacks on each node once it has its own and the free ones there
+            need = t - np.bincount(server[holder == i], minlength=len(size)) - free
+            ok = (need[node] > 0) & (size[node] >= t) & (donor != i) & (held_there >= need[node])
+            if allowed is not None:
+                ok &= node == allowed[0]
+            left = counts[donor] - need[node]
+            ok &= ~((left > 0) & (left < least[donor]))
+            if not ok.any():
+                continue
+            c, d_, lf = np.flatnonzero(ok), donor[ok], left[ok]
+            net = gain - (cost[d_, lf] - cost[d_, counts[d_]])
+            better = net > 1e-12
+            if not better.any():
+                continue
+            k = int(np.argmax(np.where(better, net, -np.inf)))  # the first best in (node, donor) order
+            s, d, n = int(node[c[k]]), int(d_[k]), int(need[node[c[k]]])
             on = np.flatnonzero(server == s)
+            taken = on[holder[on] == d][-n:]
             holder[taken] = i
             holder[on[holder[on] == -1][: t - int((holder[on] == i).sum())]] = i
             placement[i] = np.flatnonzero(holder == i)
             rest = np.flatnonzero(holder == d)
             placement[d] = rest if len(rest) else None
             counts[i], counts[d] = len(placement[i]), len(rest)
+            pairs = None
 
     def restart_penalty(self, view: SchedulerView, jobs: np.ndarray) -> np.ndarray:
         """Pollux's factor on the value of a job whose allocation changes: ``max(age − restarts · 30 s, 0) /
@@ -264,8 +277,8 @@ class ElasticPolicy(PolicyScheduler):
                     continue  # same count on another type: placed below
                 out[i] = g
                 taken[g] = True
-                servers = np.unique(topo.gpu_server[g])
-                if len(servers) > 1:
+                servers = topo.gpu_server[g]
+                if servers.min() != servers.max():  # a multi-node job (most are on one node: no np.unique)
                     multi[servers] = True
         for i in np.argsort(-counts, kind="stable").tolist():
             n = int(counts[i])
