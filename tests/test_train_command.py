@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +67,6 @@ def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_fol
     name, and ``get_policy("marl:DIR")`` loads it through the spec's loader as that layer; a loader that builds
     another is refused, as is a spec that takes a built-in agent's name, naming the entry point."""
     import dataclasses
-    import sys
     from dataclasses import asdict
 
     import marl.agents
@@ -109,6 +111,13 @@ def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_fol
     monkeypatch.setitem(AGENTS, "rounds-mine", dataclasses.replace(found["rounds-mine"], loader="my_agent:plain"))
     with pytest.raises(ValueError, match=r"agent 'rounds-mine': its loader my_agent:plain built a ScoredRounds, not "):
         get_policy(f"marl:{tmp_path / 'run' / 'policy'}")
+
+    # a fresh process (a training pool's worker) that unpickles a Sticky imports my_agent first: the entry points
+    # are read once the table is used, not while my_agent is half imported
+    fresh = "import my_agent; from marl.agents import AGENTS; print(type(AGENTS['rounds-mine']).__name__)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    proc = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "AgentSpec", proc.stderr[-2000:]
 
     (dist / "entry_points.txt").write_text("[marlsched.agents]\nrounds = my_agent:CLASH\n")
     sys.modules.pop("my_agent", None)

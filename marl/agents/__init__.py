@@ -3,9 +3,11 @@
 ``AGENTS`` is the one table that ``marlsched train`` (:mod:`marl.training.recipes`), the policy-folder registry
 (:mod:`marl.deploy.registry`) and the docs read. A new learned scheduler is one more spec: a module here listed
 below, or, from a package of one's own, an :class:`AgentSpec` announced in the ``marlsched.agents`` entry-point
-group (every process that imports this table, Ray's workers and the training pools included, finds it there).
+group (every process that reads this table, Ray's workers and the training pools included, finds it there; the
+entry points are read on the table's first use, not on import).
 """
 
+from collections.abc import Iterator, MutableMapping
 from importlib.metadata import entry_points
 
 from marl.agents import dl2, metaplace, priority, rounds, sia_weights, topdrl
@@ -41,7 +43,40 @@ def _installed(built_in: dict[str, AgentSpec]) -> dict[str, AgentSpec]:
     return found
 
 
-_BUILT_IN = {spec.name: spec for spec in BUILT_IN}
-AGENTS: dict[str, AgentSpec] = {**_BUILT_IN, **_installed(_BUILT_IN)}
+class _Agents(MutableMapping[str, AgentSpec]):
+    """The built-in specs, then the installed ones, read on first use rather than on import: a package's spec
+    module imports :mod:`marl.agents.spec` (and so this package), and a worker process that imports that module
+    first would otherwise load the entry point of a module still half imported (a circular import)."""
+
+    def __init__(self, built_in: tuple[AgentSpec, ...]) -> None:
+        self._built_in = {spec.name: spec for spec in built_in}
+        self._table: dict[str, AgentSpec] | None = None
+
+    @property
+    def table(self) -> dict[str, AgentSpec]:
+        if self._table is None:
+            self._table = {**self._built_in, **_installed(self._built_in)}
+        return self._table
+
+    def __getitem__(self, name: str) -> AgentSpec:
+        return self.table[name]
+
+    def __setitem__(self, name: str, spec: AgentSpec) -> None:
+        self.table[name] = spec
+
+    def __delitem__(self, name: str) -> None:
+        del self.table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __repr__(self) -> str:
+        return f"AGENTS({', '.join(self.table)})"
+
+
+AGENTS: MutableMapping[str, AgentSpec] = _Agents(BUILT_IN)
 
 __all__ = ["AGENTS", "BUILT_IN", "GROUP", "AgentSpec", "Algorithm", "resolve"]
