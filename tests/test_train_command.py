@@ -569,3 +569,26 @@ def test_an_absolute_reward_reports_the_episodes_jct_without_a_reference(tmp_pat
     rows = [{**row, "iteration": i, "minutes": i / 2, "avg_jct": 15_000.0 - 10 * i} for i in range(1, 7)]
     plot_curve(rows, tmp_path / "curve.png", None)
     assert (tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_an_agent_of_ones_own_on_the_rllib_loops_takes_the_priority_agents_decision_or_is_told_why_not(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A spec that reuses the priority agents' PPO is checked as theirs (its ``agent:`` key is not "unknown"); one
+    with a decision layer of its own is refused by name, since RLlib's loops build the priority agents' layer and
+    would train that instead, and told which loops play its own."""
+    import dataclasses
+
+    from marl.training.recipes import TrainConfigError
+
+    mine = dataclasses.replace(AGENTS["priority"], name="prio-mine")
+    monkeypatch.setitem(AGENTS, "prio-mine", mine)
+    config = tmp_path / "mine.yaml"
+    config.write_text(yaml.safe_dump({"agent": "prio-mine", "algo": "ppo", **TINY_PPO}))
+    spec, algo, cfg = load_recipe_config(config)
+    assert spec.name == "prio-mine" and algo.name == "ppo" and cfg["ppo"]["iterations"] == TINY_PPO["ppo"]["iterations"]
+    monkeypatch.setitem(AGENTS, "prio-mine", dataclasses.replace(mine, decision="my_agents.decisions:Mine"))
+    with pytest.raises(TrainConfigError, match=r"line 2: algo: agent 'prio-mine' has a decision layer of its own "
+                                               r"\(my_agents.decisions:Mine\), and the RLlib loops \(ppo, appo\) "
+                                               r"train the priority agents'.*dagger or es"):  # fmt: skip
+        load_recipe_config(config)

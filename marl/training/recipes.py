@@ -69,7 +69,16 @@ def recipe_of(data: Any, chk: ConfigChecker) -> tuple[AgentSpec, Algorithm, dict
         algorithm = spec.algorithm(algo)
     except ValueError as err:
         raise chk.fail(("algo",), str(err)) from None
-    if algorithm.settings is None and agent != DEFAULT_AGENT:  # the baselines' sections keep their agent key
+    trunk = AGENTS[DEFAULT_AGENT]
+    if algorithm.trainer in {a.trainer for a in trunk.algorithms if a.name in RESUMABLE}:
+        if spec.decision != trunk.decision:  # RLlib's loops build the priority agents' env, decision layer included
+            raise chk.fail(
+                ("algo",), f"agent {agent!r} has a decision layer of its own ({spec.decision}), and the RLlib loops "
+                f"({', '.join(RESUMABLE)}) train the priority agents' ({trunk.decision}); train it with a loop that "
+                "plays each agent's layer (the rounds agents' dagger or es), or write a loop of its own "
+                "(docs/extending.md)"
+            )  # fmt: skip
+    elif algorithm.settings is None and agent != DEFAULT_AGENT:  # the baselines' sections keep their agent key
         data = {"agent": agent, **data}
     return spec, algorithm, data
 
