@@ -18,6 +18,7 @@ def predictor_provenance(command: str, data: list[str]) -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``marlsched`` parser with every subcommand (the CLI reference page is rendered from it)."""
+    from experiments.check_leak import add_check_leak_command
     from experiments.run import add_run_command
     from experiments.simulate import add_simulate_command
     from interference.cli import add_interference_commands
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_interference_commands(sub, provenance=predictor_provenance)
     add_train_commands(sub)
     add_run_command(sub)
+    add_check_leak_command(sub)
     return parser
 
 

@@ -1,0 +1,152 @@
+"""Does a scheduler read the lengths of jobs it should not know? Checked by what it does, not by what it declares.
+
+A scheduler that may not know job lengths (a real one: requests, tenant, wait, attained service, the history of
+finished jobs) must never read ``view.jobs.duration`` or ``view.remaining_time(s)``; the protocol says so, and
+nothing else stops it. :func:`check_length_leak` runs a scheduler twice on the same workload: once as it is, and
+once seeing every job's length (and remaining time) multiplied by a seeded random factor, while the simulation
+itself runs on the true lengths. A scheduler that never reads a length makes the same decisions, so every job
+finishes at the same second, bit for bit; one that reads them decides otherwise somewhere. The run also notes
+where the scheduler's code called ``remaining_time(s)``. It covers the code the workload exercises: an elastic
+scheduler's resizing needs jobs that can resize (a ``pollux:`` workload), a learned policy its own cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cluster_sim.protocol import Decision, Scheduler, SimulationWarning
+
+DEFAULT_CLUSTER = "small"
+DEFAULT_WORKLOAD = "synthetic:600,window_load=1.2"  # queues on `small`: the order of waiting jobs matters
+_ORACLE = frozenset({"remaining_time", "remaining_times"})
+
+
+@dataclass(frozen=True)
+class LeakReport:
+    """The two runs compared: ``reads_lengths`` where any job finished at another time with lengths hidden."""
+
+    scheduler: str
+    workload: str
+    jobs: int
+    differing: int  # jobs whose completion time differs between the two runs
+    first_job: int | None  # the first of them (by index), or None
+    jct: tuple[float, float] | None  # that job's JCT with true and with hidden lengths
+    oracle_calls: tuple[str, ...]  # where the scheduler's code called remaining_time(s): "file:line"
+
+    @property
+    def reads_lengths(self) -> bool:
+        return self.differing > 0
+
+    def __str__(self) -> str:
+        head = f"{self.scheduler} on {self.workload} ({self.jobs} jobs)"
+        if not self.reads_lengths:
+            return f"{head}: reads no job's length (every job finished at the same time with lengths hidden)"
+        where = (
+            f"it called {', '.join(self.oracle_calls)}"
+            if self.oracle_calls
+            else "it never called remaining_time(s), so it reads jobs.duration (or the simulator's private state)"
+        )
+        a, b = self.jct or (float("nan"), float("nan"))
+        return (
+            f"{head}: READS JOB LENGTHS: with every length hidden behind a random factor, {self.differing} jobs "
+            f"finished at other times (first: job {self.first_job}, JCT {a:.1f} s against {b:.1f} s); {where}"
+        )
+
+
+class _HiddenLengths:
+    """The simulator as a scheduler sees it, with every job's length and remaining time scaled by ``factor``."""
+
+    def __init__(self, view: Any, jobs: Any, factor: np.ndarray, calls: dict[str, None]) -> None:
+        self._view, self._jobs, self._factor, self._calls = view, jobs, factor, calls
+
+    @property
+    def jobs(self) -> Any:
+        return self._jobs
+
+    def remaining_time(self, job: int) -> float:
+        self._note()
+        return float(self._view.remaining_time(job)) * float(self._factor[job])
+
+    def remaining_times(self, jobs: np.ndarray) -> np.ndarray:
+        self._note()
+        jobs = np.asarray(jobs, dtype=np.int64)
+        return np.asarray(self._view.remaining_times(jobs), dtype=np.float64) * self._factor[jobs]
+
+    def _note(self) -> None:
+        frame = sys._getframe(2)  # the scheduler's code that asked (a file under the working directory: relative)
+        path = os.path.relpath(frame.f_code.co_filename)
+        path = frame.f_code.co_filename if path.startswith("..") else path
+        self._calls.setdefault(f"{path}:{frame.f_lineno}", None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+
+class _Hiding:
+    """``scheduler`` handed :class:`_HiddenLengths` instead of the simulator; its traits read through."""
+
+    def __init__(self, scheduler: Scheduler, factor: np.ndarray, calls: dict[str, None]) -> None:
+        self._inner, self._factor, self._calls = scheduler, factor, calls
+        self._seen: _HiddenLengths | None = None
+
+    def _view(self, view: Any) -> _HiddenLengths:
+        if self._seen is None or self._seen._view is not view:
+            jobs = dataclasses.replace(view.jobs, duration=np.asarray(view.jobs.duration) * self._factor)
+            self._seen = _HiddenLengths(view, jobs, self._factor, self._calls)
+        return self._seen
+
+    def reset(self, view: Any) -> None:
+        self._inner.reset(self._view(view))
+
+    def schedule(self, view: Any) -> list[Decision]:
+        return self._inner.schedule(self._view(view))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def check_length_leak(
+    make: str | Callable[[], Scheduler],
+    *,
+    cluster: Any = DEFAULT_CLUSTER,
+    workload: str = DEFAULT_WORKLOAD,
+    seed: int = 0,
+    **sim_options: Any,
+) -> LeakReport:
+    """Run the scheduler ``make`` names (a policy name or spec as ``get_policy`` takes it, ``marl:DIR`` included,
+    or a function returning a fresh scheduler) with true and with hidden lengths; see the module docstring.
+    ``sim_options`` go to :func:`cluster_sim.build.build_simulator`."""
+    from cluster_sim.build import build_simulator
+    from cluster_sim.policies import get_policy
+
+    def fresh() -> Scheduler:
+        return get_policy(make, seed=seed) if isinstance(make, str) else make()
+
+    with warnings.catch_warnings():  # the check compares decisions: what the runs' figures would mean is not asked
+        warnings.simplefilter("ignore", SimulationWarning)
+        sim = build_simulator(cluster, workload, seed=seed, **sim_options)
+        plain = sim.run(fresh())
+        factor = np.exp(np.random.default_rng(seed + 7).normal(0.0, 1.0, len(sim.jobs)))
+        factor.flags.writeable = False
+        calls: dict[str, None] = {}
+        hidden = sim.run(_Hiding(fresh(), factor, calls))
+    a, b = np.asarray(plain.jct), np.asarray(hidden.jct)
+    differ = ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    first = int(np.argmax(differ)) if differ.any() else None
+    return LeakReport(
+        scheduler=plain.scheduler,
+        workload=str(sim.jobs.source),
+        jobs=len(sim.jobs),
+        differing=int(differ.sum()),
+        first_job=first,
+        jct=None if first is None else (float(a[first]), float(b[first])),
+        oracle_calls=tuple(calls),
+    )

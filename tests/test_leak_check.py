@@ -1,0 +1,60 @@
+"""The length-leak check: a scheduler that reads no job's length decides the same with lengths hidden; one that
+reads them (through ``jobs.duration`` or ``remaining_time``) is named, with where it asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster_sim.leak_check import check_length_leak
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["fifo", "tiresias", "qssf", "gandiva", "gavel-las"])
+def test_schedulers_that_know_no_length_decide_the_same_with_lengths_hidden(name: str) -> None:
+    report = check_length_leak(name)
+    assert not report.reads_lengths and report.jobs == 600 and report.oracle_calls == ()
+    assert str(report).endswith("reads no job's length (every job finished at the same time with lengths hidden)")
+
+
+def test_the_oracles_are_caught_and_where_they_asked_is_named() -> None:
+    srtf = check_length_leak("srtf")
+    assert srtf.reads_lengths and srtf.differing > 10 and srtf.jct[0] != srtf.jct[1]
+    assert any(call.startswith("cluster_sim/policies/srtf.py:") for call in srtf.oracle_calls), srtf.oracle_calls
+    sjf = check_length_leak("sjf")  # reads jobs.duration: no call to name, the message says which is left
+    assert sjf.reads_lengths and sjf.oracle_calls == () and "so it reads jobs.duration" in str(sjf)
+
+
+def test_a_learned_policy_and_a_users_scheduler_through_the_command(tmp_path: Path, capsys) -> None:
+    """``marlsched check-leak`` prints one line a scheduler and exits 1 where any reads lengths: here a shipped
+    policy that reads none and a scheduler of one's own that orders its queue by ``view.jobs.duration``."""
+    from experiments.cli import main
+
+    (tmp_path / "peek.py").write_text(
+        "import numpy as np\n"
+        "from cluster_sim.placement import FreePool, get_placement\n"
+        "from cluster_sim.protocol import Start\n"
+        "class Peek:\n"
+        "    name = 'peek'\n"
+        "    def reset(self, view):\n"
+        "        self.place = get_placement('best-fit')\n"
+        "    def schedule(self, view):\n"
+        "        queue = np.asarray(view.queue, dtype=np.int64)\n"
+        "        order = queue[np.argsort(view.jobs.duration[queue], kind='stable')]  # its own length: a leak\n"
+        "        pool, out = FreePool(view), []\n"
+        "        for job in order.tolist():\n"
+        "            need = int(view.jobs.num_gpus[job])\n"
+        "            if need <= pool.num_free:\n"
+        "                gpus = self.place(view, job, need, pool)\n"
+        "                pool.take(gpus, job)\n"
+        "                out.append(Start(job, gpus))\n"
+        "        return out\n"
+    )
+    policy = f"marl:{REPO / 'experiments/policies/philly-small-dagger'}"
+    assert main(["check-leak", "--policy", f"{policy},{tmp_path / 'peek.py'}:Peek"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{policy} on synthetic (600 jobs): reads no job's length")
+    assert lines[1].startswith("peek on synthetic (600 jobs): READS JOB LENGTHS: with every length hidden")
+    assert main(["check-leak", "--policy", "fifo,qssf"]) == 0
