@@ -16,7 +16,7 @@ from typing import Any
 from cluster_sim.plugins import is_file_target
 from cluster_sim.policy_folders import split_folder_name
 from cluster_sim.scheduler_spec import is_custom_spec, parse_custom_spec
-from marl.deploy.policy_files import code_version, library_versions
+from marl.deploy.policy_files import code_version, library_versions, machine
 
 _NOT_READ = (".md", ".png")  # a policy folder's README and plots: no scheduler reads them
 
@@ -46,6 +46,7 @@ def result_provenance(
         "command": command,
         "code_version": code_version(),
         "libraries": library_versions(),
+        "machine": machine(),
         "files": {_key(Path(f)): _sha256(Path(f)) for f in dict.fromkeys(files)},
     }
 

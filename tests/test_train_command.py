@@ -104,6 +104,7 @@ def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_fol
 
     meta = train_command({"agent": "rounds-mine", "algo": "es", **asdict(es_config(traces_dir))}, tmp_path / "run")
     assert meta["agent"] == "rounds-mine" and meta["provenance"]["config"]["agent"] == "rounds-mine"
+    assert meta["provenance"]["agent_package"] == "my-agent 0.1" and meta["provenance"]["machine"]
     played = sys.modules["my_agent"].Sticky.built
     assert played >= 3  # the warm start's and each candidate's plays
     sched = get_policy(f"marl:{tmp_path / 'run' / 'policy'}")

@@ -14,6 +14,7 @@ from marl.agents import dl2, metaplace, priority, rounds, sia_weights, topdrl
 from marl.agents.spec import AgentSpec, Algorithm, resolve
 
 GROUP = "marlsched.agents"
+PACKAGES: dict[str, str] = {}  # an installed agent's package, "NAME VERSION" (policy folders record it)
 BUILT_IN: tuple[AgentSpec, ...] = (priority.SPEC, rounds.SPEC, sia_weights.SPEC, topdrl.SPEC, dl2.SPEC, metaplace.SPEC)
 
 
@@ -40,6 +41,8 @@ def _installed(built_in: dict[str, AgentSpec]) -> dict[str, AgentSpec]:
         if not spec.algorithms:
             raise ValueError(f"{where}: agent {spec.name!r} lists no algorithm that trains it")
         found[spec.name] = spec
+        if ep.dist is not None:
+            PACKAGES[spec.name] = f"{ep.dist.name} {ep.dist.version}"
     return found
 
 
@@ -79,4 +82,4 @@ class _Agents(MutableMapping[str, AgentSpec]):
 
 AGENTS: MutableMapping[str, AgentSpec] = _Agents(BUILT_IN)
 
-__all__ = ["AGENTS", "BUILT_IN", "GROUP", "AgentSpec", "Algorithm", "resolve"]
+__all__ = ["AGENTS", "BUILT_IN", "GROUP", "PACKAGES", "AgentSpec", "Algorithm", "resolve"]

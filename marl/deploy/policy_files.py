@@ -410,7 +410,17 @@ def provenance(meta: Mapping[str, Any]) -> dict[str, Any]:
         "config": config,
         "code_version": code_version(),
         "libraries": library_versions(),
+        "machine": machine(),
+        **({"agent_package": pkg} if recipe is not None and (pkg := agent_package(recipe[0])) else {}),
     }
+
+
+def agent_package(agent: str) -> str | None:
+    """The installed package (``NAME VERSION``) that announces ``agent`` (None for marlsched's own): its decision
+    code shapes every decision a folder of that agent makes."""
+    from marl.agents import AGENTS, PACKAGES
+
+    return PACKAGES.get(agent) if agent in AGENTS else None
 
 
 @functools.cache
@@ -435,6 +445,21 @@ def code_version() -> str:
 
 
 @functools.cache
+def machine() -> str:
+    """The CPU that computed a result: floating-point results (a fitted model, a network) can differ in their last
+    digits between CPUs of other instruction sets with the same code, seed and library versions."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()} {model or platform.processor()}".strip()
+
+
+@functools.cache
 def library_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in ("numpy", "torch", "torch_geometric", "ray"):
@@ -451,12 +476,14 @@ __all__ = [
     "METADATA",
     "PROGRAM",
     "TORCHSCRIPT",
+    "agent_package",
     "atomic_folder",
     "code_version",
     "library_versions",
     "load_network",
     "load_program",
     "load_torchscript",
+    "machine",
     "network_file",
     "network_from_bytes",
     "not_a_policy_folder",
