@@ -40,15 +40,29 @@ class LeakReport:
     first_job: int | None  # the first of them (by index), or None
     jct: tuple[float, float] | None  # that job's JCT with true and with hidden lengths
     oracle_calls: tuple[str, ...]  # where the scheduler's code called remaining_time(s): "file:line"
+    most_waiting: int = 0  # the most jobs waiting at once where the scheduler was consulted
 
     @property
     def reads_lengths(self) -> bool:
         return self.differing > 0
 
+    @property
+    def inconclusive(self) -> bool:
+        """No two jobs ever waited at once: no order was chosen, so a scheduler that ranks by length showed nothing."""
+        return not self.reads_lengths and self.most_waiting < 2
+
     def __str__(self) -> str:
         head = f"{self.scheduler} on {self.workload} ({self.jobs} jobs)"
+        if self.inconclusive:
+            return (
+                f"{head}: NOT CHECKED: at most {self.most_waiting} job waited at once, so the scheduler never chose an "
+                "order; use a workload on which jobs wait (a higher load=, window_load= or more jobs)"
+            )
         if not self.reads_lengths:
-            return f"{head}: reads no job's length (every job finished at the same time with lengths hidden)"
+            return (
+                f"{head}: reads no job's length (every job finished at the same time with lengths hidden; up to "
+                f"{self.most_waiting} jobs waited at once)"
+            )
         where = (
             f"it called {', '.join(self.oracle_calls)}"
             if self.oracle_calls
@@ -96,6 +110,7 @@ class _Hiding:
     def __init__(self, scheduler: Scheduler, factor: np.ndarray, calls: dict[str, None]) -> None:
         self._inner, self._factor, self._calls = scheduler, factor, calls
         self._seen: _HiddenLengths | None = None
+        self.most_waiting = 0
 
     def _view(self, view: Any) -> _HiddenLengths:
         if self._seen is None or self._seen._view is not view:
@@ -107,6 +122,7 @@ class _Hiding:
         self._inner.reset(self._view(view))
 
     def schedule(self, view: Any) -> list[Decision]:
+        self.most_waiting = max(self.most_waiting, len(view.queue))
         return self._inner.schedule(self._view(view))
 
     def __getattr__(self, name: str) -> Any:
@@ -137,7 +153,8 @@ def check_length_leak(
         factor = np.exp(np.random.default_rng(seed + 7).normal(0.0, 1.0, len(sim.jobs)))
         factor.flags.writeable = False
         calls: dict[str, None] = {}
-        hidden = sim.run(_Hiding(fresh(), factor, calls))
+        hiding = _Hiding(fresh(), factor, calls)
+        hidden = sim.run(hiding)
     a, b = np.asarray(plain.jct), np.asarray(hidden.jct)
     differ = ~((a == b) | (np.isnan(a) & np.isnan(b)))
     first = int(np.argmax(differ)) if differ.any() else None
@@ -149,4 +166,5 @@ def check_length_leak(
         first_job=first,
         jct=None if first is None else (float(a[first]), float(b[first])),
         oracle_calls=tuple(calls),
+        most_waiting=hiding.most_waiting,
     )
