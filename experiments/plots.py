@@ -73,7 +73,7 @@ def write_plots(
     jct_cdf({n: [s["jct"] for s in series[n].values()] for n in names}, jct_means, plot_dir / "jct_cdf.png")
     timelines({n: series[n][timeline_run] for n in names}, plot_dir / "timeline.png", workload_name, seed)
     bars(avg, plot_dir / "avg_jct.png", ylabel="average JCT (s)")
-    if baseline is not None:
+    if baseline is not None and any(n != baseline for n in names):  # the baseline alone: nothing to pair
         gains = {n: improvement(rows, n, baseline, "avg_jct") for n in names}
         paired_bars(gains, plot_dir / "paired_avg_jct.png", baseline)
         figures["paired_avg_jct.png"] = (

@@ -55,6 +55,7 @@ def write_report(
     *,
     train_info: Mapping[str, Any] | None = None,
     scaling: Mapping[str, Any] | None = None,
+    stalled: Sequence[Mapping[str, Any]] = (),
     log: Callable[[str], None] = print,
 ) -> Path:
     from experiments import plots
@@ -104,7 +105,7 @@ def write_report(
 
     lines = _header(cfg, specs, train_info)
     lines += _training_verdict(cfg, rows, train_info)
-    lines += _warnings(rows)
+    lines += _warnings(rows) + _left_out(stalled)
     lines += _metric_table(cfg, rows)
     lines += _per_workload_table(cfg, rows)
     lines += _gpu_type_table(cfg, rows, typed)
@@ -538,6 +539,18 @@ def _type_blind(cfg: ExperimentConfig, names: list[str]) -> list[str]:
         f"type-aware schedulers (Gavel, Sia, the learned ones) is that choice; `{example}` tries the fastest type "
         "with room first (`@slowest`: the slowest).",
     ]
+
+
+def _left_out(stalled: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Schedulers an earlier invocation into this folder tried and that stalled (the config then left them out)."""
+    if not stalled:
+        return []
+    lines = ["## Left out", "", "Tried in an earlier run into this folder, these stalled (they left jobs waiting that "
+             "they would never start) and this config leaves them out:", ""]  # fmt: skip
+    for r in stalled:
+        on = f" on {r['workload']}" if r.get("workload") else ""
+        lines.append(f"- `{r['scheduler']}`{on} seed {r['seed']}: {r['reason']}")
+    return [*lines, ""]
 
 
 def _warnings(rows: Runs) -> list[str]:

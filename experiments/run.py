@@ -210,7 +210,7 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
     t0 = time.perf_counter()
     done, first = 0, 0.0
     warned: set[str] = set()
-    stalled: list[str] = []
+    stalled: list[dict[str, Any]] = []  # scheduler, workload, seed, reason: kept in state.json and the report
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -221,8 +221,9 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
                 if isinstance(getattr(err, "cause", None), WorkloadSpecError):
                     raise workload_error(cfg, spec["workload_label"], err.cause) from None
                 if isinstance(getattr(err, "cause", None), SimulationStalled):  # this run's: the others go on
-                    stalled.append(f"{_run_name(spec)}: {err.cause}")
-                    print(f"marlsched run: {stalled[-1]}", file=sys.stderr)
+                    stalled.append({"scheduler": spec["scheduler"], "workload": spec["workload_label"],
+                                    "seed": spec["seed"], "reason": str(err.cause)})  # fmt: skip
+                    print(f"marlsched run: {_run_name(spec)}: {err.cause}", file=sys.stderr)
                     continue
                 raise
             write_task(out, spec, res)
@@ -249,13 +250,23 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
         for ref in pending:
             ray.cancel(ref)
     if stalled:  # the report compares every scheduler on the same runs: it waits for a config without them
-        names = sorted({s.split(" on ")[0].split(" seed ")[0] for s in stalled})
-        raise SimulationStalled(
+        names = sorted({s["scheduler"] for s in stalled})
+        raise RunsStalled(
             f"{len(stalled)} of {len(todo)} runs stalled ({', '.join(names)}; each said above); the other {done} are "
             f"written in {out / TASKS_DIR} and a rerun into the same --out reuses them. Take the stalled scheduler "
-            "out of `schedulers:` (or fix it) and rerun for the report"
+            "out of `schedulers:` (or fix it) and rerun for the report",
+            stalled,
         )
     return done
+
+
+class RunsStalled(SimulationStalled):
+    """Runs of a ``marlsched run`` whose scheduler stalled: ``runs`` holds each one's scheduler, workload, seed and
+    reason (the folder's state.json keeps them, and the report of the config without them lists them)."""
+
+    def __init__(self, message: str, runs: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.runs = runs
 
 
 def _run_name(spec: dict[str, Any]) -> str:
@@ -405,7 +416,13 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
     try:
         train_info = train_if_asked(cfg, out, log)
         specs = task_specs(cfg, out)
-        ran = run_tasks(cfg, out, specs, log)
+        try:
+            ran = run_tasks(cfg, out, specs, log)
+        except RunsStalled as err:  # kept, so that the report of the config without them can say so
+            state["invocations"].append({"started_at": time.time() - (time.perf_counter() - t0),
+                                         "wall_s": time.perf_counter() - t0, "stalled": err.runs})  # fmt: skip
+            write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
+            raise
         scaling = None
         if cfg.scaling_config is not None:
             from experiments.scaling import run_scaling
@@ -428,6 +445,9 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
     })  # fmt: skip
     write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
     # the results table prints even with --quiet, as simulate's does: it is the command's answer
-    write_report(cfg, out, specs, train_info=train_info, scaling=scaling, log=lambda msg: print(msg, flush=True))
+    tried = [r for inv in state["invocations"] for r in inv.get("stalled", [])]
+    stalled = [r for r in tried if r["scheduler"] not in cfg.schedulers]
+    write_report(cfg, out, specs, train_info=train_info, scaling=scaling, stalled=stalled,
+                 log=lambda msg: print(msg, flush=True))  # fmt: skip
     log(f"done in {time.perf_counter() - t0:.0f} s")
     return {"out": str(out), "tasks_run": ran, "tasks_reused": len(specs) - ran}

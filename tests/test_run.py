@@ -427,7 +427,11 @@ def test_a_stalled_scheduler_is_named_the_others_run_and_the_folder_takes_the_co
     assert "marlsched run: 2 of 2 runs stalled" in capsys.readouterr().err  # the 4 others were reused
     kept = parse_experiment_config({**raw, "schedulers": ["fifo", "sjf"]}, "stall.yaml")
     assert run_experiment(kept, out, log=lambda s: None)["tasks_run"] == 0
-    assert "| sjf |" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "| sjf |" in report and "## Left out" in report  # the stalled attempts are kept, and said
+    assert re.search(r"- `.*never.py:Never` seed 1: simulation stalled at t=", report)
+    state = json.loads((out / "state.json").read_text())
+    assert [len(i.get("stalled", [])) for i in state["invocations"]] == [2, 2, 0]
 
 
 @pytest.mark.slow
