@@ -286,7 +286,8 @@ def _training_verdict(cfg: ExperimentConfig, rows: Runs, train_info: Mapping[str
         )
         counts = f"the same average JCT in all {len(gains)}: {why}"
     # a change in JCT, signed as the plain figure reads (+: longer): the tables below give reductions instead
-    direction = "longer, worse; " if change > 0 else "shorter, better; " if change < 0 else ""
+    direction = "longer, worse" if change > 0 else "shorter, better" if change < 0 else ""
+    direction += f" (the tables' reduction: {-change + 0.0:+.1f}%); " if direction else ""
     lines = [
         f"**What training added** (the verdict on it): `{MARL}` against `{MARL_WARM_START}`, paired on the same "
         f"{_count(len(gains), 'run')}: average JCT {change:+.1f}% ± {np.std(gains):.1f}% ({direction}{counts}). "
