@@ -7,6 +7,7 @@ all its runs, and improvements are computed run by run on the same workload and 
 from __future__ import annotations
 
 import math
+import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -554,13 +555,24 @@ def _left_out(stalled: Sequence[Mapping[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def warning_key(text: str) -> str:
+    """A warning without its figures: the same warning on several workloads (each with its own job counts) is
+    one warning, said once."""
+    return re.sub(r"\d[\d,.]*", "#", text)
+
+
 def _warnings(rows: Runs) -> list[str]:
     """What the simulations warned of (a policy on another cluster than its own, jobs on estimated speeds),
-    each once, before the figures they qualify."""
+    each once (the first workload's figures; how many others said the same), before the figures they qualify."""
     texts = sorted({text for runs in rows.values() for m in runs.values() for text in m.get("warnings", [])})
     if not texts:
         return []
-    return ["## Warnings", "", *(f"- {text}" for text in texts), ""]
+    kinds: dict[str, list[str]] = {}
+    for text in texts:
+        kinds.setdefault(warning_key(text), []).append(text)
+    more = " (and {} more like it, with other figures)"
+    said = [t[0] + (more.format(len(t) - 1) if len(t) > 1 else "") for t in kinds.values()]
+    return ["## Warnings", "", *(f"- {text}" for text in said), ""]
 
 
 def _done(runs: list[Mapping[str, Any]]) -> str:

@@ -193,6 +193,8 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
     """Run the unfinished specs as Ray tasks, writing each as it completes; returns how many ran."""
     import ray
 
+    from experiments.report import warning_key
+
     todo = [s for s in specs if not finished(out, s)]
     for stale in (out / TASKS_DIR).glob(".*.tmp"):  # a run killed while writing
         shutil.rmtree(stale, ignore_errors=True)
@@ -230,8 +232,8 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
             done += 1
             m = res["metrics"]
             for text in m.get("warnings", []):  # a task's worker prints nothing the user sees: said here, once
-                if text not in warned:
-                    warned.add(text)
+                if warning_key(text) not in warned:  # the same warning on another workload: said once
+                    warned.add(warning_key(text))
                     print(f"marlsched run: warning: {text}", file=sys.stderr)
             elapsed = time.perf_counter() - t0
             if done == 1:  # the first run holds the workers' start: the rate is measured from its end

@@ -961,3 +961,17 @@ def test_a_report_says_which_workloads_every_seed_repeated() -> None:
     assert _repeated_seeds(rows) == ["trace"]
     rows["gavel-las"][("trace", 1)] = run(91, 1.0)
     assert _repeated_seeds(rows) == []
+
+
+def test_a_warning_that_each_workload_gives_with_its_own_figures_is_said_once() -> None:
+    """The estimated-speeds warning names each workload's job counts: on eight workloads it is one warning, given
+    with the first one's figures and how many more said the same; another warning stays its own line."""
+    from experiments.report import _warnings, warning_key
+
+    said = "on small-hetero, some jobs' models were never measured on P100 ({} on P100, of the workload's {} jobs)"
+    rows = {"fifo": {(f"w{i}", 0): {"warnings": [said.format(10 + i, 1_000 + i)]} for i in range(8)}}
+    rows["qssf"] = {("w0", 0): {"warnings": ["qssf: another warning"]}}
+    lines = _warnings(rows)
+    assert lines[0] == "## Warnings" and len([x for x in lines if x.startswith("- ")]) == 2
+    assert f"- {said.format(10, 1_000)} (and 7 more like it, with other figures)" in lines
+    assert warning_key(said.format(10, 1_000)) == warning_key(said.format(17, 1_007)) != warning_key("other 10")
