@@ -572,24 +572,42 @@ def test_an_absolute_reward_reports_the_episodes_jct_without_a_reference(tmp_pat
     assert (tmp_path / "curve.png").stat().st_size > 1000
 
 
-def test_an_agent_of_ones_own_on_the_rllib_loops_takes_the_priority_agents_decision_or_is_told_why_not(
-    tmp_path: Path, monkeypatch
+def test_an_agent_of_ones_own_trains_its_decision_layer_with_ppo_or_is_told_why_not(
+    ray_local, tmp_path: Path, monkeypatch, train_command
 ) -> None:
-    """A spec that reuses the priority agents' PPO is checked as theirs (its ``agent:`` key is not "unknown"); one
-    with a decision layer of its own is refused by name, since RLlib's loops build the priority agents' layer and
-    would train that instead, and told which loops play its own."""
+    """A spec that reuses the priority agents' PPO with a decision layer of its own (a subclass of their agents) trains
+    that layer: the env the runners build and the folder's loader use it, and ``get_policy`` returns it; a layer that
+    is no such subclass is refused at the config's ``algo:`` line, naming the loops that play it."""
     import dataclasses
+    import sys
 
+    from cluster_sim.policies import get_policy
     from marl.training.recipes import TrainConfigError
 
-    mine = dataclasses.replace(AGENTS["priority"], name="prio-mine")
+    (tmp_path / "my_prio.py").write_text(
+        "from marl.env.priority_agents import PriorityAgents\n"
+        "class Mine(PriorityAgents):\n"
+        "    built = 0\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        type(self).built += 1\n"
+        "        super().__init__(*args, **kwargs)\n"
+        "class NotAgents:\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mine = dataclasses.replace(AGENTS["priority"], name="prio-mine", decision="my_prio:Mine")
     monkeypatch.setitem(AGENTS, "prio-mine", mine)
-    config = tmp_path / "mine.yaml"
+    raw = {"agent": "prio-mine", "algo": "ppo", **TINY_PPO, "ppo": {**TINY_PPO["ppo"], "iterations": 1}}
+    meta = train_command(raw, tmp_path / "run")
+    assert meta["agent"] == "prio-mine" and meta["agents"]["decision"] == "my_prio:Mine"
+    assert meta["provenance"]["config"]["env"]["decision"] == "my_prio:Mine"
+    assert sys.modules["my_prio"].Mine.built >= 2  # the agents the env trained, and their untrained reference
+    assert type(get_policy(f"marl:{tmp_path / 'run' / 'policy'}")).__name__ == "Mine"
+
+    monkeypatch.setitem(AGENTS, "prio-mine", dataclasses.replace(mine, decision="my_prio:NotAgents"))
+    config = tmp_path / "not.yaml"
     config.write_text(yaml.safe_dump({"agent": "prio-mine", "algo": "ppo", **TINY_PPO}))
-    spec, algo, cfg = load_recipe_config(config)
-    assert spec.name == "prio-mine" and algo.name == "ppo" and cfg["ppo"]["iterations"] == TINY_PPO["ppo"]["iterations"]
-    monkeypatch.setitem(AGENTS, "prio-mine", dataclasses.replace(mine, decision="my_agents.decisions:Mine"))
     with pytest.raises(TrainConfigError, match=r"line 2: algo: agent 'prio-mine' has a decision layer of its own "
-                                               r"\(my_agents.decisions:Mine\), and the RLlib loops \(ppo, appo\) "
-                                               r"train the priority agents'.*dagger or es"):  # fmt: skip
+                                               r"\(my_prio:NotAgents\) that is no subclass of the priority agents'.*"
+                                               r"dagger or es"):  # fmt: skip
         load_recipe_config(config)

@@ -114,9 +114,10 @@ class PriorityEnvConfig:
         for key in ("window_days", "num_agents", "reward_scale", "envs_per_runner"):  # a size: never 0 or below
             if not getattr(cfg, key) > 0:
                 raise EnvConfigError(key, f"priority env_config.{key} must be > 0, got {getattr(cfg, key)!r}")
-        if cfg.decision not in DECISIONS:
-            raise EnvConfigError("decision", f"priority env_config.decision {cfg.decision!r}: choose one of "
-                                 f"{', '.join(DECISIONS)}")  # fmt: skip
+        try:
+            agents_class(cfg.decision)
+        except ValueError as err:
+            raise EnvConfigError("decision", f"priority env_config.{err}") from None
         if cfg.workload is None:
             try:
                 refuse_report_period("train_end", cfg.train_start, cfg.train_end, cfg.trace)
@@ -277,7 +278,10 @@ class PriorityEnv(MultiAgentEnv):
         self._view, self._perf = probe.topo, probe.perf
         self._interference: InterferenceModel | None = None  # loaded at the first window (kept if pure)
         self.workload: Workload | None = None
-        if cfg.decision == "partitions":  # QSSF's scores through the same agents
+        if cfg.decision not in DECISIONS:  # a decision layer of one's own: its untrained form, on QSSF's scores
+            self._reference_policy = agents_class(cfg.decision)(qssf_scores, num_agents=cfg.num_agents, slots=cfg.slots,
+                                                                migrate=cfg.migrate)  # fmt: skip
+        elif cfg.decision == "partitions":  # QSSF's scores through the same agents
             self._reference_policy = PriorityAgents(qssf_scores, num_agents=cfg.num_agents, slots=cfg.slots,
                                                     migrate=cfg.migrate, order_only=True)  # fmt: skip
         else:  # the untrained agents' decisions: the rounds stage alone

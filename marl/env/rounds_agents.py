@@ -143,10 +143,24 @@ DECISIONS: dict[str, type[PriorityAgents]] = {"partitions": PriorityAgents, "gav
 
 def agents_class(decision: str) -> type[PriorityAgents]:
     """The agents of a decision layer: ``partitions`` (each agent admits, preempts and places on its own
-    GPUs) or ``gavel-las`` (the agents lean one cluster-wide ``gavel-las`` round)."""
-    if decision not in DECISIONS:
-        raise ValueError(f"decision {decision!r}: choose one of {', '.join(DECISIONS)}")
-    return DECISIONS[decision]
+    GPUs), ``gavel-las`` (the agents lean one cluster-wide ``gavel-las`` round) or ``MODULE:Class``, a
+    :class:`PriorityAgents` subclass of one's own (an agent spec's ``decision``, trained by the same PPO)."""
+    if decision in DECISIONS:
+        return DECISIONS[decision]
+    if ":" not in decision:
+        raise ValueError(
+            f"decision {decision!r}: choose one of {', '.join(DECISIONS)}, or MODULE:Class (a subclass of "
+            "marl.env.priority_agents.PriorityAgents)"
+        )
+    from marl.agents.spec import resolve
+
+    try:
+        cls = resolve(decision)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"decision {decision!r} cannot be imported ({type(err).__name__}: {err})") from None
+    if not (isinstance(cls, type) and issubclass(cls, PriorityAgents)):
+        raise ValueError(f"decision {decision!r} is not a subclass of marl.env.priority_agents.PriorityAgents")
+    return cls
 
 
 __all__ = ["DEAD_ZONE", "DECISIONS", "LeanedScore", "RoundsAgents", "agents_class"]

@@ -451,6 +451,8 @@ def runner_faults(result: Mapping[str, Any], runners: int, envs_per_runner: int)
 def _untrained_scores(env: Mapping[str, Any]) -> str:
     """What the untrained network's outputs are: QSSF's scores, or the rounds' heuristic it leans."""
     decision = env.get("decision", "partitions")
+    if ":" in decision:  # a decision layer of one's own, untrained: QSSF's scores in it
+        return f"QSSF's scores in {decision}"
     return "QSSF's scores" if decision == "partitions" else decision
 
 

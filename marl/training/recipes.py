@@ -71,13 +71,22 @@ def recipe_of(data: Any, chk: ConfigChecker) -> tuple[AgentSpec, Algorithm, dict
         raise chk.fail(("algo",), str(err)) from None
     trunk = AGENTS[DEFAULT_AGENT]
     if algorithm.trainer in {a.trainer for a in trunk.algorithms if a.name in RESUMABLE}:
-        if spec.decision != trunk.decision:  # RLlib's loops build the priority agents' env, decision layer included
-            raise chk.fail(
-                ("algo",), f"agent {agent!r} has a decision layer of its own ({spec.decision}), and the RLlib loops "
-                f"({', '.join(RESUMABLE)}) train the priority agents' ({trunk.decision}); train it with a loop that "
-                "plays each agent's layer (the rounds agents' dagger or es), or write a loop of its own "
-                "(docs/extending.md)"
-            )  # fmt: skip
+        if spec.decision != trunk.decision:  # RLlib's loops build the priority agents' env: their layer, or a subclass
+            from marl.env.rounds_agents import agents_class
+
+            try:
+                agents_class(spec.decision)
+            except ValueError:
+                raise chk.fail(
+                    ("algo",), f"agent {agent!r} has a decision layer of its own ({spec.decision}) that is no subclass "
+                    f"of the priority agents' ({trunk.decision}), which the RLlib loops ({', '.join(RESUMABLE)}) "
+                    "build; train it with a loop that plays each agent's layer (the rounds agents' dagger or es), or "
+                    "write a loop of its own (docs/extending.md)"
+                ) from None  # fmt: skip
+            env = data.get("env") if isinstance(data.get("env"), Mapping) else {}
+            if env.get("decision", spec.decision) != spec.decision:
+                raise chk.fail(("env", "decision"), f"agent {agent!r} decides with {spec.decision}; leave it out")
+            data = {**data, "env": {**env, "decision": spec.decision}}  # its layer, in the env the runners build
     elif algorithm.settings is None and agent != DEFAULT_AGENT:  # the baselines' sections keep their agent key
         data = {"agent": agent, **data}
     return spec, algorithm, data
