@@ -92,6 +92,7 @@ def test_killed_agent_actor_is_restarted_and_no_job_is_lost(ray_local, priority_
     try:
         served = policy.info()
         assert len(policy.actors) == 2 and [s["agents"] for s in served] == [[0, 1], [2, 3]]
+        assert [s["restarts"] for s in served] == [0, 0]
         with pytest.raises(ValueError, match="3 agents observed"):
             policy({"jobs": np.zeros((3, 1, 1)), "parts": np.zeros((3, 1, 1))})
         victim = 1  # serves agents 2 and 3
@@ -107,11 +108,27 @@ def test_killed_agent_actor_is_restarted_and_no_job_is_lost(ray_local, priority_
         result = _sim().run(sched)
         assert result.metrics()["jobs_completed"] == JOBS
         _same_results(result, ref)  # the restarted actor made the same decisions
-        after = policy.info()[victim]
-        assert after["pid"] != pid_before  # it really was a new process
+        after = policy.info()
+        assert after[victim]["pid"] != pid_before  # it really was a new process
+        assert [s["restarts"] for s in after] == [0, 1]  # what an operator reads: its counters start again
+        after = after[victim]
         assert 0 < after["calls"] <= calls - kill_at + 1  # ...which served the rest of the episode
     finally:
         policy.shutdown()
+
+
+def test_actors_are_sized_to_fit_the_nodes_and_a_size_that_cannot_is_refused() -> None:
+    """Each actor's CPUs: the cluster's shared out, but never more than lets every actor find a node (one agent
+    on two 1-CPU nodes once asked for a 2-CPU actor that no node holds, and waited forever)."""
+    from marl.deploy.actors import actor_cpus
+
+    assert actor_cpus([1.0, 1.0], 1) == 1.0  # not 2: no node has 2
+    assert actor_cpus([16.0, 16.0], 1) == 16.0
+    assert actor_cpus([2.0, 2.0], 3) == 1.0  # 4 / 3 each would fit only two
+    assert actor_cpus([2.0], 2) == 1.0 and actor_cpus([8.0, 8.0], 4) == 4.0  # an even share that fits stays
+    assert actor_cpus([1.0, 1.0], 4, 0.25) == 0.25
+    with pytest.raises(ValueError, match=r"CPUs per node: 1, 1\): give num_cpus <= 1 or fewer actors"):
+        actor_cpus([1.0, 1.0], 2, 1.5)
 
 
 def test_a_folder_of_another_kind_is_refused_with_the_kinds_that_run(tmp_path: Path) -> None:

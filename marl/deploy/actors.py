@@ -124,8 +124,13 @@ class RayActorScorer:
         return np.concatenate(ray.get(futures), axis=0)
 
     def info(self) -> list[dict[str, Any]]:
-        """:meth:`PolicyActor.info` of every actor (``self.actors``, the actor handles, in agent order)."""
-        return ray.get([a.info.remote() for a in self.actors])
+        """:meth:`PolicyActor.info` of every actor (``self.actors``, the actor handles, in agent order), with
+        ``restarts``: how many times Ray has restarted it (its counters start again at each restart; None
+        where this Ray does not say)."""
+        infos = ray.get([a.info.remote() for a in self.actors])
+        for actor, info in zip(self.actors, infos, strict=True):
+            info["restarts"] = _restarts(actor)
+        return infos
 
     def shutdown(self) -> None:
         """Stop the actors, and Ray too where this scorer started it."""
@@ -151,22 +156,81 @@ def _start_actors(
 ) -> tuple[Any, list[np.ndarray], list[Any]]:
     """(object ref of the policy bytes, agent groups, actors): agents split into contiguous groups, one
     actor each, by default one per CPU that Ray has, spread over the nodes."""
-    cpus = max(1.0, float(ray.cluster_resources().get("CPU", 1.0)))
+    nodes = _node_cpus()
+    cpus = max(1.0, sum(nodes))
     n = int(num_actors) if num_actors is not None else int(cpus)
     if n < 1:
         raise ValueError(f"num_actors={num_actors} must be >= 1")
     n = min(n, num_agents)
+    per_actor = actor_cpus(nodes, n, num_cpus)
     groups = [g.astype(np.int64) for g in np.array_split(np.arange(num_agents), n)]
     # Held for the actors' lifetime: a restarted actor re-reads its constructor arguments from here.
     ref = ray.put(blob)
-    per_actor = num_cpus if num_cpus is not None else cpus / n
     actors = [
         PolicyActor.options(num_cpus=per_actor, scheduling_strategy="SPREAD").remote(
             ref, g.tolist(), num_threads, **kwargs
         )
         for g in groups
     ]
+    _wait_started(actors, per_actor, nodes)
     return ref, groups, actors
+
+
+def _node_cpus() -> list[float]:
+    """The CPUs of each live node of the Ray cluster."""
+    return [float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")]
+
+
+def actor_cpus(nodes: list[float], n: int, num_cpus: float | None = None) -> float:
+    """CPUs to reserve for each of ``n`` actors on nodes with these CPU counts: ``num_cpus`` where given (an
+    error naming what fits when the nodes cannot hold ``n`` actors of that size), else the cluster's CPUs
+    shared out, but no more than lets all ``n`` be placed: an actor larger than every node, or one size too
+    many for the nodes to pack, would wait for resources forever."""
+
+    def fits(size: float) -> bool:
+        return sum(int(c / size + 1e-9) for c in nodes) >= n
+
+    if num_cpus is not None:
+        if num_cpus <= 0:
+            raise ValueError(f"num_cpus={num_cpus} must be > 0")
+        if not fits(num_cpus):
+            largest = max([c / k for c in nodes for k in range(1, n + 1) if fits(c / k)] or [0.0])
+            raise ValueError(
+                f"{n} actors of num_cpus={num_cpus} do not fit on this Ray cluster's nodes (CPUs per node: "
+                f"{', '.join(f'{c:g}' for c in nodes)}): give num_cpus <= {largest:.4g} or fewer actors (num_actors)"
+            )
+        return float(num_cpus)
+    share = max(1.0, sum(nodes)) / n
+    sizes = [share] + [c / k for c in nodes for k in range(1, n + 1)]
+    # the largest size no larger than the even share at which every actor finds a node (always one: c / n)
+    return max((s for s in sizes if s <= share and fits(s)), default=share)
+
+
+STARTUP_TIMEOUT_S = 300.0
+
+
+def _wait_started(actors: list[Any], per_actor: float, nodes: list[float]) -> None:
+    """Return once every actor has started; a clear error (not an endless wait in the first round) when some
+    have not after :data:`STARTUP_TIMEOUT_S`, e.g. when other work holds the CPUs they were sized for."""
+    ready, pending = ray.wait([a.info.remote() for a in actors], num_returns=len(actors), timeout=STARTUP_TIMEOUT_S)
+    if pending:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        raise RuntimeError(
+            f"{len(pending)} of {len(actors)} policy actors ({per_actor:g} CPUs each) did not start within "
+            f"{STARTUP_TIMEOUT_S:.0f} s on nodes with {', '.join(f'{c:g}' for c in nodes)} CPUs: other work holds "
+            "them (`ray status` shows what is pending); give a smaller num_cpus or fewer actors (num_actors)"
+        )
+
+
+def _restarts(actor: Any) -> int | None:
+    """How many times Ray restarted ``actor`` (its GCS record), or None where this Ray release does not say."""
+    try:
+        from ray._private import state
+
+        return int(state.actors(actor_id=actor._actor_id.hex())["NumRestarts"])
+    except Exception:  # a private table whose shape Ray may change: the count is only informative
+        return None
 
 
 def deploy_policy(
