@@ -64,11 +64,14 @@ SIM_PRESETS: dict[str, SimPreset] = {
 }
 
 
-def restart_phrase(restart_cost: float, app_restart_costs: bool) -> str:
-    """The restart cost as a results title states it: Sia's per-application costs replace the flat one."""
+def restart_phrase(restart_cost: float, app_restart_costs: bool, start_cost: float = 0.0) -> str:
+    """The restart cost as a results title states it: Sia's per-application costs replace the flat one; a start
+    cost (Pollux's and Sia's 30 s on every first start) is named where there is one, since figures move with it."""
     if app_restart_costs:
-        return f"restart cost each application's own (Sia's; {restart_cost:g} s for others)"
-    return f"restart cost {restart_cost:g} s"
+        phrase = f"restart cost each application's own (Sia's; {restart_cost:g} s for others)"
+    else:
+        phrase = f"restart cost {restart_cost:g} s"
+    return f"{phrase}, start cost {start_cost:g} s" if start_cost else phrase
 
 
 def get_preset(name: str) -> SimPreset:

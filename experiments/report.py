@@ -461,8 +461,9 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "Time waiting: queued seconds per job (before its start and after preemptions). GPU util: busy GPU-seconds "
         "over (GPUs × makespan); it is low when a few long jobs run on alone long after the last arrival, which "
         "`plots/timeline.png` shows. Slowdown: JCT over the run time the workload gives the job, placed ideally and "
-        "alone on the GPUs it asked for, on the type its times are given for (V100 for Philly-like traces); below 1 "
-        "where jobs ran on a faster type or an elastic scheduler (Pollux, Sia) gave them more GPUs or a larger batch. "
+        "alone on the GPUs it asked for, on the type its times are given for (V100 for Philly-like traces, T4 for "
+        "Pollux's and Sia's workloads); below 1 where jobs ran on a faster type or an elastic scheduler (Pollux, "
+        "Sia) gave them more GPUs or a larger batch. "
         "Schedulers that decide in rounds (gavel and gavel-las every 360 s, sia and pollux every 60 s) start a "
         "new job at the next round, so short jobs' slowdown is high under them even where the average JCT is low "
         "(each job's wait for its first start: `first_start_delay` in a run's `jobs.csv`).",
@@ -680,21 +681,32 @@ def _published_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
             ["## Beside the published figures", "", f"Published: {cfg.published_source}.", ""] if cfg.published else []
         )
     workloads = list(dict.fromkeys(r["workload"] for r in comp))
+    step = cfg.published_step
+    rounding = (
+        f" The published figures are rounded to {step:g} s: each stands for an interval {step:g} s wide, and "
+        "`in` / `outside` says where ours lies."
+        if step
+        else ""
+    )
     lines = [
         "## Beside the published figures",
         "",
-        f"Average JCT (s): ours / published (ratio). Published: {cfg.published_source or 'see the config'}.",
+        f"Average JCT (s): ours / published (ratio). Published: {cfg.published_source or 'see the config'}.{rounding}",
         "",
         "| scheduler | " + " | ".join(workloads) + " |",
         "|---|" + "---:|" * len(workloads),
     ]
+
+    def text(r: dict[str, Any]) -> str:
+        if not step:
+            return f"{r['ours']:.0f} / {r['published']:.0f} ({r['ratio']:.2f})"
+        low, high = r["published"] - step / 2, r["published"] + step / 2
+        where = "in" if low <= r["ours"] <= high else "outside"
+        return f"{r['ours']:.0f} / {r['published']:.0f} ({r['ratio']:.2f}; {where} {low:.0f}–{high:.0f})"
+
     for name in dict.fromkeys(r["scheduler"] for r in comp):
         cell = {r["workload"]: r for r in comp if r["scheduler"] == name}
-        cells = [
-            f"{cell[w]['ours']:.0f} / {cell[w]['published']:.0f} ({cell[w]['ratio']:.2f})" if w in cell else "-"
-            for w in workloads
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(text(cell[w]) if w in cell else "-" for w in workloads) + " |")
     return [*lines, ""]
 
 
@@ -800,5 +812,5 @@ def _console_table(cfg: ExperimentConfig, rows: Runs) -> str:
     return summary_table(
         means,
         title=f"{cfg.name}: means over {over}, every column (done: jobs finished per run); interference "
-        f"{cfg.interference}, {restart_phrase(cfg.restart_cost, cfg.app_restart_costs)}",
+        f"{cfg.interference}, {restart_phrase(cfg.restart_cost, cfg.app_restart_costs, cfg.start_cost)}",
     )

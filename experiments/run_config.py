@@ -126,6 +126,9 @@ class ExperimentConfig:
     # published average JCTs to put beside ours: label -> {workload label: seconds}, and where they come from
     published: dict[str, Any] | None = None
     published_source: str = ""
+    # the step the published figures are rounded to (s; 360 for figures given to 0.1 h): the report then says
+    # whether ours lies within the interval each published figure stands for
+    published_step: float | None = None
     # a paper's headline claim per scheduler label, shown in a column beside our paired improvements
     claims: dict[str, str] | None = None
     timeline_points: int = 400  # queue/utilisation samples kept per run for the plots
@@ -391,6 +394,9 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
     for label, claim in (cfg.claims or {}).items():
         if label not in cfg.schedulers or not isinstance(claim, str):
             raise chk.fail(("claims", str(label)), 'expected `SCHEDULER: "the paper\'s claim"` for a listed scheduler')
+    step = cfg.published_step
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0):
+        raise chk.fail(("published_step",), "expected the published figures' rounding step in seconds (> 0), e.g. 360")
     for label, values in (cfg.published or {}).items():
         if label not in cfg.schedulers or not isinstance(values, Mapping):
             raise chk.fail(

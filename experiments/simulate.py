@@ -234,7 +234,9 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
     settings = simulator_settings(args)  # the title says them: `marlsched run`'s defaults differ (interference)
     title = f"{sim.jobs.source} jobs on {sim.topo.name}, interference {settings['interference']}"
     title += ", GPU sharing" if args.gpu_sharing else ""
-    title = f"{title}, {restart_phrase(settings['restart_cost'], settings['app_restart_costs'])}"
+    title = (
+        f"{title}, {restart_phrase(settings['restart_cost'], settings['app_restart_costs'], settings['start_cost'])}"
+    )
     stalled: list[str] = []
     try:
         for sched in schedulers:
@@ -338,7 +340,8 @@ def summary_table(rows: list[dict], title: str = "") -> str:
     if any(r["mean_slowdown"] < 1 for r in rows):  # reads as a bug unless said: the reference is the trace's type
         lines.append(
             "slowdown: JCT over the job's run time in the workload, on the type its times are given for (V100 for "
-            "Philly-like traces); below 1 where jobs ran on a faster type or an elastic scheduler gave them more GPUs"
+            "Philly-like traces, T4 for Pollux's and Sia's workloads); below 1 where jobs ran on a faster type or an "
+            "elastic scheduler gave them more GPUs"
         )
     return "\n".join(lines)
 

@@ -512,6 +512,25 @@ def test_interrupted_run_resumes_without_recomputing_finished_work(ray_shared, t
     assert run_experiment(other, failed, log=logs.append)["tasks_run"] == 2  # fifo and sjf on seed 4
 
 
+def test_published_figures_rounded_by_their_paper_say_whether_ours_lies_in_their_interval() -> None:
+    """``published_step``: a paper's 0.6 h stands for 0.55-0.65 h; each cell says whether ours lies in it, and a
+    step that is no number of seconds is refused at its key."""
+    from experiments.report import _published_table
+
+    base = {"name": "s", "cluster": "small", "workload": "synthetic:10", "schedulers": ["sia", "gavel"],
+            "baselines": ["sia"], "published": {"sia": {"mean": 2160}, "gavel": {"mean": 6840}}}  # fmt: skip
+    cfg = parse_experiment_config({**base, "published_step": 360})
+    label = next(iter(cfg.workload_specs))
+    rows = {"sia": {(label, 0): {"avg_jct": 2033.0}}, "gavel": {(label, 0): {"avg_jct": 7200.0}}}
+    table = "\n".join(_published_table(cfg, rows))
+    assert "rounded to 360 s" in table
+    assert "| sia | 2033 / 2160 (0.94; in 1980–2340) |" in table
+    assert "| gavel | 7200 / 6840 (1.05; outside 6660–7020) |" in table
+    assert "in 1980" not in "\n".join(_published_table(parse_experiment_config(base), rows))
+    with pytest.raises(ValueError, match="published_step.*rounding step in seconds"):
+        parse_experiment_config({**base, "published_step": -360})
+
+
 def test_several_workloads_with_scheduler_options_and_published_figures(
     ray_shared, tmp_path: Path, traces_dir: Path
 ) -> None:
