@@ -112,8 +112,8 @@ class SimResult:
     @property
     def slowdown(self) -> np.ndarray:
         """JCT relative to the run time the workload gives the job, on the type its times are given for (V100 for
-        Philly-like traces, T4 for Pollux's and Sia's workloads; 1.0 = ran at once, ideally placed; below 1 on a faster type or with more GPUs than it
-        asked for)."""
+        Philly-like traces, T4 for Pollux's and Sia's workloads; 1.0 = ran at once, ideally placed; below 1 on a
+        faster type or with more GPUs than it asked for)."""
         return self.jct / self.workload.duration
 
     def plot_series(self, points: int) -> dict[str, np.ndarray]:

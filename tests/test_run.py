@@ -527,7 +527,7 @@ def test_published_figures_rounded_by_their_paper_say_whether_ours_lies_in_their
     assert "| sia | 2033 / 2160 (0.94; in 1980–2340) |" in table
     assert "| gavel | 7200 / 6840 (1.05; outside 6660–7020) |" in table
     assert "in 1980" not in "\n".join(_published_table(parse_experiment_config(base), rows))
-    with pytest.raises(ValueError, match="published_step.*rounding step in seconds"):
+    with pytest.raises(ValueError, match=r"published_step.*rounding step in seconds"):
         parse_experiment_config({**base, "published_step": -360})
 
 

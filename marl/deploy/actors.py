@@ -212,7 +212,7 @@ STARTUP_TIMEOUT_S = 300.0
 def _wait_started(actors: list[Any], per_actor: float, nodes: list[float]) -> None:
     """Return once every actor has started; a clear error (not an endless wait in the first round) when some
     have not after :data:`STARTUP_TIMEOUT_S`, e.g. when other work holds the CPUs they were sized for."""
-    ready, pending = ray.wait([a.info.remote() for a in actors], num_returns=len(actors), timeout=STARTUP_TIMEOUT_S)
+    _, pending = ray.wait([a.info.remote() for a in actors], num_returns=len(actors), timeout=STARTUP_TIMEOUT_S)
     if pending:
         for actor in actors:
             ray.kill(actor, no_restart=True)
