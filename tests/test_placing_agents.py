@@ -81,6 +81,16 @@ def test_untrained_placing_policy_is_the_agents_on_each_jobs_fastest_type(
     assert slowest.jct.mean() > 1.1 * fastest.jct.mean()  # the type matters in this window
 
 
+def test_interference_inputs_need_the_topology_and_none_without_it_is_the_same_agents() -> None:
+    """The predictor's estimates are columns of the placing agents' topology: agents without it take
+    ``interference_inputs: none`` (the ablation of both parts at once) as no inputs, and refuse a predictor."""
+    from marl.env.priority_agents import PriorityAgents
+
+    assert PriorityAgents(None, placing=False, interference_inputs="none").inputs is None
+    with pytest.raises(ValueError, match=r"set placing too, or leave interference_inputs out \(null or none\)"):
+        PriorityAgents(None, placing=False, interference_inputs="learned:model.json")
+
+
 def test_type_scores_choose_the_type_and_keep_one_type_per_job(hetero_window: str, traces_dir: Path) -> None:
     sims = {}
     for name, key in (("fast", lambda s: s), ("slow", lambda s: -s)):

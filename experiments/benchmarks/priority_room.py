@@ -46,9 +46,10 @@ from experiments.regimes import GAVEL
 
 AGENT_VARIANTS = ("untrained", "oracle-key")
 REFERENCES = ("untrained", "qssf")
+DEFAULT_AGENTS = 4  # one per 4 racks of small
 
 
-def run_one(task: tuple[int, str, str, float, int, str, str]) -> tuple[int, str, float, float]:
+def run_one(task: tuple[int, str, str, float, int | None, str, str]) -> tuple[int, str, float, float]:
     """(window, variant, average JCT, seconds) of one simulation (``regime``: "" for ``cluster``'s windows)."""
     import torch
 
@@ -70,12 +71,13 @@ def run_one(task: tuple[int, str, str, float, int, str, str]) -> tuple[int, str,
     if base in AGENT_VARIANTS:
         cls = OracleKeyAgents if base == "oracle-key" else PriorityAgents
         move = gpu_type.startswith("move")  # untrained@move2: fastest type, moved up when one is 2x faster
-        sched = cls(None, num_agents=agents, hysteresis=float(np.log(factor)), name=variant,
+        sched = cls(None, num_agents=agents or DEFAULT_AGENTS, hysteresis=float(np.log(factor)), name=variant,
                     gpu_type="fastest" if move or not gpu_type else gpu_type,
                     migrate=float(np.log(float(gpu_type[4:] or 2))) if move else None)  # fmt: skip
     elif split_folder_name(variant):
-        sched = get_policy(variant)
-        sched.agents_wanted = agents
+        sched = get_policy(variant)  # as many agents as its folder records, or its ,num_agents=K option
+        if agents is not None and "num_agents=" not in variant:
+            sched.agents_wanted = agents
     else:
         sched = get_policy(variant, seed=0)
     t0 = time.perf_counter()
@@ -91,7 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--stride", type=float, default=1.75)
     ap.add_argument("--factor", type=float, default=8.0, help="preemption margin ln F of untrained and oracle-key")
-    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--agents", type=int, default=None,
+                    help=f"agents of untrained and oracle-key (default {DEFAULT_AGENTS}); given, it also sets a "
+                    "marl:DIR variant's count, which otherwise is the count its folder records")  # fmt: skip
     ap.add_argument(
         "--period",
         choices=["select", "report"],
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
            and v.partition("@")[0] not in AGENT_VARIANTS]  # fmt: skip
     if bad:
         ap.error(f"--variants: unknown {bad}; choose from {', '.join(sorted(known))} or marl:DIR")
-    if args.factor < 1.0 or args.agents < 1:
+    if args.factor < 1.0 or (args.agents is not None and args.agents < 1):
         ap.error("--factor must be >= 1 and --agents >= 1")
     if args.regime:
         from experiments.regimes import REGIMES

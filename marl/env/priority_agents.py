@@ -133,8 +133,13 @@ class PriorityAgents(PolicyScheduler):
             raise ValueError(f"migrate: a margin >= 0 with gpu_type fastest (or None: never move), got {migrate}")
         self.migrate = migrate
         self.speeds = SpeedCache()
+        if interference_inputs == "none" and not self.placing:
+            interference_inputs = None  # no topology, so no interference columns to leave blank: the same agents
         if interference_inputs is not None and not self.placing:
-            raise ValueError("interference_inputs are columns of the placing agents' topology: set placing too")
+            raise ValueError(
+                "interference_inputs are columns of the placing agents' topology: set placing too, or leave "
+                "interference_inputs out (null or none) for agents without the topology"
+            )
         if interference_online and interference_inputs is None:
             raise ValueError("interference_online corrects the interference inputs: set interference_inputs too")
         self.inputs = (

@@ -110,8 +110,13 @@ def select_iterate(
     }
     log("  ".join(f"{c} {r - 1:+.2%}" for c, r in zip(labels, ratio, strict=True)) + f"  -> {chosen}")
     if chosen == "warm start" and len(labels) > 1:
+        origin = json.loads((found[chosen] / METADATA).read_text()).get("warm_start")
+        untrained = not origin or "untrained" in str(origin)
+        what = f"the network it started from ({origin})"
+        if untrained:
+            what = "the untrained agents (decision for decision)"
         log(f"  no iterate beat the warm start on the select windows: {out / 'policy'} is a copy of {found[chosen]}, "
-            "the untrained agents (decision for decision); train longer or on more windows to move it")  # fmt: skip
+            f"{what}; train longer or on more windows to move it")  # fmt: skip
     policy = out / "policy"
     with atomic_folder(policy) as tmp:
         for item in found[chosen].iterdir():
