@@ -157,6 +157,24 @@ def test_the_oracle_key_reference_ranks_by_true_remaining_time(traces_dir: Path)
     assert oracle.calls > 0 and not np.array_equal(with_oracle.end, untrained.end)
 
 
+def test_priority_room_runs_a_folder_with_the_agent_count_it_records(tmp_path: Path) -> None:
+    """A folder trained as one agent is paired as one agent (it once ran as --agents' default, 4, without a word);
+    --agents, given, or the variant's own option sets another count."""
+    import json
+    import shutil
+
+    one = tmp_path / "one-agent"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "experiments" / "policies" / "philly-small-dagger", one)
+    meta = json.loads((one / "metadata.json").read_text())
+    meta["agents"] = {**meta.get("agents", {}), "num_agents": 1}
+    meta["agents"].pop("per", None)
+    (one / "metadata.json").write_text(json.dumps(meta))
+    assert priority_room.variant_scheduler(f"marl:{one}", 8.0, None).agents_wanted == 1
+    assert priority_room.variant_scheduler(f"marl:{one}", 8.0, 3).agents_wanted == 3
+    assert priority_room.variant_scheduler(f"marl:{one},num_agents=2", 8.0, 3).agents_wanted == 2
+    assert priority_room.variant_scheduler("untrained", 8.0, None).agents_wanted == priority_room.DEFAULT_AGENTS
+
+
 def test_priority_room_rejects_unknown_variants_and_windows_too_long() -> None:
     for argv in (["--variants", "bogus"], ["--days", "20"], ["--factor", "0.5"]):
         with pytest.raises(SystemExit):

@@ -49,37 +49,44 @@ REFERENCES = ("untrained", "qssf")
 DEFAULT_AGENTS = 4  # one per 4 racks of small
 
 
+def variant_scheduler(variant: str, factor: float, agents: int | None):
+    """The scheduler of one variant: untrained or oracle-key agents (``agents``, default
+    :data:`DEFAULT_AGENTS`), a policy folder (the agent count it records, unless ``agents`` or its own
+    ``,num_agents=K`` says otherwise) or a named heuristic."""
+    from cluster_sim.policies import get_policy
+    from cluster_sim.policy_folders import split_folder_name
+    from marl.env.priority_agents import OracleKeyAgents, PriorityAgents
+
+    base, _, gpu_type = variant.partition("@")
+    if base in AGENT_VARIANTS:
+        cls = OracleKeyAgents if base == "oracle-key" else PriorityAgents
+        move = gpu_type.startswith("move")  # untrained@move2: fastest type, moved up when one is 2x faster
+        return cls(None, num_agents=agents or DEFAULT_AGENTS, hysteresis=float(np.log(factor)), name=variant,
+                   gpu_type="fastest" if move or not gpu_type else gpu_type,
+                   migrate=float(np.log(float(gpu_type[4:] or 2))) if move else None)  # fmt: skip
+    if split_folder_name(variant):
+        sched = get_policy(variant)
+        if agents is not None and "num_agents=" not in variant:
+            sched.agents_wanted = agents
+        return sched
+    return get_policy(variant, seed=0)
+
+
 def run_one(task: tuple[int, str, str, float, int | None, str, str]) -> tuple[int, str, float, float]:
     """(window, variant, average JCT, seconds) of one simulation (``regime``: "" for ``cluster``'s windows)."""
     import torch
 
     from cluster_sim.build import build_simulator
-    from cluster_sim.policies import get_policy
-    from cluster_sim.policy_folders import split_folder_name
-    from marl.env.priority_agents import OracleKeyAgents, PriorityAgents
-
-    torch.set_num_threads(1)
     from experiments.regimes import REGIMES
 
+    torch.set_num_threads(1)
     window, spec, variant, factor, agents, regime, cluster = task
     options = {"restart_cost": 30.0}
     if regime:
         reg = REGIMES[regime]
         cluster, options = reg.cluster, {"gpu_sharing": reg.gpu_sharing, **options, **reg.sim_options}
     sim = build_simulator(cluster, spec, seed=0, interference="oracle", interference_data=f"gavel:{GAVEL}", **options)
-    base, _, gpu_type = variant.partition("@")
-    if base in AGENT_VARIANTS:
-        cls = OracleKeyAgents if base == "oracle-key" else PriorityAgents
-        move = gpu_type.startswith("move")  # untrained@move2: fastest type, moved up when one is 2x faster
-        sched = cls(None, num_agents=agents or DEFAULT_AGENTS, hysteresis=float(np.log(factor)), name=variant,
-                    gpu_type="fastest" if move or not gpu_type else gpu_type,
-                    migrate=float(np.log(float(gpu_type[4:] or 2))) if move else None)  # fmt: skip
-    elif split_folder_name(variant):
-        sched = get_policy(variant)  # as many agents as its folder records, or its ,num_agents=K option
-        if agents is not None and "num_agents=" not in variant:
-            sched.agents_wanted = agents
-    else:
-        sched = get_policy(variant, seed=0)
+    sched = variant_scheduler(variant, factor, agents)
     t0 = time.perf_counter()
     jct = float(sim.run(sched).jct.mean())
     return window, variant, jct, time.perf_counter() - t0
