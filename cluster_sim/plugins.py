@@ -77,7 +77,8 @@ def _import_module(target: str) -> ModuleType:
 def _import_file(target: str) -> ModuleType:
     path = Path(target).expanduser()
     if not path.is_file():
-        raise PluginError(f"{target}: no such file; give the path of a .py file, or an importable module name")
+        where = "" if path.is_absolute() else f" (read from {Path.cwd()}, where the command runs: a config's paths too)"
+        raise PluginError(f"{target}: no such file{where}; give the path of a .py file, or an importable module name")
     path = path.resolve()
     # one module per file, under a name that cannot clash with an installed package
     name = f"marlsched_plugin_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
@@ -122,8 +123,8 @@ def spec_options(spec: str, items: list[str]) -> dict[str, Any]:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not key.isidentifier():
-            raise PluginError(f"--policy {spec!r}: option {item.strip()!r} is not key=value")
+            raise PluginError(f"policy {spec!r}: option {item.strip()!r} is not key=value")
         if key in options:
-            raise PluginError(f"--policy {spec!r}: option {key} given twice")
+            raise PluginError(f"policy {spec!r}: option {key} given twice")
         options[key] = yaml.safe_load(value.strip()) if value.strip() else ""
     return options

@@ -58,7 +58,7 @@ def load_folder_policy(name: str, **options: Any) -> Any:
     given = spec_options(name, items)
     twice = sorted(set(given) & set(options))
     if twice:
-        raise PluginError(f"--policy {name!r}: option {twice[0]} given in the name and again beside it; give it once")
+        raise PluginError(f"policy {name!r}: option {twice[0]} given in the name and again beside it; give it once")
     loader = _REGISTERED.get(prefix) or _installed()[prefix].load()
     return loader(prefix, folder, **{"name": name, **given, **options})
 

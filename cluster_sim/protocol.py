@@ -69,6 +69,11 @@ class SimulationWarning(UserWarning):
     `marlsched run` collects it from its tasks into the report)."""
 
 
+class BurstWindowWarning(SimulationWarning):
+    """A ``load=`` window whose few jobs were squeezed into one burst of arrivals: the run is mostly that burst's
+    drain on a nearly idle cluster, not the load kept over time (:func:`cluster_sim.traces.window.burst_warning`)."""
+
+
 class MixedGpuTypesWarning(SimulationWarning):
     """A scheduler that does not keep Sia's one-GPU-type rule ran jobs across several GPU types at once, where
     the built-in schedulers keep each job on one type: the comparison is under different rules."""

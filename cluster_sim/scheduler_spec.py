@@ -41,7 +41,7 @@ def parse_custom_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     head, *items = spec.split(",")
     target, colon, cls_name = head.strip().rpartition(":")
     if not colon or not target or not cls_name.isidentifier():
-        raise PluginError(f"--policy {spec!r}: expected MODULE_OR_FILE:ClassName[,key=value...], e.g. mysched.py:Mine")
+        raise PluginError(f"policy {spec!r}: expected MODULE_OR_FILE:ClassName[,key=value...], e.g. mysched.py:Mine")
     return target, cls_name, spec_options(spec, items)
 
 
@@ -51,12 +51,12 @@ def load_custom_scheduler(spec: str, seed: int = 0, **more: Any) -> Scheduler:
     target, cls_name, options = parse_custom_spec(spec)
     twice = sorted(set(options) & set(more))
     if twice:
-        raise PluginError(f"--policy {spec!r}: option {twice[0]} given in the spec and again beside it; give it once")
+        raise PluginError(f"policy {spec!r}: option {twice[0]} given in the spec and again beside it; give it once")
     options = {**options, **more}
     try:
         module = import_target(target)
     except PluginError as err:
-        raise PluginError(f"--policy {spec!r}: {err}") from None
+        raise PluginError(f"policy {spec!r}: {err}") from None
     cls = getattr(module, cls_name, None)
     if cls is None:
         found = sorted(n for n, v in vars(module).items() if inspect.isclass(v) and _speaks_protocol(v))
@@ -64,21 +64,21 @@ def load_custom_scheduler(spec: str, seed: int = 0, **more: Any) -> Scheduler:
         found += sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__
                         and not n.startswith("_"))  # fmt: skip
         hint = f"schedulers it defines: {', '.join(found)}" if found else "it defines no scheduler class or function"
-        raise PluginError(f"--policy {spec!r}: {target} has no scheduler {cls_name!r}; {hint}")
+        raise PluginError(f"policy {spec!r}: {target} has no scheduler {cls_name!r}; {hint}")
     if inspect.isfunction(cls):  # the one-call form: fn(view) -> list[Decision]
         unknown = sorted(set(options) - {"name"})
         if unknown:
             why = f"{cls_name} is a function: it takes no option {unknown[0]!r} (only name)"
-            raise PluginError(f"--policy {spec!r}: {why}")
+            raise PluginError(f"policy {spec!r}: {why}")
         return FunctionScheduler(cls, name=options.get("name"))
     if not inspect.isclass(cls):
         raise PluginError(
-            f"--policy {spec!r}: {target}:{cls_name} is a {type(cls).__name__}, not a scheduler class or function"
+            f"policy {spec!r}: {target}:{cls_name} is a {type(cls).__name__}, not a scheduler class or function"
         )
     missing = [m for m in ("reset", "schedule") if not callable(getattr(cls, m, None))]
     if missing:
         raise PluginError(
-            f"--policy {spec!r}: {cls_name} does not speak the scheduler protocol (no {', '.join(missing)}); "
+            f"policy {spec!r}: {cls_name} does not speak the scheduler protocol (no {', '.join(missing)}); "
             f"{PROTOCOL_HINT}"
         )
     kwargs = dict(options)
@@ -88,9 +88,12 @@ def load_custom_scheduler(spec: str, seed: int = 0, **more: Any) -> Scheduler:
         sched = cls(**kwargs)
     except (TypeError, ValueError) as err:  # a keyword it does not take, or a value it refuses (a placement)
         hint = " (a placement of your own: --plugin FILE before the command)" if "placement" in str(err) else ""
-        raise PluginError(f"--policy {spec!r}: {cls_name}({_show(kwargs)}) failed: {err}{hint}") from None
+        takes = _options(cls)
+        if isinstance(err, TypeError) and "keyword argument" in str(err) and takes is not None:
+            hint += f"; {cls_name} takes {', '.join(takes) or 'no options'}"
+        raise PluginError(f"policy {spec!r}: {cls_name}({_show(kwargs)}) failed: {err}{hint}") from None
     if not isinstance(getattr(sched, "name", None), str):
-        raise PluginError(f"--policy {spec!r}: {cls_name} has no `name` string; {PROTOCOL_HINT}")
+        raise PluginError(f"policy {spec!r}: {cls_name} has no `name` string; {PROTOCOL_HINT}")
     return sched
 
 
@@ -111,6 +114,18 @@ def _accepts(cls: type, name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _options(cls: type) -> list[str] | None:
+    """The keyword options a class's constructor takes (None: it takes any, or its signature cannot be read)."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in params if p.kind in kinds]
 
 
 def _show(kwargs: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -109,20 +110,21 @@ def main(argv: list[str] | None = None) -> int:
 
             load_plugins(args.plugin)
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, KeyError) as err:
-        # user errors (bad spec, missing file, unknown name) end in one clear line, not a traceback
-        print(f"marlsched {args.command}: error: {_one_line(err)}", file=sys.stderr)
-        return 2
-    except RuntimeError as err:  # a scheduler that cannot finish the workload: not a user error, not a crash
-        from cluster_sim.simulator import SimulationStalled
-
-        if not isinstance(err, SimulationStalled):
-            raise
-        print(f"marlsched {args.command}: {err}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print(f"marlsched {args.command}: interrupted. {_after_interrupt(args)}", file=sys.stderr)
         return 130  # the shell's code for a command stopped by Ctrl-C
+    except Exception as err:
+        from cluster_sim.simulator import SimulationStalled
+
+        if isinstance(err, SimulationStalled):  # a scheduler that cannot finish the workload: not a crash
+            print(f"marlsched {args.command}: {err}", file=sys.stderr)
+            return 1
+        # user errors (bad spec, missing file, unknown name) and any exception raised in the user's own code (a
+        # plugin, a scheduler) end in one clear line; an exception of marlsched's own is a bug: its traceback
+        if isinstance(err, (ValueError, FileNotFoundError, KeyError)) or _raised_in_user_code(err):
+            print(f"marlsched {args.command}: error: {_one_line(err)}", file=sys.stderr)
+            return 2
+        raise
 
 
 def _one_line(err: BaseException) -> str:
@@ -131,26 +133,44 @@ def _one_line(err: BaseException) -> str:
     traceback) as its cause's, said to come from a task."""
     cause = getattr(err, "cause", None)
     if isinstance(cause, BaseException) and type(err).__name__.startswith("RayTaskError"):
-        return f"{_one_line(cause)} (raised in a Ray task)"
-    where = _user_frame(err)
+        return f"{_said(cause, _user_frame(_frames(err)))} (raised in a Ray task)"
+    return _said(err, _user_frame(_frames(err)))
+
+
+def _said(err: BaseException, where: str | None) -> str:
     text = f"{type(err).__name__}: {err}" if where else str(err)  # marlsched's own messages say what went wrong
     return "; ".join([text, *getattr(err, "__notes__", ()), *([f"raised at {where}"] if where else [])])
 
 
-def _user_frame(err: BaseException) -> str | None:
-    """``FILE, line N, in FUNC`` of the innermost frame of ``err``'s traceback in code of the user's own (not
-    marlsched's, not a library's, not Python's), or None where none is in it."""
-    import sysconfig
+def _raised_in_user_code(err: BaseException) -> bool:
+    return _user_frame(_frames(err)) is not None
+
+
+_TEXT_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _frames(err: BaseException) -> list[tuple[str, int, str]]:
+    """``(file, line, function)`` of ``err``'s traceback, outermost first; for an error a Ray task raised (its cause
+    arrives without a traceback) those of the worker's traceback text."""
     import traceback
 
+    if type(err).__name__.startswith("RayTaskError"):  # its text is the worker's traceback
+        return [(f, int(n), fn) for f, n, fn in _TEXT_FRAME.findall(str(err))]
+    return [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(err.__traceback__)]
+
+
+def _user_frame(frames: list[tuple[str, int, str]]) -> str | None:
+    """``FILE, line N, in FUNC`` of the innermost of ``frames`` in code of the user's own (not marlsched's, not a
+    library's, not Python's), or None where none is."""
+    import sysconfig
+
     libraries = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
-    for frame in reversed(traceback.extract_tb(err.__traceback__)):
-        path = Path(frame.filename).resolve()
-        if frame.filename.startswith("<") or _ours(frame.filename):
+    for filename, lineno, name in reversed(frames):
+        if filename.startswith("<") or _ours(filename):
             continue
-        if any(path.is_relative_to(lib) for lib in libraries):
+        if any(Path(filename).resolve().is_relative_to(lib) for lib in libraries):
             continue
-        return f"{frame.filename}, line {frame.lineno}, in {frame.name}"
+        return f"{filename}, line {lineno}, in {name}"
     return None
 
 

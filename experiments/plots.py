@@ -258,8 +258,10 @@ def paired_bars(values: Mapping[str, Sequence[float]], path: Path, baseline: str
             ax.scatter(i + np.linspace(-0.15, 0.15, len(v)), v, s=10, color="black", zorder=3)
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_ylabel(f"avg JCT reduction vs {short_label(baseline)} (%)")
-    # two lines: one would be wider than a plot of few bars and be cut off
-    what = "paired on each workload and seed (mean ± std, dots: each pair)" if pairs > 1 else "on one workload and seed"
+    # three lines: fewer would be wider than a plot of few bars and be cut off
+    what = (
+        "paired on each workload and seed\n(mean ± std, dots: each pair)" if pairs > 1 else "on one workload and seed"
+    )
     ax.set_title(f"Average JCT reduction against {short_label(baseline)}\n{what}", fontsize=10)
     ax.tick_params(axis="x", rotation=30)
     plt.setp(ax.get_xticklabels(), ha="right", rotation_mode="anchor")

@@ -563,16 +563,26 @@ def warning_key(text: str) -> str:
 
 
 def _warnings(rows: Runs) -> list[str]:
-    """What the simulations warned of (a policy on another cluster than its own, jobs on estimated speeds),
-    each once (the first workload's figures; how many others said the same), before the figures they qualify."""
-    texts = sorted({text for runs in rows.values() for m in runs.values() for text in m.get("warnings", [])})
-    if not texts:
+    """What the simulations warned of (a policy on another cluster than its own, jobs on estimated speeds, a window
+    squeezed into a burst), each once (the first workload's figures; how many others said the same), before the
+    figures they qualify; with several workloads, on which."""
+    where: dict[str, set[str]] = {}
+    for runs in rows.values():
+        for (workload, _seed), m in runs.items():
+            for text in m.get("warnings", []):
+                where.setdefault(text, set()).add(workload)
+    if not where:
         return []
     kinds: dict[str, list[str]] = {}
-    for text in texts:
+    for text in sorted(where):
         kinds.setdefault(warning_key(text), []).append(text)
+    workloads = {w for ws in where.values() for w in ws}
     more = " (and {} more like it, with other figures)"
-    said = [t[0] + (more.format(len(t) - 1) if len(t) > 1 else "") for t in kinds.values()]
+    said = []
+    for texts in kinds.values():
+        on = sorted({w for t in texts for w in where[t]})
+        head = f"{', '.join(on)}: " if len(workloads) > 1 and all(on) else ""
+        said.append(head + texts[0] + (more.format(len(texts) - 1) if len(texts) > 1 else ""))
     return ["## Warnings", "", *(f"- {text}" for text in said), ""]
 
 

@@ -234,7 +234,8 @@ def run_tasks(cfg: ExperimentConfig, out: Path, specs: list[dict[str, Any]], log
             for text in m.get("warnings", []):  # a task's worker prints nothing the user sees: said here, once
                 if warning_key(text) not in warned:  # the same warning on another workload: said once
                     warned.add(warning_key(text))
-                    print(f"marlsched run: warning: {text}", file=sys.stderr)
+                    on = f"{spec['workload_label']}: " if spec.get("workload_label") else ""
+                    print(f"marlsched run: warning: {on}{text}", file=sys.stderr)
             elapsed = time.perf_counter() - t0
             if done == 1:  # the first run holds the workers' start: the rate is measured from its end
                 first, eta = elapsed, "ETA from the next run"
@@ -396,6 +397,22 @@ def _train_priority(cfg: ExperimentConfig, section: PriorityTrainSection, run_di
     return info
 
 
+def check_workloads(cfg: ExperimentConfig) -> None:
+    """Build each workload once per seed before anything runs or is written: what only building it reads (a trace
+    file's rows, a plugin kind's own file, whether a window offers its load) is refused at the config's key and
+    line before the first run, not after the runs of the workloads listed before it."""
+    from cluster_sim.build import build_cluster
+    from cluster_sim.workload_spec import parse_workload_spec
+
+    gpus = build_cluster(cfg.cluster).view.num_gpus
+    for label, spec in cfg.workload_specs.items():
+        for seed in cfg.seeds:
+            try:
+                parse_workload_spec(spec, cluster_gpus=gpus, seed=seed)
+            except (ValueError, FileNotFoundError) as err:  # a spec's, a trace file's row, a plugin loader's
+                raise workload_error(cfg, label, err) from None
+
+
 def run_experiment(
     cfg: ExperimentConfig, out: str | Path, *, address: str | None = None, log: Log = print, command: str | None = None
 ) -> dict:
@@ -403,6 +420,7 @@ def run_experiment(
     against a second command writing it at the same time. ``command``: the command line, for the provenance
     (default: ``marlsched run CONFIG``)."""
     out = Path(out)
+    check_workloads(cfg)
     with folder_lock(out, "run", scratch=(CONFIG_FILE, STATE_FILE)):
         return _run_experiment(cfg, out, address=address, log=log, command=command or f"marlsched run {cfg.source}")
 

@@ -376,10 +376,9 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         policy, options = cfg.policy_of(label)
         try:
             scheduler = get_policy(policy, **options)
-        except (ValueError, TypeError) as err:
-            raise chk.fail(
-                ("scheduler_options", str(label)), f"{err} (policy {policy!r}; allowed: {allowed})"
-            ) from None
+        except (ValueError, TypeError) as err:  # a scheduler of one's own says what it takes; a name, the names
+            names = "" if is_custom_spec(policy) else f" (policy {policy!r}; allowed: {allowed})"
+            raise chk.fail(("scheduler_options", str(label)), f"{err}{names}") from None
         try:
             check_fits(scheduler, topo)
         except ValueError as err:

@@ -170,7 +170,7 @@ def make_scheduler_by_name(name: str, seed: int, **options):
     from cluster_sim.scheduler_spec import is_custom_spec, load_custom_scheduler
 
     if is_custom_spec(name):
-        return load_custom_scheduler(name, seed=seed)
+        return load_custom_scheduler(name, seed=seed, **options)
     from cluster_sim.policies import get_policy
 
     return get_policy(name, seed=seed, **options)
@@ -250,11 +250,13 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
             if args.out:
                 out = Path(args.out) if len(schedulers) == 1 else Path(args.out) / _safe(sched.name)
                 result.write(out)
-    except BaseException:
+    except BaseException as err:
         if results:  # what finished is shown, and kept where a rerun into the same --out replaces it
             print(summary_table([r.metrics() for r in results], title=f"{title} (stopped at {sched.name})"))
-            if args.out:
-                _write_manifest(args)
+            if args.out:  # with which scheduler stopped it, why, and those that never ran
+                later = [s.name for s in schedulers[schedulers.index(sched) + 1 :]]
+                why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+                _write_manifest(args, stopped={"at": sched.name, "error": why, "not_run": later})
         raise
     if not results:
         return 1
@@ -277,14 +279,16 @@ def _empty_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
 
 
-def _write_manifest(args: argparse.Namespace) -> None:
-    """``--out``'s record of what this simulate wrote (a later one replaces exactly that) and its provenance."""
+def _write_manifest(args: argparse.Namespace, stopped: dict | None = None) -> None:
+    """``--out``'s record of what this simulate wrote (a later one replaces exactly that) and its provenance;
+    ``stopped``: the scheduler whose run ended the command early, its error and the schedulers left unrun."""
     from experiments.provenance import result_provenance
 
     names = [p.name for p in Path(args.out).iterdir() if p.name not in (".lock", SIMULATE_MANIFEST)]
     command = shlex.join(["marlsched", *getattr(args, "argv", ["simulate", "..."])])
     doc = {
         "written": sorted(names),
+        **({"stopped": stopped} if stopped else {}),
         "provenance": result_provenance(
             command, split_policies(args.policy), args.plugin, [args.workload], [args.interference_model or ""]
         ),

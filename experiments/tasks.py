@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from cluster_sim.protocol import SimulationWarning
+from cluster_sim.protocol import BurstWindowWarning, SimulationWarning
 from cluster_sim.results import write_atomic
+from cluster_sim.traces.window import burst_warning
 
 CONFIG_FILE = "config.yaml"
 STATE_FILE = "state.json"
@@ -66,15 +67,28 @@ def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
         from cluster_sim.plugins import load_plugins
 
         load_plugins(spec["plugins"])
+    label = spec["scheduler"]
     with warnings.catch_warnings(record=True) as caught:  # a worker's stderr is not the user's: kept with the run
         warnings.simplefilter("always", SimulationWarning)
-        sim = build_eval_simulator(spec)
-        result = sim.run(make_scheduler_by_name(spec["policy"], spec["seed"], **spec.get("options", {})))
+        try:
+            sim = build_eval_simulator(spec)
+            if burst := burst_warning(sim.jobs):
+                warnings.warn(burst, BurstWindowWarning, stacklevel=1)
+            sched = make_scheduler_by_name(spec["policy"], spec["seed"], **spec.get("options", {}))
+            result = sim.run(sched)
+        except Exception as err:  # which of the config's runs: its label, workload and seed
+            where = f" on {spec['workload_label']}" if spec.get("workload_label") else ""
+            err.add_note(f"in the run of {label}{where}, seed {spec['seed']}")
+            raise
     for w in caught:
         if not issubclass(w.category, SimulationWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     metrics = result.metrics()
-    metrics["warnings"] = sorted({str(w.message) for w in caught if issubclass(w.category, SimulationWarning)})
+    # a warning that names the scheduler by its class's name names it by the config's label, as the tables do
+    said = {str(w.message) for w in caught if issubclass(w.category, SimulationWarning)}
+    if sched.name != label:
+        said = {f"{label}: {t.removeprefix(sched.name + ': ')}" if t.startswith(sched.name + ": ") else t for t in said}
+    metrics["warnings"] = sorted(said)
     metrics["scheduler"] = spec["scheduler"]
     metrics["workload"] = spec.get("workload_label", "")
     metrics["task_cpu_seconds"] = time.process_time() - cpu0  # setup + simulation, whatever else shares the CPU

@@ -64,15 +64,24 @@ def test_a_folder_of_ones_own_files_is_refused_and_left_as_it_was(tmp_path: Path
         assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
-def test_a_workload_only_its_run_can_refuse_is_named_at_its_line_and_leaves_no_folder(
-    ray_shared, tmp_path: Path, capsys
-) -> None:
-    config = _config(tmp_path, RUN.replace("workload: 'synthetic:300,load=0.5'", "workloads:\n  a: 'synthetic:300,"
-                                           "window_load=9'\nray: {num_cpus: 1}"))  # fmt: skip
-    out = tmp_path / "out"
-    err = _error(["run", config, "--out", str(out)], capsys)
-    assert f"{config}, line 4: workloads.a: workload spec 'synthetic:300,window_load=9': window_load" in err
-    assert not out.exists()
+def test_a_workload_only_its_build_can_refuse_is_named_at_its_line_before_any_run(tmp_path: Path, capsys) -> None:
+    """A window that cannot offer its load, or a trace file with a bad row listed after good workloads: the run is
+    refused at the workload's key and line before Ray starts or any run is made, and leaves no folder."""
+    bad_rows = tmp_path / "jobs.csv"
+    bad_rows.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2024-03-10 08:00:00,3600,1,3600,lab\n"
+                        "2024-03-10 09:00:00,3600,four,3600,lab\n")  # fmt: skip
+    cases = {
+        "workloads:\n  a: 'synthetic:300,window_load=9'\n": (4, "a", "workload spec 'synthetic:300,window_load=9': "),
+        f"workloads:\n  a: 'synthetic:300,load=0.5'\n  b: 'philly:{bad_rows}'\n": (5, "b", "line 3: column num_gpus"),
+    }
+    for i, (workloads, (line, label, said)) in enumerate(cases.items()):
+        config = _config(tmp_path, RUN.replace("workload: 'synthetic:300,load=0.5'\n", workloads), f"run{i}.yaml")
+        out = tmp_path / f"out{i}"
+        assert main(["run", config, "--out", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert f"{config}, line {line}: workloads.{label}: " in captured.err and said in captured.err, captured.err
+        assert "ray:" not in captured.out + captured.err and "evaluation:" not in captured.out  # before anything ran
+        assert not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -223,5 +232,8 @@ def test_a_policy_refused_mid_simulate_leaves_the_finished_ones_shown_and_replac
     assert "(stopped at gavel)" in printed.out and "\nsia " in printed.out
     assert "128 GPUs and gavel keeps each job's GPU count" in printed.err and "Traceback" not in printed.err
     assert json.loads((out / "sia" / "metrics.json").read_text())["jobs_completed"] == 2
+    stopped = json.loads((out / "simulate.json").read_text())["stopped"]  # the folder says it stopped, and why
+    assert stopped["at"] == "gavel" and "128 GPUs" in stopped["error"] and stopped["not_run"] == []
     assert main([*argv, "--policy", "sia"]) == 0  # replaces what the stopped one wrote
+    assert "stopped" not in json.loads((out / "simulate.json").read_text())
     assert (out / "metrics.json").is_file() and not (out / "sia").exists()

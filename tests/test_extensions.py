@@ -110,7 +110,7 @@ def test_example_scheduler_runs_in_a_run_config_beside_built_in_ones(
     ("policy", "expected"),
     [
         ("no_such_module_xyz:Sched", "cannot import module 'no_such_module_xyz'"),
-        ("missing/file.py:Sched", "missing/file.py: no such file"),
+        ("missing/file.py:Sched", f"missing/file.py: no such file (read from {Path.cwd()}, where the command runs"),
         (f"{EXAMPLES / 'smallest_first.py'}:Nope", "has no scheduler 'Nope'; schedulers it defines: SmallestRequest"),
         ("cluster_sim.placement:FreePool", "does not speak the scheduler protocol (no reset, schedule)"),
         (f"{SMALLEST_FIRST},colour=red", "unexpected keyword argument 'colour'"),
@@ -168,7 +168,10 @@ def test_an_error_in_a_schedulers_own_code_is_said_with_its_scheduler_time_file_
     the error, which scheduler decided when, and the file and line of the user's code that raised it."""
     cluster, jobs = tiny
     code = tmp_path / "crash.py"
-    code.write_text("def crash(view):\n    return {}['oops']\n\n\ndef bad(view):\n    return [int('x')]\n")
+    code.write_text(
+        "def crash(view):\n    return {}['oops']\n\n\ndef bad(view):\n    return [int('x')]\n\n\n"
+        "def typo(view):\n    return view.qeue\n\n\ndef bug(view):\n    raise RuntimeError('my bug')\n"
+    )
     base = ["simulate", "--cluster", str(cluster), "--workload", f"philly:{jobs}", "--quiet", "--policy"]
     assert main([*base, f"{code}:crash"]) == 2
     assert capsys.readouterr().err == (
@@ -180,6 +183,18 @@ def test_an_error_in_a_schedulers_own_code_is_said_with_its_scheduler_time_file_
         f"ValueError: invalid literal for int() with base 10: 'x'; while bad decided at t=0 s; raised at {code}, line 6"
         in (capsys.readouterr().err)
     )
+    # any exception of the user's own code, not only a user error's type: one line, no traceback
+    for name, said, line in (("typo", "AttributeError: ", 10), ("bug", "RuntimeError: my bug", 14)):
+        assert main([*base, f"{code}:{name}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err and f"raised at {code}, line {line}, in {name}" in err, err
+    # a constructor option the class does not take: named with those it does
+    cls = tmp_path / "cls.py"
+    cls.write_text("class Mine:\n    name = 'mine'\n\n    def __init__(self, placement='best-fit', skip=4):\n"
+                   "        pass\n\n    def reset(self, view):\n        pass\n\n    def schedule(self, view):\n"
+                   "        return []\n")  # fmt: skip
+    assert main([*base, f"{cls}:Mine,skpi=8"]) == 2
+    assert "got an unexpected keyword argument 'skpi'; Mine takes placement, skip" in capsys.readouterr().err
 
 
 def test_get_policy_builds_a_scheduler_of_your_own_from_its_spec(tiny) -> None:
@@ -235,8 +250,10 @@ def test_bad_custom_scheduler_in_a_run_config_names_its_entry() -> None:
     }
     assert parse_experiment_config(named, "exp.yaml").policy_of("mine") == (SMALLEST_FIRST, {"placement": "spread"})
     named["scheduler_options"]["mine"]["speed"] = 2
-    with pytest.raises(ExperimentConfigError, match=r"scheduler_options\.mine.*speed"):
+    with pytest.raises(ExperimentConfigError, match=r"scheduler_options\.mine.*speed") as refused:
         parse_experiment_config(named, "exp.yaml")
+    # named with the options the class takes, not with every built-in scheduler's name
+    assert "SmallestRequestFirst takes placement" in str(refused.value) and "allowed:" not in str(refused.value)
 
 
 def test_plugins_register_a_placement_a_workload_kind_and_an_interference_model(tmp_path: Path) -> None:

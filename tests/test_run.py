@@ -101,6 +101,7 @@ def test_wrong_key_names_path_line_and_allowed_keys(tmp_path: Path) -> None:
         ({"schedulers": ["fifo", "marl"]}, ["schedulers.1:", "add a train section"]),
         ({"baselines": ["srtf"]}, ["baselines.0:", "not among schedulers: fifo, sjf"]),
         ({"seeds": "1,2"}, ["seeds:", "expected a list"]),
+        ({"seeds": 0}, ["seeds:", "expected a list, got 0; one item is a list too: [0]"]),
         ({"ray": {"num_cpus": 0}}, ["ray.num_cpus:", "must be >= 1"]),
         ({"workload": "trace.csv"}, ["workload:", "a file needs its kind in front", "philly:trace.csv"]),
         ({"workload": "helios:trace.csv"}, ["workload:", "unknown kind 'helios'", "synthetic:N_JOBS", "philly:PATH"]),
@@ -892,7 +893,7 @@ def test_run_picks_workloads_of_a_config_by_label(tmp_path: Path, traces_dir: Pa
     assert "mean" in load_experiment_config("experiments/configs/sia_sosp23.yaml").published["sia"]
     pollux = load_experiment_config("experiments/configs/pollux_osdi21.yaml", workloads=["workload-1"])
     assert pollux.published["pollux"] == {"workload-1": 2089}  # a workload's own figure stays
-    with pytest.raises(ExperimentConfigError, match=r"no workload 'nov99'; its workloads: nov01, nov05, nov09"):
+    with pytest.raises(ExperimentConfigError, match=r"no workload 'nov99'; its workloads: nov01, nov07, nov09"):
         load_experiment_config("experiments/configs/quickstart.yaml", workloads=["nov99"])
     config = _write(tmp_path, yaml.safe_dump(TINY), "tiny.yaml")
     with pytest.raises(ExperimentConfigError, match="this config has none"):
@@ -960,6 +961,16 @@ def test_an_error_raised_in_a_ray_task_is_one_line_without_the_workers_traceback
     assert isinstance(err, ValueError)  # so the command's handler of user errors catches it
     assert _one_line(err) == f"{cause} (raised in a Ray task)"
     assert _one_line(ValueError("plain")) == "plain"
+    # raised in the user's own code: its type and file and line, read from the worker's traceback text
+    bug = RuntimeError("my bug")
+    bug.add_note("while mine decided at t=83 s")
+    text = ('\x1b[36mray::evaluate()\x1b[39m (pid=1)\n  File "/site/experiments/tasks.py", line 80, in evaluate\n'
+            '  File "/home/me/mine.py", line 5, in schedule\nRuntimeError: my bug')  # fmt: skip
+    err = ray.exceptions.RayTaskError("evaluate", text, bug).as_instanceof_cause()
+    assert _one_line(err) == (
+        "RuntimeError: my bug; while mine decided at t=83 s; raised at /home/me/mine.py, line 5, in schedule "
+        "(raised in a Ray task)"
+    )
 
 
 def test_a_report_says_which_workloads_every_seed_repeated() -> None:
@@ -994,3 +1005,48 @@ def test_a_warning_that_each_workload_gives_with_its_own_figures_is_said_once() 
     assert lines[0] == "## Warnings" and len([x for x in lines if x.startswith("- ")]) == 2
     assert f"- {said.format(10, 1_000)} (and 7 more like it, with other figures)" in lines
     assert warning_key(said.format(10, 1_000)) == warning_key(said.format(17, 1_007)) != warning_key("other 10")
+
+
+def test_a_runs_warnings_name_their_workload_and_its_label_and_an_error_names_its_run(
+    tmp_path: Path, traces_dir: Path
+) -> None:
+    """A task warns of a window its load squeezes into one burst (as simulate does), names the scheduler by the
+    config's label where a warning names it by its class's name, passes the label's options to a scheduler of
+    one's own (``late``), and adds which run an error came from; the report lists each warning once, with the
+    workloads it came from."""
+    from experiments.report import _warnings
+    from experiments.run import task_specs
+    from experiments.tasks import evaluate
+
+    mine = tmp_path / "mine.py"
+    mine.write_text(
+        "import warnings\n\nfrom cluster_sim.policies import get_policy\nfrom cluster_sim.protocol import "
+        "SimulationWarning\n\n\nclass Mine:\n    name = 'mine-class'\n\n    def __init__(self, late=False):\n"
+        "        self.late, self.inner = late, get_policy('fifo')\n\n    def reset(self, view):\n"
+        "        self.inner.reset(view)\n        warnings.warn(f'{self.name}: a note', SimulationWarning)\n\n"
+        "    def schedule(self, view):\n        if self.late and view.now > 60:\n"
+        "            raise RuntimeError('late')\n        return self.inner.schedule(view)\n"
+    )  # fmt: skip
+    philly = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv,model_rule=gavel"
+    raw = {
+        "name": "w", "cluster": "small-hetero", "interference": "none", "seeds": [0], "schedulers": ["mine", "late"],
+        "scheduler_options": {"mine": {"policy": f"{mine}:Mine"}, "late": {"policy": f"{mine}:Mine", "late": True}},
+        "workloads": {"sunday": f"{philly},start=2017-11-05,end=2017-11-06,load=0.9"},
+    }  # fmt: skip
+    ok, late = task_specs(parse_experiment_config(raw, "w.yaml"), tmp_path / "out")
+    metrics = evaluate(ok)["metrics"]
+    burst, note = metrics["warnings"]
+    assert (
+        burst.startswith("load=0.9 squeezes this window's 24.0 h of arrivals into 3.5 min") and note == "mine: a note"
+    )
+    with pytest.raises(RuntimeError, match="late") as caught:
+        evaluate(late)
+    assert caught.value.__notes__[-1] == "in the run of late on sunday, seed 0"
+    # the report: each warning once, with the workloads that said it
+    rows = {"mine": {("sunday", 0): metrics, ("nov07", 0): {"warnings": ["mine: 5 of 592 jobs on two types"]}},
+            "late": {("sunday", 0): {"warnings": ["mine: 3 of 243 jobs on two types"]}}}  # fmt: skip
+    assert _warnings(rows)[2:5] == [
+        f"- sunday: {burst}",
+        "- nov07, sunday: mine: 3 of 243 jobs on two types (and 1 more like it, with other figures)",
+        "- sunday: mine: a note",
+    ]

@@ -31,7 +31,8 @@ def open_trace(path: str | Path, kind: str) -> Path:
     """``path`` as a Path; a missing file raises FileNotFoundError saying which loader wanted it."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"{kind} trace not found: {p} (check the path; traces are not shipped)")
+        where = "" if p.is_absolute() else f"read from {Path.cwd()}, where the command runs; "
+        raise FileNotFoundError(f"{kind} trace not found: {p} ({where}check the path; traces are not shipped)")
     return p
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import types
 import typing
@@ -84,7 +85,8 @@ class ConfigChecker:
         if origin is list:
             (item,) = typing.get_args(hint)
             if not isinstance(value, list):
-                raise self.fail(path, f"expected a list, got {value!r}")
+                one = "" if isinstance(value, Mapping) else f"; one item is a list too: [{json.dumps(value)}]"
+                raise self.fail(path, f"expected a list, got {value!r}{one}")
             return [self.check_type((*path, str(i)), v, item) for i, v in enumerate(value)]
         if origin is dict:
             if not isinstance(value, Mapping):
