@@ -294,6 +294,12 @@ def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
     }
     assert type(sched) is type(resolve(AGENTS[kind].loader)(SHIPPED / folder))
     assert isinstance(sched, resolve(AGENTS[kind].decision))  # the spec's decision layer is what schedules
+    env = meta["provenance"]["config"].get("env") or {}
+    if kind == "priority" and env.get("num_agents"):  # loaded without a count, as many agents as it trained
+        from topology import build_cluster
+
+        racks = build_cluster(env["cluster"]).view.num_racks
+        assert (sched.agents_wanted or racks) == env["num_agents"], f"{folder}: runs another agent count"
     if kind in ("topdrl", "dl2", "metaplace"):
         assert type(get_policy(f"{kind}:{SHIPPED / folder}")) is type(sched)
     wrong = "dl2" if kind != "dl2" else "topdrl"
