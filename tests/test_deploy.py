@@ -281,6 +281,14 @@ def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
     meta = json.loads((SHIPPED / folder / "metadata.json").read_text())  # the one schema (upgrade-policy)
     assert meta["format_version"] == 2 and set(meta["provenance"]) == {"command", "config", "code_version", "libraries"}
     assert meta["provenance"]["command"], f"{folder}: records no command that made it"
+    # the command that makes it again today (where the recorded one is retired or ran against a time budget)
+    rebuild = (
+        meta.get("rebuild_command") or meta.get("trained", {}).get("rebuild_command") or meta["provenance"]["command"]
+    )
+    words = rebuild.split()
+    assert words[0] == "marlsched" and words[1] in {"train", "train-priority", "interference"}, f"{folder}: {rebuild}"
+    if "--config" in words:
+        assert (SHIPPED.parents[1] / words[words.index("--config") + 1]).is_file(), f"{folder}: {rebuild}"
     sched = get_policy(f"marl:{SHIPPED / folder}")
     assert sched.name == f"marl:{SHIPPED / folder}"
     assert type(sched).__name__ in {
