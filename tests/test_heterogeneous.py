@@ -616,6 +616,26 @@ def test_the_ilp_skips_the_solver_only_where_its_optimum_is_each_jobs_own_cheape
     assert least([-1.0, -2.0], [0, 1]) is None  # two jobs want the one GPU: the capacity binds
 
 
+def test_a_program_the_ilp_solved_before_is_answered_again_without_the_solver(monkeypatch) -> None:
+    """A round that poses the very program an earlier one did gets the earlier answer (HiGHS's own, copied), and
+    HiGHS is not run again; a program that differs in anything (one cost, the capacity) is solved."""
+    import cluster_sim.policies.sia as sia
+
+    cost, job = np.array([-1.0, -2.0, -1.5, -0.5]), np.array([0, 0, 1, 1])
+    gpu_type, gpus, capacity = np.array([0, 0, 0, 0]), np.array([1.0, 2.0, 1.0, 2.0]), np.array([2.0])
+    calls = []
+    highs = sia._run_highs
+    monkeypatch.setattr(sia, "_run_highs", lambda *a: calls.append(1) or highs(*a))
+    monkeypatch.setattr(sia, "_SOLVED", {})
+    first = sia._solve_ilp(cost, job, gpu_type, gpus, capacity, 2)
+    first[:] = -1  # the caller's copy: what is kept is not changed through it
+    again = sia._solve_ilp(cost.copy(), job, gpu_type, gpus, capacity, 2)
+    assert len(calls) == 1 and np.array_equal(again, highs(cost, job, gpu_type, gpus, capacity, 2))
+    sia._solve_ilp(cost, job, gpu_type, gpus, np.array([3.0]), 2)
+    sia._solve_ilp(np.array([-1.0, -2.0, -1.5, -0.6]), job, gpu_type, gpus, capacity, 2)
+    assert len(calls) == 3
+
+
 def test_sia_weighs_duration_jobs_by_their_models_speed_on_each_type(traces_dir: Path) -> None:
     """Jobs with a duration and no measured application (a Philly window with Gavel's models): Sia's goodput
     is their GPUs at their model's profiled speed on each type, so it is as type-aware as Gavel on them and
