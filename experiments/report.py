@@ -565,7 +565,7 @@ def warning_key(text: str) -> str:
 def _warnings(rows: Runs) -> list[str]:
     """What the simulations warned of (a policy on another cluster than its own, jobs on estimated speeds, a window
     squeezed into a burst), each once (the first workload's figures; how many others said the same), before the
-    figures they qualify; with several workloads, on which."""
+    figures they qualify; where only some of the workloads gave it, which."""
     where: dict[str, set[str]] = {}
     for runs in rows.values():
         for (workload, _seed), m in runs.items():
@@ -581,7 +581,7 @@ def _warnings(rows: Runs) -> list[str]:
     said = []
     for texts in kinds.values():
         on = sorted({w for t in texts for w in where[t]})
-        head = f"{', '.join(on)}: " if len(workloads) > 1 and all(on) else ""
+        head = f"{', '.join(on)}: " if len(on) < len(workloads) and all(on) else ""  # said on some, not all
         said.append(head + texts[0] + (more.format(len(texts) - 1) if len(texts) > 1 else ""))
     return ["## Warnings", "", *(f"- {text}" for text in said), ""]
 

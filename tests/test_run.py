@@ -1013,7 +1013,7 @@ def test_a_runs_warnings_name_their_workload_and_its_label_and_an_error_names_it
     """A task warns of a window its load squeezes into one burst (as simulate does), names the scheduler by the
     config's label where a warning names it by its class's name, passes the label's options to a scheduler of
     one's own (``late``), and adds which run an error came from; the report lists each warning once, with the
-    workloads it came from."""
+    workloads it came from where not all gave it."""
     from experiments.report import _warnings
     from experiments.run import task_specs
     from experiments.tasks import evaluate
@@ -1047,6 +1047,6 @@ def test_a_runs_warnings_name_their_workload_and_its_label_and_an_error_names_it
             "late": {("sunday", 0): {"warnings": ["mine: 3 of 243 jobs on two types"]}}}  # fmt: skip
     assert _warnings(rows)[2:5] == [
         f"- sunday: {burst}",
-        "- nov07, sunday: mine: 3 of 243 jobs on two types (and 1 more like it, with other figures)",
+        "- mine: 3 of 243 jobs on two types (and 1 more like it, with other figures)",  # said on every workload
         "- sunday: mine: a note",
     ]
