@@ -1,7 +1,8 @@
 """MkDocs hooks: pages made at build time from the code and the repository, so that they never go stale.
 
 - ``reference/cli.md``: the ``--help`` of ``marlsched`` and of every subcommand (nested ones included),
-  rendered from the argparse parsers of this checkout (``experiments.cli.build_parser``).
+  rendered from the argparse parsers of this checkout (``experiments.cli.build_parser``); it replaces the
+  repository's short page of that name, which is there so that links to it also work where the Markdown is read.
 - API pages: docstrings' Sphinx roles (``:func:``, ``:class:`` ...) dropped from the rendered HTML, the names kept
   as code.
 - ``policies/<name>/``: each shipped policy's ``experiments/policies/<name>/README.md`` and its figures.
@@ -70,6 +71,9 @@ def _anchor(command: str) -> str:
 
 
 def on_files(files: Files, config) -> Files:
+    stub = files.get_file_from_path(CLI_PAGE)  # the repository's copy says where the page comes from
+    if stub is not None:
+        files.remove(stub)
     files.append(File.generated(config, CLI_PAGE, content=cli_reference()))
     for folder in sorted(p for p in POLICIES.iterdir() if (p / "README.md").is_file()):
         for path in sorted(folder.iterdir()):
