@@ -447,6 +447,13 @@ def test_quiet_windows_are_drawn_again_and_impossible_settings_say_so(
     env = penv.PriorityEnv({"trace": trace, "window_days": 0.25, "load": 40, "relative": False})
     with pytest.raises(ValueError, match=r"3 windows in a row of window_days=0.25 .* load=\[40.0, 40.0\]; lower"):
         env.reset(seed=0)
+    # before training starts: settings that one lucky draw meets but nearly every window does not are refused
+    # (loads near 1, which many nights cannot offer, pass; a load no window offers does not)
+    penv.PriorityEnv({"trace": trace, "window_days": 0.25, "load": [0.9, 1.1], "train_start": 2_592_000,
+                      "train_end": 3_600_000}).refuse_mostly_quiet()  # fmt: skip
+    busiest = penv.PriorityEnv({"trace": trace, "window_days": 0.25, "load": 40})
+    with pytest.raises(ValueError, match=r"64 of 64 windows of window_days=0.25 .* cannot offer load=\[40.0, 40.0\]"):
+        busiest.refuse_mostly_quiet()
 
 
 def test_an_iteration_that_sampled_nothing_stops_training() -> None:

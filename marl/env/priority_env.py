@@ -360,6 +360,26 @@ class PriorityEnv(MultiAgentEnv):
             f"the load or lengthen the windows (last: {last})"
         )
 
+    def refuse_mostly_quiet(self, draws: int = 64, share: float = 0.95) -> None:
+        """Draw ``draws`` windows as episodes do (without simulating them) and refuse settings that almost no window
+        can meet: one draw that succeeds says little where nearly every other is quiet, and training would then
+        stop later, inside an env runner, after ``MAX_DRAWS`` quiet windows in a row."""
+        cfg = self.config
+        if cfg.workload is not None:
+            return
+        rng, quiet, last = np.random.default_rng(cfg.seed), 0, None
+        for _ in range(draws):
+            try:
+                parse_workload_spec(cfg.window_spec(rng), cluster_gpus=self._view.num_gpus, seed=0)
+            except QuietWorkloadSpecError as e:
+                quiet, last = quiet + 1, e
+        if quiet >= share * draws:
+            raise ValueError(
+                f"priority env_config: {quiet} of {draws} windows of window_days={cfg.window_days} between train_start="
+                f"{cfg.train_start:.0f} and train_end={cfg.train_end:.0f} cannot offer load={list(cfg.load)}; lower "
+                f"the load or lengthen the windows (one of them: {last})"
+            )
+
     def _reference(self) -> ReferenceSchedule:
         """The reference schedule of this episode's window: a finished one of the same window and settings,
         or a new one simulated as the episode goes (kept once finished)."""

@@ -597,7 +597,9 @@ def train_priority(
     cfg = dict(config) if isinstance(config, Mapping) else load_config(config)
     # A first window drawn here: settings no window can meet fail now, with their message, not inside the
     # env runners (whose errors go to Ray's worker logs).
-    PriorityEnv(cfg["env"]).draw_simulator()
+    first = PriorityEnv(cfg["env"])
+    first.draw_simulator()
+    first.refuse_mostly_quiet()
     learner_threads = _threads(cfg["ppo"]["learner_threads"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
