@@ -381,9 +381,14 @@ def test_the_select_stage_ships_the_best_iterate_on_select_windows_and_its_start
     # every iterate as good as the warm start: the warm start is shipped
     for name in ("snapshots/iter-001", "policy"):
         save_priority_policy(nets["warm_start"], out / name, {"agents": {"hysteresis": float(np.log(8))}})
+    last = json.loads((out / "policy" / "metadata.json").read_text())
+    (out / "policy" / "metadata.json").write_text(json.dumps({**last, "trained": {"iterations": 2}}))
     again = select_iterate(out, env, **settings, log=logs.append)
     assert again["chosen"] == "warm start" and again["mean_ratio"] == [1.0, 1.0, 1.0]
-    assert logs[-1].startswith(f"  no iterate beat the warm start on the select windows: {out / 'policy'} is a copy")
+    assert logs[-2].startswith(f"  no iterate beat the warm start on the select windows: {out / 'policy'} is a copy")
+    assert logs[-1] == f"  the last iterate is kept as {out / 'snapshots' / 'iter-002'}"
+    # the iterate the warm start replaced stays at hand, as the snapshot of its iteration
+    assert json.loads((out / "snapshots" / "iter-002" / "metadata.json").read_text())["trained"] == {"iterations": 2}
 
 
 @pytest.mark.slow

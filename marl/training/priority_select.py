@@ -94,6 +94,11 @@ def select_iterate(
     tasks = [(str(found[c]), dict(env), s, None) for s in specs for c in labels]
     t0 = time.perf_counter()
     log(f"selecting the iterate: {len(specs)} select windows x {len(labels)} candidates = {len(tasks)} simulations")
+    if len(specs) < 3:
+        log(
+            f"  warning: {len(specs)} select window(s): a choice on so few is mostly their own noise (a window's "
+            "figures move by more than an iterate's); a longer select span or a shorter stride gives more"
+        )
     table = window_table(run_window, tasks, labels, workers, log, specs)
     ratio = (table / table[:, :1]).mean(axis=0)
     best = int(np.argmin(ratio))  # the first of equals: the earlier iterate
@@ -118,6 +123,13 @@ def select_iterate(
         log(f"  no iterate beat the warm start on the select windows: {out / 'policy'} is a copy of {found[chosen]}, "
             f"{what}; train longer or on more windows to move it")  # fmt: skip
     policy = out / "policy"
+    if chosen != "last":  # the last iterate stays at hand as a snapshot of its iteration, to evaluate or choose later
+        done = json.loads((policy / METADATA).read_text()).get("trained", {}).get("iterations")
+        keep = out / "snapshots" / f"iter-{int(done):03d}" if done else None
+        if keep is not None and not keep.exists():
+            with atomic_folder(keep) as tmp:
+                shutil.copytree(policy, tmp, dirs_exist_ok=True)
+            log(f"  the last iterate is kept as {keep}")
     with atomic_folder(policy) as tmp:
         for item in found[chosen].iterdir():
             (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
