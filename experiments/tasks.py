@@ -80,12 +80,17 @@ def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
             where = f" on {spec['workload_label']}" if spec.get("workload_label") else ""
             err.add_note(f"in the run of {label}{where}, seed {spec['seed']}")
             raise
+    # what a reader of the figures should know: the simulation's warnings and any other of marlsched's own code (oracle
+    # interference without the measured pairs), said by the run and in its report; a library's stay the worker's
+    from experiments.cli import _ours
+
+    kept = [w for w in caught if issubclass(w.category, SimulationWarning) or _ours(w.filename)]
     for w in caught:
-        if not issubclass(w.category, SimulationWarning):
+        if not any(w is k for k in kept):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     metrics = result.metrics()
     # a warning that names the scheduler by its class's name names it by the config's label, as the tables do
-    said = {str(w.message) for w in caught if issubclass(w.category, SimulationWarning)}
+    said = {str(w.message) for w in kept}
     if sched.name != label:
         said = {f"{label}: {t.removeprefix(sched.name + ': ')}" if t.startswith(sched.name + ": ") else t for t in said}
     metrics["warnings"] = sorted(said)

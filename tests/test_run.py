@@ -1050,3 +1050,16 @@ def test_a_runs_warnings_name_their_workload_and_its_label_and_an_error_names_it
         "- mine: 3 of 243 jobs on two types (and 1 more like it, with other figures)",  # said on every workload
         "- sunday: mine: a note",
     ]
+
+
+def test_a_run_says_what_marlsched_itself_warns_of_in_a_task(tmp_path: Path) -> None:
+    """A warning of marlsched's own code that is not a simulation's (oracle interference without Gavel's measured
+    pairs) reaches the run's console and report like the simulation's, not only the worker's unread stderr."""
+    from experiments.run import task_specs
+    from experiments.tasks import evaluate
+
+    raw = {"name": "w", "cluster": "small", "interference": "oracle", "seeds": [0], "schedulers": ["fifo"],
+           "workload": "synthetic:1000,window_load=1.0"}  # fmt: skip
+    (spec,) = task_specs(parse_experiment_config(raw, "w.yaml"), tmp_path)
+    (said,) = evaluate(spec)["metrics"]["warnings"]
+    assert said.startswith("oracle interference without Gavel's measured pairs: co-located jobs slow each other")
