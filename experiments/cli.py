@@ -9,6 +9,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from experiments.own_code import is_ours
+
 
 def predictor_provenance(command: str, data: list[str]) -> dict:
     """What ``marlsched interference train`` records in the predictor it writes, as results record theirs."""
@@ -166,7 +168,7 @@ def _user_frame(frames: list[tuple[str, int, str]]) -> str | None:
 
     libraries = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
     for filename, lineno, name in reversed(frames):
-        if filename.startswith("<") or _ours(filename):
+        if filename.startswith("<") or is_ours(filename):
             continue
         if any(Path(filename).resolve().is_relative_to(lib) for lib in libraries):
             continue
@@ -185,21 +187,9 @@ def _format_warning(
     Python prints them (their source line is theirs to read)."""
     from cluster_sim.protocol import SimulationWarning
 
-    if issubclass(category, SimulationWarning) or _ours(filename):
+    if issubclass(category, SimulationWarning) or is_ours(filename):
         return f"marlsched: warning: {message}\n"
     return _python_format(message, category, filename, lineno, line)
-
-
-_PACKAGES = ("cluster_sim", "interference", "marl", "topology", "experiments")
-_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _ours(filename: str) -> bool:
-    """Whether ``filename`` is a module of marlsched's own packages."""
-    try:
-        return Path(filename).resolve().relative_to(_ROOT).parts[0] in _PACKAGES
-    except (ValueError, IndexError):
-        return False
 
 
 def _after_interrupt(args) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 from cluster_sim.protocol import BurstWindowWarning, SimulationWarning
 from cluster_sim.results import write_atomic
 from cluster_sim.traces.window import burst_warning
+from experiments.own_code import is_ours
 
 CONFIG_FILE = "config.yaml"
 STATE_FILE = "state.json"
@@ -82,9 +83,7 @@ def evaluate(spec: Mapping[str, Any]) -> dict[str, Any]:
             raise
     # what a reader of the figures should know: the simulation's warnings and any other of marlsched's own code (oracle
     # interference without the measured pairs), said by the run and in its report; a library's stay the worker's
-    from experiments.cli import _ours
-
-    kept = [w for w in caught if issubclass(w.category, SimulationWarning) or _ours(w.filename)]
+    kept = [w for w in caught if issubclass(w.category, SimulationWarning) or is_ours(w.filename)]
     for w in caught:
         if not any(w is k for k in kept):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
