@@ -44,7 +44,7 @@ from cluster_sim.build import assemble_simulator, build_simulator
 from cluster_sim.plugins import load_plugins
 from cluster_sim.policies import get_policy
 from cluster_sim.simulator import Simulator
-from cluster_sim.traces.periods import HELD_OUT_START, refuse_report_period, trace_seconds, window_spec
+from cluster_sim.traces.periods import HELD_OUT_START, refuse_report_period, trace_date, trace_seconds, window_spec
 from cluster_sim.workload import Workload
 from cluster_sim.workload_spec import QuietWorkloadSpecError, parse_workload_spec
 from interference.base import InterferenceModel
@@ -356,7 +356,8 @@ class PriorityEnv(MultiAgentEnv):
                 last = e
         raise ValueError(
             f"priority env_config: {MAX_DRAWS} windows in a row of window_days={cfg.window_days} between train_start="
-            f"{cfg.train_start:.0f} and train_end={cfg.train_end:.0f} could not offer load={list(cfg.load)}; lower "
+            f"{trace_date(cfg.train_start, cfg.trace)} and train_end={trace_date(cfg.train_end, cfg.trace)} could not "
+            f"offer load={list(cfg.load)}; lower "
             f"the load or lengthen the windows (last: {last})"
         )
 
@@ -376,7 +377,8 @@ class PriorityEnv(MultiAgentEnv):
         if quiet >= share * draws:
             raise ValueError(
                 f"priority env_config: {quiet} of {draws} windows of window_days={cfg.window_days} between train_start="
-                f"{cfg.train_start:.0f} and train_end={cfg.train_end:.0f} cannot offer load={list(cfg.load)}; lower "
+                f"{trace_date(cfg.train_start, cfg.trace)} and train_end={trace_date(cfg.train_end, cfg.trace)} "
+                f"cannot offer load={list(cfg.load)}; lower "
                 f"the load or lengthen the windows (one of them: {last})"
             )
 
