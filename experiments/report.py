@@ -201,7 +201,7 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         + f"; {len(specs)} simulations, each a Ray task. Values are mean ± std over {over}.",
         "",
     ]
-    lines += _policy_folders_held_out(cfg)
+    lines += _policy_folders_held_out(cfg) + _overlapping_workloads(cfg)
     if train_info is not None and isinstance(cfg.train_config, PriorityTrainSection):
         lines += _priority_training_lines(cfg.train_config, train_info)
     elif train_info is not None and cfg.train_config is not None:
@@ -211,6 +211,37 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
             "",
         ]
     return lines
+
+
+def _overlapping_workloads(cfg: ExperimentConfig) -> list[str]:
+    """Dated windows of one trace that share part of it: the same jobs run in both, so their runs are not
+    independent samples and a mean ± std over them says less than it seems (a sentence; none where no two overlap)."""
+    from cluster_sim.traces.periods import DAY
+
+    windows: dict[str, list[tuple[str, float, float]]] = {}
+    for label, spec in cfg.workload_specs.items():
+        if not isinstance(spec, str):
+            continue
+        opts = dict(o.split("=", 1) for o in spec.split(",")[1:] if "=" in o)
+        if "start" in opts and "end" in opts:
+            start, end = (_seconds(opts[k], spec) for k in ("start", "end"))
+            windows.setdefault(spec.split(",")[0], []).append((label or spec, start, end))
+    pairs = [
+        f"{a} and {b} ({(min(end_a, end_b) - max(start_a, start_b)) / DAY:.2g} d)"
+        for same in windows.values()
+        for i, (a, start_a, end_a) in enumerate(same)
+        for b, start_b, end_b in same[i + 1 :]
+        if start_a < end_b and start_b < end_a
+    ]
+    if not pairs:
+        return []
+    return [
+        f"Overlapping windows: {'; '.join(pairs[:3])}{f'; and {len(pairs) - 3} more pairs' if len(pairs) > 3 else ''} "
+        "share part of the trace, so the same jobs arrive in both; their "
+        "runs are not independent, and the ± over workloads understates how much another window could differ "
+        "(for a verdict, take windows that do not overlap).",
+        "",
+    ]
 
 
 def _trace_span(env: Any) -> str:

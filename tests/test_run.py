@@ -532,6 +532,26 @@ def test_published_figures_rounded_by_their_paper_say_whether_ours_lies_in_their
         parse_experiment_config({**base, "published_step": -360})
 
 
+def test_the_report_says_which_workloads_share_part_of_the_trace(traces_dir: Path) -> None:
+    """Windows that overlap run the same jobs: the report's header names each such pair and the days they share
+    (other traces' windows and undated workloads are not compared); windows that only touch are independent."""
+    from experiments.report import _overlapping_workloads
+
+    philly = f"philly:{traces_dir}/pollux-osdi21/traces/philly.csv"
+    start = HELD_OUT_START
+
+    def cfg(**windows: tuple[float, float]):
+        specs = {k: window_spec(philly, start + a * DAY, start + b * DAY, 0.3) for k, (a, b) in windows.items()}
+        specs["synthetic"] = "synthetic:100"
+        return parse_experiment_config({"name": "w", "cluster": "small", "workloads": specs, "schedulers": ["fifo"]})
+
+    assert _overlapping_workloads(cfg(a=(0, 2), b=(2, 4), c=(5, 6))) == []
+    [line, blank] = _overlapping_workloads(cfg(a=(0, 2), b=(1.5, 4), c=(3, 6)))
+    assert line.startswith("Overlapping windows: a and b (0.5 d); b and c (1 d) share part of the trace") and not blank
+    many = _overlapping_workloads(cfg(**{f"w{k}": (k, k + 7) for k in range(6)}))[0]
+    assert "w0 and w1 (6 d); w0 and w2 (5 d); w0 and w3 (4 d); and 12 more pairs share" in many
+
+
 def test_several_workloads_with_scheduler_options_and_published_figures(
     ray_shared, tmp_path: Path, traces_dir: Path
 ) -> None:
