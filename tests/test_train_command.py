@@ -130,6 +130,68 @@ def test_an_agent_of_ones_own_package_trains_through_the_one_command_and_its_fol
         marl.agents._installed({s.name: s for s in marl.agents.BUILT_IN})
 
 
+def test_a_spec_of_ones_own_that_cannot_train_or_load_as_written_is_refused_by_name(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A spec of one's own is checked before training: a reference that does not import names the agent, the field
+    and the import's error; a loop that builds another agent's decision layer and takes no ``decision=`` (the
+    priority agents' DAgger for a subclass of theirs) is refused at ``algo:``, while RLlib's PPO, which plays a
+    subclass, is not. A folder of an agent whose package is not installed names that package."""
+    import dataclasses
+    import shutil
+
+    from cluster_sim.policies import get_policy
+
+    (tmp_path / "aging.py").write_text(
+        "from marl.env.priority_agents import PriorityAgents\nclass Aging(PriorityAgents):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trunk = AGENTS["priority"]
+    ppo, _, dagger, _ = trunk.algorithms
+    aging = dataclasses.replace(trunk, name="aging", decision="aging:Aging", algorithms=(ppo, dagger))
+    monkeypatch.setitem(AGENTS, "aging", aging)
+
+    def refused(spec, algo: str, text: str) -> str:
+        monkeypatch.setitem(AGENTS, "aging", spec)
+        path = tmp_path / "cfg.yaml"
+        path.write_text(f"agent: aging\nalgo: {algo}\n")
+        with pytest.raises(ValueError) as err:
+            load_recipe_config(path)
+        assert text in str(err.value), err.value
+        return str(err.value)
+
+    (tmp_path / "ok.yaml").write_text("agent: aging\nalgo: ppo\nenv:\n  workload: synthetic:30\n")
+    assert load_recipe_config(tmp_path / "ok.yaml")[2]["env"]["decision"] == "aging:Aging"  # the runners build it
+    said = refused(aging, "dagger", "line 2: algo: agent 'aging' decides with a layer of its own (aging:Aging), but ")
+    assert (
+        "builds the layer of agent 'priority' (marl.env.priority_agents:PriorityAgents) and takes no decision=" in said
+    )
+    typo = dataclasses.replace(ppo, trainer="marl.training.priority_train:train_prio")
+    said = refused(
+        dataclasses.replace(aging, algorithms=(typo,)), "ppo", "line 1: agent: agent 'aging': its algo 'ppo'"
+    )
+    assert "trainer 'marl.training.priority_train:train_prio' cannot be imported (AttributeError: " in said
+    for field in ("decision", "network", "loader"):
+        wrong = dataclasses.replace(aging, **{field: f"{getattr(aging, field)}z"})
+        refused(wrong, "ppo", f"agent 'aging': its {field} '{getattr(aging, field)}z' cannot be imported (")
+
+    # a folder whose loader cannot be imported: one line naming the agent and the field, not a traceback
+    folder = tmp_path / "aged"
+    shutil.copytree(REPO / "experiments" / "policies" / "default-small", folder)
+    meta = json.loads((folder / "metadata.json").read_text())
+    (folder / "metadata.json").write_text(json.dumps({**meta, "agent": "aging"}))
+    monkeypatch.setitem(AGENTS, "aging", dataclasses.replace(aging, loader=f"{aging.loader}z"))
+    with pytest.raises(ValueError, match=r"agent 'aging': its loader '.*load_priority_policyz' cannot be imported"):
+        get_policy(f"marl:{folder}")
+    # where the package that announced the agent is missing, the folder names it (its provenance records it)
+    monkeypatch.delitem(AGENTS, "aging")
+    meta["provenance"]["agent_package"] = "my-agents 0.1.0"
+    (folder / "metadata.json").write_text(json.dumps({**meta, "agent": "aging"}))
+    with pytest.raises(ValueError, match=r"agent 'aging' comes from the package my-agents 0.1.0 .* not installed here: "
+                       r"install it \(pip install my-agents==0.1.0, or"):  # fmt: skip
+        get_policy(f"marl:{folder}")
+
+
 def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch) -> None:
     """Each config of experiments/configs that names an ``agent:`` is a config of one of its algorithms."""
     monkeypatch.chdir(REPO)
@@ -609,5 +671,5 @@ def test_an_agent_of_ones_own_trains_its_decision_layer_with_ppo_or_is_told_why_
     config.write_text(yaml.safe_dump({"agent": "prio-mine", "algo": "ppo", **TINY_PPO}))
     with pytest.raises(TrainConfigError, match=r"line 2: algo: agent 'prio-mine' has a decision layer of its own "
                                                r"\(my_prio:NotAgents\) that is no subclass of the priority agents'.*"
-                                               r"dagger or es"):  # fmt: skip
+                                               r"make it one, or train it with a loop that takes"):  # fmt: skip
         load_recipe_config(config)

@@ -9,6 +9,7 @@ entry points are read on the table's first use, not on import).
 
 from collections.abc import Iterator, MutableMapping
 from importlib.metadata import entry_points
+from typing import Any
 
 from marl.agents import dl2, metaplace, priority, rounds, sia_weights, topdrl
 from marl.agents.spec import AgentSpec, Algorithm, resolve
@@ -82,4 +83,40 @@ class _Agents(MutableMapping[str, AgentSpec]):
 
 AGENTS: MutableMapping[str, AgentSpec] = _Agents(BUILT_IN)
 
-__all__ = ["AGENTS", "BUILT_IN", "GROUP", "PACKAGES", "AgentSpec", "Algorithm", "resolve"]
+
+def where_from(name: str) -> str:
+    """Where agent ``name``'s spec comes from, for errors: its package and entry point, or marlsched."""
+    if name in PACKAGES:
+        return f"the spec of package {PACKAGES[name]} (entry point {name} of group {GROUP})"
+    return "marlsched's own spec (marl/agents/)"
+
+
+def reference(spec: AgentSpec, field: str, algorithm: Algorithm | None = None) -> Any:
+    """What a spec's (or one of its algorithms') ``module:attribute`` field names, imported; a ValueError that
+    names the agent, the field, where the spec comes from and the import's own error where it cannot be."""
+    ref = getattr(algorithm or spec, field)
+    try:
+        return resolve(ref)
+    except (ImportError, AttributeError) as err:
+        owner = f"algo {algorithm.name!r}'s {field}" if algorithm is not None else field
+        raise ValueError(
+            f"agent {spec.name!r}: its {owner} {ref!r} cannot be imported ({type(err).__name__}: {err}); fix it in "
+            f"{where_from(spec.name)} (module:attribute) and reinstall that package"
+        ) from None
+
+
+def check_references(spec: AgentSpec, algorithm: Algorithm) -> None:
+    """Every reference of ``spec`` and of the ``algorithm`` it trains with imports (``reference``'s error where
+    one does not): a typo surfaces before training, not as another loop or a folder that cannot be loaded."""
+    for field in ("decision", "loader", "observes", "network"):
+        if getattr(spec, field) is not None:
+            reference(spec, field)
+    for field in ("trainer", "settings", "parse"):
+        if getattr(algorithm, field) is not None:
+            reference(spec, field, algorithm)
+
+
+__all__ = [
+    "AGENTS", "BUILT_IN", "GROUP", "PACKAGES", "AgentSpec", "Algorithm", "check_references", "reference", "resolve",
+    "where_from",
+]  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 
 from cluster_sim.protocol import TrainedOn
 from cluster_sim.results import write_atomic
-from marl.agents import AGENTS, AgentSpec, resolve
+from marl.agents import AGENTS, AgentSpec, reference
 from marl.deploy.policy_files import (
     FORMAT,
     FORMAT_VERSION,
@@ -82,6 +82,14 @@ def read_metadata(folder: str | Path) -> tuple[AgentSpec, dict[str, Any]]:
     meta = read_json(path)
     agent = meta.get("agent")
     if agent not in AGENTS:
+        package = (meta.get("provenance") or {}).get("agent_package")
+        if isinstance(package, str) and package:  # an agent of a package of one's own, not installed here
+            name, _, version = package.partition(" ")
+            raise ValueError(
+                f"{path}: agent {agent!r} comes from the package {package} (the folder's provenance.agent_package), "
+                f"which is not installed here: install it (pip install {name}=={version}, or its source with pip "
+                f"install -e DIR) so that its entry point registers the agent; kinds known here: {', '.join(AGENTS)}"
+            )
         raise ValueError(f"{path}: agent {agent!r} is not a policy kind marlsched knows; kinds: {', '.join(AGENTS)}")
     if meta.get("format", FORMAT) != FORMAT:
         raise ValueError(f"{path}: format {meta.get('format')!r} is not {FORMAT!r}; it was not written by marlsched")
@@ -117,9 +125,9 @@ def load_policy(folder: str | Path, *, kind: str | None = None, name: str = "mar
             f"{Path(folder) / METADATA}: agent is {found.name!r}, not {kind!r}; load it as marl:{folder}, or give a "
             f"folder made by {AGENTS[kind].made_by}"
         )
-    loader = resolve(found.loader)
+    loader = reference(found, "loader")
     _refuse_unknown_options(loader, found.name, folder, options)
-    decision = resolve(found.decision)
+    decision = reference(found, "decision")
     if _takes(loader, "decision"):  # a loader shared by agents that differ in their decision layer builds each one's
         options = {**options, "decision": decision}
     try:
@@ -225,7 +233,7 @@ def add_program(folder: str | Path) -> float:
             f"{folder / METADATA}: agent {kind.name!r} has no torch.export program (it keeps no network); kinds that "
             f"have one: {with_net}"
         )
-    net, save = resolve(kind.network)(meta)
+    net, save = reference(kind, "network")(meta)
     net.load_state_dict(load_torchscript(folder / TORCHSCRIPT).state_dict())
     err = save(net.eval(), folder / PROGRAM)
     doc = {**meta, "program_max_abs_diff": err, "program_torch": torch.__version__}  # not the weights' trainer's

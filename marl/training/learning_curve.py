@@ -9,6 +9,7 @@ fewer than ``min_points`` says so on the plot instead of letting a dot pass for 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +75,7 @@ def plot_learning_curve(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(textwrap.fill(title, 72), fontsize=10)  # a long reference (a class of one's own) wraps
     ax.grid(alpha=0.3)
     if any(s.label for s in series) or references:
         ax.legend(fontsize=8)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_sim.out_folder import folder_lock
-from marl.agents import AGENTS, AgentSpec, Algorithm, resolve
+from marl.agents import AGENTS, AgentSpec, Algorithm, check_references, priority, reference, resolve
 from marl.deploy.policy_files import code_version, training_recipe
 from marl.training.config import ConfigChecker, TrainConfigError, read_yaml_config, set_keys
 
@@ -30,6 +30,9 @@ RESUMABLE = ("ppo", "appo")  # the algorithms that run on RLlib: on a Ray cluste
 TRAINING_WRITES = (POLICY, "checkpoint", "progress.csv", "snapshots", "warm_start", "tensorboard", "result.json",
                    "learning_curve.png")  # fmt: skip
 DEFAULT_AGENT = "priority"
+# the loops that run on RLlib (the priority agents' ppo and appo): they build the priority agents' env
+RLLIB_TRAINERS = frozenset(a.trainer for a in priority.SPEC.algorithms if a.name in RESUMABLE)
+PRIORITY_PARSERS = frozenset(a.parse for a in priority.SPEC.algorithms if a.parse)
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,12 @@ def recipe_of(data: Any, chk: ConfigChecker) -> tuple[AgentSpec, Algorithm, dict
         algorithm = spec.algorithm(algo)
     except ValueError as err:
         raise chk.fail(("algo",), str(err)) from None
-    trunk = AGENTS[DEFAULT_AGENT]
-    if algorithm.trainer in {a.trainer for a in trunk.algorithms if a.name in RESUMABLE}:
+    try:  # a typo in a package's spec, said before anything trains (not as another loop, or an unloadable folder)
+        check_references(spec, algorithm)
+    except ValueError as err:
+        raise chk.fail(("agent",), str(err)) from None
+    if algorithm.trainer in RLLIB_TRAINERS:
+        trunk = AGENTS[DEFAULT_AGENT]
         if spec.decision != trunk.decision:  # RLlib's loops build the priority agents' env: their layer, or a subclass
             from marl.env.rounds_agents import agents_class
 
@@ -80,16 +87,38 @@ def recipe_of(data: Any, chk: ConfigChecker) -> tuple[AgentSpec, Algorithm, dict
                 raise chk.fail(
                     ("algo",), f"agent {agent!r} has a decision layer of its own ({spec.decision}) that is no subclass "
                     f"of the priority agents' ({trunk.decision}), which the RLlib loops ({', '.join(RESUMABLE)}) "
-                    "build; train it with a loop that plays each agent's layer (the rounds agents' dagger or es), or "
-                    "write a loop of its own (docs/extending.md)"
+                    "build; make it one, or train it with a loop that takes decision= (docs/extending.md)"
                 ) from None  # fmt: skip
             env = data.get("env") if isinstance(data.get("env"), Mapping) else {}
             if env.get("decision", spec.decision) != spec.decision:
                 raise chk.fail(("env", "decision"), f"agent {agent!r} decides with {spec.decision}; leave it out")
             data = {**data, "env": {**env, "decision": spec.decision}}  # its layer, in the env the runners build
-    elif algorithm.settings is None and agent != DEFAULT_AGENT:  # the baselines' sections keep their agent key
+    elif (other := _plays_another_layer(spec, algorithm)) is not None:
+        raise chk.fail(
+            ("algo",), f"agent {agent!r} decides with a layer of its own ({spec.decision}), but algo "
+            f"{algorithm.name!r}'s loop ({algorithm.trainer}) builds the layer of agent {other.name!r} "
+            f"({other.decision}) and takes no decision=: it would train another scheduler than the one its folder "
+            "loads. Train it with a loop that plays its layer (RLlib's ppo and appo play a PriorityAgents subclass; "
+            "a flat loop must take decision=), or drop this algorithm from the spec"
+        )  # fmt: skip
+    elif algorithm.settings is None and agent != DEFAULT_AGENT and algorithm.parse not in PRIORITY_PARSERS:
+        # the baselines' sections keep their agent key (the priority agents' sections have none)
         data = {"agent": agent, **data}
     return spec, algorithm, data
+
+
+def _plays_another_layer(spec: AgentSpec, algorithm: Algorithm) -> AgentSpec | None:
+    """The agent whose decision layer ``algorithm``'s loop builds where ``spec``'s differs and the loop takes no
+    ``decision=`` to play the spec's own (a spec reusing a built-in loop it does not fit); None where it fits."""
+    import inspect
+
+    owners = [s for s in AGENTS.values() if s.name != spec.name and any(a.trainer == algorithm.trainer
+                                                                        for a in s.algorithms)]  # fmt: skip
+    if not owners or any(o.decision == spec.decision for o in owners):
+        return None
+    if "decision" in inspect.signature(reference(spec, "trainer", algorithm)).parameters:
+        return None
+    return owners[0]
 
 
 def check_settings(
