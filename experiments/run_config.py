@@ -377,7 +377,9 @@ def _check_experiment(cfg: ExperimentConfig, chk: ConfigChecker) -> None:
         try:
             scheduler = get_policy(policy, **options)
         except (ValueError, TypeError) as err:  # a scheduler of one's own says what it takes; a name, the names
-            names = "" if is_custom_spec(policy) else f" (policy {policy!r}; allowed: {allowed})"
+            named = is_custom_spec(policy) or ":" in policy or policy.split(",")[0] in policy_names()
+            listed = "choose one of" in str(err)  # get_policy's own list of the names
+            names = "" if named or listed else f" (policy {policy!r}; allowed: {allowed})"
             raise chk.fail(("scheduler_options", str(label)), f"{err}{names}") from None
         try:
             check_fits(scheduler, topo)
