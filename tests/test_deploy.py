@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -555,6 +557,7 @@ def test_an_exported_policy_called_with_torch_alone_decides_as_marlsched(
     r = int(np.flatnonzero(rec["started"].any(axis=(1, 2)))[0])
     rec["started"][r] = False  # a round whose starts marlsched did not make
     np.savez(tmp_path / "altered.npz", **rec)
+    np.savez(tmp_path / "unnamed.npz", **{k: v for k, v in rec.items() if k not in ("folder", "policy_sha256")})
     spec = importlib.util.spec_from_file_location("exported_policy", script)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
@@ -566,6 +569,15 @@ def test_an_exported_policy_called_with_torch_alone_decides_as_marlsched(
         example.main(str(REPO / "experiments" / "policies" / "default-hetero"), str(out))
     with pytest.raises(SystemExit, match="no such file; write it first with `marlsched record-rounds"):
         example.main(str(folder), str(tmp_path / "none.npz"))
+    # rounds recorded with another policy are no reference for this one, nor a placing network's for a plain one
+    assert str(rec["folder"]) == str(folder) and len(str(rec["policy_sha256"])) == 64
+    other = tmp_path / "other"
+    shutil.copytree(folder, other)
+    (other / "policy.pt").write_bytes((folder / "policy.pt").read_bytes() + b"\0")
+    with pytest.raises(SystemExit, match=re.escape(f"recorded with the policy in {folder}, not {other}'s network")):
+        example.main(str(other), str(out))
+    with pytest.raises(SystemExit, match=r"rounds of a placing network .* holds a non-placing one; record its own"):
+        example.main(str(REPO / "experiments" / "policies" / "default-imitation"), str(tmp_path / "unnamed.npz"))
 
 
 def test_record_rounds_refuses_agents_that_decide_otherwise_and_writes_nothing(tmp_path: Path) -> None:

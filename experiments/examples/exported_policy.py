@@ -20,6 +20,7 @@ Exits 1 if a round differs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -88,7 +89,18 @@ def main(folder: str, recorded: str) -> int:
         raise SystemExit(f"{recorded}: no such file; write it first with `marlsched record-rounds {folder} --out "
                          f"{recorded} --workload ...` (see the module docstring)")  # fmt: skip
     rec = dict(np.load(recorded))  # read once: an .npz decompresses an array on every access
+    if "policy_sha256" in rec:  # the recording names the policy that made it: another folder's is no reference
+        digest = hashlib.sha256((Path(folder) / "policy.pt").read_bytes()).hexdigest()
+        if str(rec["policy_sha256"]) != digest:
+            raise SystemExit(f"{recorded}: recorded with the policy in {rec['folder']}, not {folder}'s network; "
+                             f"record this folder's rounds (marlsched record-rounds {folder} ...)")  # fmt: skip
     names = [str(n) for n in rec["inputs"]]
+    placing = len(names) > 2  # a placing network's call takes the topology's arrays too
+    if placing != bool(meta.get("placing")):
+        raise SystemExit(
+            f"{recorded}: rounds of a {'placing' if placing else 'non-placing'} network ({', '.join(names)}), but "
+            f"{folder} holds a {'placing' if meta.get('placing') else 'non-placing'} one; record its own rounds"
+        )
     for name in names:  # the columns the network was trained on, in its order, are the ones recorded
         want = meta.get(f"{name.removesuffix('s')}_features")
         if want is not None and want != [str(c) for c in rec[f"{name}_features"]]:

@@ -37,6 +37,13 @@ class _Recorded(Exception):
     """Raised from the policy once the rounds asked for are written: the rest of the run is not needed."""
 
 
+def policy_digest(folder: str | Path) -> str:
+    """The SHA-256 of a folder's network file (``policy.pt``): which policy a recording was made with."""
+    import hashlib
+
+    return hashlib.sha256((Path(folder) / "policy.pt").read_bytes()).hexdigest()
+
+
 def record_rounds(
     folder: str | Path,
     cluster: str,
@@ -114,6 +121,8 @@ def record_rounds(
     for name in names:
         arrays[f"{name}_features"] = np.array(columns.get(name, ()), dtype=str)  # server_type: one-hot over types
     arrays["hysteresis"] = np.float64(sched.hysteresis)
+    arrays["folder"] = np.array(str(Path(folder).resolve()))  # which policy made them: a check of another is said
+    arrays["policy_sha256"] = np.array(policy_digest(folder))
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
