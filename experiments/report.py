@@ -21,6 +21,7 @@ from cluster_sim.sim_presets import restart_phrase
 from cluster_sim.traces.periods import trace_date
 from experiments.plots import Runs, improvement
 from experiments.run_config import MARL, MARL_WARM_START, ExperimentConfig, PriorityTrainSection
+from marl.deploy.policy_files import code_version
 
 # (metric, label, format, lower is better)
 REPORT_METRICS = (
@@ -199,6 +200,11 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         + ("; each application's own restart cost on every allocation (Sia's)" if cfg.app_restart_costs else "")
         + ("; Sia's calibration slowdowns" if cfg.calibration else "")
         + f"; {len(specs)} simulations, each a Ray task. Values are mean ± std over {over}.",
+        "",
+    ]
+    lines += [
+        f"Computed by marlsched at code version `{code_version()}`; the command, the libraries' versions and "
+        "the digest of every file read are in `state.json` (`provenance`).",
         "",
     ]
     lines += _policy_folders_held_out(cfg) + _overlapping_workloads(cfg)

@@ -587,6 +587,10 @@ def test_several_workloads_with_scheduler_options_and_published_figures(
     jct = {(r["scheduler"], r["workload"]): float(r["avg_jct"]) for r in rows}
     report = (out / "report.md").read_text()
     assert "## Beside the published figures" in report and "made-up figures" in report
+    from marl.deploy.policy_files import code_version
+
+    recorded = json.loads((out / "state.json").read_text())["invocations"][-1]["provenance"]["code_version"]
+    assert f"Computed by marlsched at code version `{recorded}`" in report and recorded == code_version()
     assert f"{jct['tiresias', 'w2']:.0f} / 2000 ({jct['tiresias', 'w2'] / 2000:.2f})" in report
     pollux_mean = (jct["pollux", "w1"] + jct["pollux", "w2"]) / 2
     assert f"{pollux_mean:.0f} / 1500 ({pollux_mean / 1500:.2f})" in report
