@@ -89,6 +89,11 @@ class RigidWorkloadWarning(SimulationWarning):
     scheduler of rigid jobs, not as published."""
 
 
+class ThrashWarning(SimulationWarning):
+    """A scheduler preempted jobs again and again before their restart had finished (no progress in between):
+    it flips them between running and waiting, so its figures are those of a scheduler that thrashes."""
+
+
 class PolicyClusterWarning(SimulationWarning):
     """A learned policy runs on a cluster other than the one it was trained on, or with co-location interference
     where it was trained without it (or the reverse): its figures may not hold there."""

@@ -56,6 +56,7 @@ from cluster_sim.protocol import (
     Scheduler,
     SetBatch,
     Start,
+    ThrashWarning,
     check_scheduler,
     traits_of,
 )
@@ -71,6 +72,8 @@ _POD = int(Level.POD)
 _COMPLETION, _WAKEUP, _EPOCH = 0, 1, 2
 _GPU, _SERVER = int(Sharing.GPU), int(Sharing.SERVER)
 _COMPACT_MIN = 4096  # heap entries below which superseded ones are left to lazy deletion
+THRASH = 50  # preemptions of one job inside its restart stall from which a run is said to thrash (Tiresias, whose
+# starving jobs are promoted and preempted again, reaches about 25 on the Philly trace at load 0.9)
 IDLE_ROUNDS = 10_000  # rounds without a decision on an idle cluster, every job arrived, before a run is stalled
 
 
@@ -272,6 +275,7 @@ class Simulator:
         self._end = np.full(n, np.nan)
         self._span = np.full(n, -1, dtype=np.int8)
         self._preemptions = np.zeros(n, dtype=np.int32)
+        self._cut_short = np.zeros(n, dtype=np.int32)  # preemptions before the (re)start's stall had ended
         self._slow_time = np.zeros(n)  # ∫ (1 - interference factor) dt while running
         self._version = np.zeros(n, dtype=np.int64)
         self._placement: dict[int, np.ndarray] = {}
@@ -496,10 +500,28 @@ class Simulator:
                 MixedGpuTypesWarning,
                 stacklevel=2,
             )
+        self._warn_thrash(scheduler.name)
         # a periodic policy is called at every event but decides once a round: its own round times are the figure
         if getattr(scheduler, "round_seconds", None) is not None:
             self._round_seconds = list(scheduler.round_seconds)
         return self.result(scheduler.name, _time.perf_counter() - wall0)
+
+    def _warn_thrash(self, name: str) -> None:
+        """Say where jobs were preempted :data:`THRASH` times or more while their (re)start stall still ran: each
+        such run made no progress, so a figure of this scheduler is one of flipping jobs in and out."""
+        many = np.flatnonzero(self._cut_short >= THRASH)
+        if not len(many):
+            return
+        worst = int(many[np.argmax(self._cut_short[many])])
+        warnings.warn(
+            f"{name}: {len(many)} of {len(self.jobs)} jobs {'was' if len(many) == 1 else 'were'} preempted {THRASH} or "
+            f"more times before {'its' if len(many) == 1 else 'their'} restart had finished, making no progress in "
+            f"between (job {worst}: {self._cut_short[worst]} of its "
+            f"{self._preemptions[worst]} preemptions); the scheduler flips them between running and waiting, and "
+            "its figures are those of a scheduler that thrashes (preemptions per job: jobs.csv)",
+            ThrashWarning,
+            stacklevel=3,
+        )
 
     def start(self, scheduler: Scheduler) -> None:
         """Back to time 0 for ``scheduler``: its declared traits set the simulation's modes (unless the simulator
@@ -724,6 +746,7 @@ class Simulator:
         self._state[job] = QUEUED
         self._queue.add(job)
         self._preemptions[job] += 1
+        self._cut_short[job] += self.now < self._stall_until[job]
 
     def _resize(self, job: int, gpus: np.ndarray, changed: dict[int, None], batch: int | None = None) -> None:
         job = self._check_job(job, "resize")

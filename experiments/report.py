@@ -826,14 +826,15 @@ def scaling_markdown(scaling: Mapping[str, Any]) -> list[str]:
         scaling["description"],
         "",
         "| agents | GPUs per agent | rollout env steps/s | agent decisions/s | policy round (ms) | "
-        "per agent decision (ms) | eval episode wall (s) | avg JCT (s) | jobs done |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "per agent decision (ms) | eval episode wall (s) | avg JCT (s) | preempt/job | jobs done |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in scaling["rows"]:
+        preempt = f"{r['preemptions_per_job']:.2f}" if "preemptions_per_job" in r else ""  # a row measured before
         lines.append(
             f"| {r['agents']} | {r['gpus_per_agent']} | {r['rollout_env_steps_per_s']:.1f} | "
             f"{r['rollout_agent_steps_per_s']:.1f} | {r['round_ms']:.2f} | {r['decision_ms']:.3f} | "
-            f"{r['episode_wall_s']:.1f} | {r['avg_jct']:.0f} | {r['jobs_completed']}/{r['jobs_total']} |"
+            f"{r['episode_wall_s']:.1f} | {r['avg_jct']:.0f} | {preempt} | {r['jobs_completed']}/{r['jobs_total']} |"
         )
     baselines = scaling["rows"][0].get("baselines") or {}
     if baselines:

@@ -169,6 +169,7 @@ def evaluation_episode(cfg: ExperimentConfig, agents: int) -> dict[str, Any]:
         "jobs_completed": m["jobs_completed"],
         "jobs_total": m["jobs_total"],
         "gpu_utilization": m["gpu_utilization"],
+        "preemptions_per_job": m["preemptions_per_job"],  # a count that flips jobs wins its JCT by restarts
     }
 
 

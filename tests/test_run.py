@@ -349,7 +349,8 @@ def test_scaling_runs_one_policy_file_at_every_agent_count(ray_shared, tmp_path:
         assert row["rollout_env_steps"] >= 20 and row["rollout_agent_steps_per_s"] > 0
         assert row["decision_ms"] == pytest.approx(row["round_ms"] / k)
     report = (out / "report.md").read_text()
-    assert "## Agent-count scaling" in report and "philly-small-dagger" in report
+    assert "## Agent-count scaling" in report and "philly-small-dagger" in report and "| preempt/job |" in report
+    assert f"| {rows[1]['avg_jct']:.0f} | {rows[1]['preemptions_per_job']:.2f} | 60/60 |" in report
     assert (out / "plots" / "scaling.png").is_file()
     logs.clear()
     run_experiment(cfg, out, log=logs.append)

@@ -125,6 +125,35 @@ def test_preemption_keeps_progress_and_pays_restart_cost():
     assert r.goodput.tolist() == [100.0 / 105.0, 1.0] and m["avg_goodput"] == pytest.approx((100 / 105 + 1) / 2)
 
 
+def test_a_scheduler_that_preempts_jobs_inside_their_restart_stall_again_and_again_is_said_to_thrash():
+    """A job preempted THRASH times while its restart stall still ran made no progress in between: the run warns,
+    naming how many jobs and the worst; preemptions after the stall (progress made) are no thrash."""
+    import warnings
+
+    from cluster_sim.protocol import ThrashWarning
+    from cluster_sim.simulator import THRASH
+
+    c, eight = tiny_cluster(servers=1), gpus(*range(8))
+
+    def flips(gap: float) -> dict[float, list]:  # job 0 started, then preempted `gap` s later, THRASH + 1 times
+        plan = {0.0: [Start(0, eight)]}
+        for k in range(THRASH + 1):
+            plan[100.0 * k + gap] = [Preempt(0)]
+            plan[100.0 * k + 100.0] = [Start(0, eight)]
+        plan[1e5] = [Start(1, eight)]  # job 1 after job 0's end
+        return plan
+
+    sim = Simulator(c.view, workload([0, 0], [8, 8], [50_000, 10]), restart_cost=30.0)
+    said = rf"script: 1 of 2 jobs was preempted {THRASH} or more times before its restart had finished, making no "
+    said += rf"progress in between \(job 0: {THRASH} of its {THRASH + 1} preemptions\)"
+    with pytest.warns(ThrashWarning, match=said):
+        r = sim.run(Script(flips(10.0)))  # the first start stalls for the start cost (0 here): that one ran
+    assert r.preemptions[0] == THRASH + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ThrashWarning)
+        sim.run(Script(flips(40.0)))  # each preemption after its 30 s stall: the job progressed every time
+
+
 def test_resize_changes_speed_as_the_performance_model_says():
     c = tiny_cluster(servers=2)
     perf = PerformanceModel(c.view)
