@@ -73,7 +73,7 @@ _COMPLETION, _WAKEUP, _EPOCH = 0, 1, 2
 _GPU, _SERVER = int(Sharing.GPU), int(Sharing.SERVER)
 _COMPACT_MIN = 4096  # heap entries below which superseded ones are left to lazy deletion
 THRASH = 50  # preemptions of one job inside its restart stall from which a run is said to thrash (Tiresias, whose
-# starving jobs are promoted and preempted again, reaches about 25 on the Philly trace at load 0.9)
+# starving jobs are promoted and preempted again, reaches 23 on the Philly window 2017-11-07..09 at load 0.9)
 IDLE_ROUNDS = 10_000  # rounds without a decision on an idle cluster, every job arrived, before a run is stalled
 
 
