@@ -43,10 +43,10 @@ def split_folder_name(name: str) -> tuple[str, str] | None:
     return (prefix, folder) if colon and prefix in folder_prefixes() else None
 
 
-def load_folder_policy(name: str, **options: Any) -> Any:
+def load_folder_policy(name: str, /, **options: Any) -> Any:
     """The scheduler saved in the folder a ``PREFIX:DIR[,key=value...]`` name gives (``marl:DIR,num_agents=8``:
     options on the command line, as a scheduler class of one's own takes them); the name's options and
-    ``options`` go to the folder's loader."""
+    ``options`` go to the folder's loader (``name=``: the scheduler's own name, the spec by default)."""
     from cluster_sim.plugins import PluginError, spec_options
 
     split = split_folder_name(name)

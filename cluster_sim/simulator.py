@@ -157,6 +157,7 @@ class Simulator:
         self._elastic_setting = elastic
         self.elastic = bool(elastic)
         self._mix_setting = mix_gpu_types
+        self._scheduler_name = "the scheduler"  # the one start() was given, named in a stall
         self._mixed_jobs: set[int] | None = None
         self.mix_gpu_types = mix_gpu_types is None or bool(mix_gpu_types) or len(view.gpu_types) == 1
         self.app_restart_costs = bool(app_restart_costs)
@@ -527,6 +528,7 @@ class Simulator:
         """Back to time 0 for ``scheduler``: its declared traits set the simulation's modes (unless the simulator
         was built with them), then it sees the empty cluster (``scheduler.reset``)."""
         check_scheduler(scheduler)
+        self._scheduler_name = scheduler.name  # for an error the clock raises (a stall)
         traits = traits_of(scheduler)
         if self._elastic_setting is None:
             self.elastic = traits.elastic
@@ -619,10 +621,12 @@ class Simulator:
             t = min(t_arr, t_evt)
             if t == math.inf:
                 stuck = [j for j in range(n) if self._state[j] != DONE]
+                state = {QUEUED: "queued", RUNNING: "running", WAITING_ARRIVAL: "not arrived"}
                 raise SimulationStalled(
-                    f"simulation stalled at t={self.now:.1f}s: {len(stuck)} jobs can never run "
-                    f"(first: job {stuck[0]}, state {int(self._state[stuck[0]])}); the scheduler left them "
-                    "queued with nothing running and no wake-up requested"
+                    f"simulation stalled at t={self.now:.1f}s: {len(stuck)} jobs would wait for ever (first: job "
+                    f"{stuck[0]}, {state.get(int(self._state[stuck[0]]), 'unfinished')}): {self._scheduler_name} left "
+                    "them queued with nothing running and asked for no wake-up; start one, or call view.wake_at(t) "
+                    "to be consulted again at t"
                 )
             self._advance_clock(t)
             changed: dict[int, None] = {}

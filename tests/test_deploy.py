@@ -270,6 +270,21 @@ def test_upgrade_policy_brings_an_older_folder_to_the_one_schema_and_leaves_its_
 SHIPPED = Path(__file__).resolve().parents[1] / "experiments" / "policies"
 
 
+def test_a_folders_recorded_measurements_are_named_so_that_a_notebook_elsewhere_can_use_them(
+    tmp_path: Path, monkeypatch, traces_dir: Path
+) -> None:
+    """A shipped folder records its interference data relative to the repository (``gavel:../shared/...``): loaded
+    from another working directory, the policy names it by an absolute path that exists, and the warning that
+    says how to simulate it as trained gives that path."""
+    from cluster_sim.policies import get_policy
+
+    monkeypatch.chdir(tmp_path)
+    trained = get_policy(f"marl:{SHIPPED / 'default-small'}").trained_on
+    kind, _, path = trained.interference_data.partition(":")
+    assert kind == "gavel" and Path(path).is_absolute() and Path(path).is_file()
+    assert f"interference_data={trained.interference_data!r}" in trained.interference_mismatch(False)
+
+
 @pytest.mark.parametrize("folder", sorted(p.name for p in SHIPPED.iterdir() if (p / "metadata.json").is_file()))
 def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
     """``get_policy("marl:DIR")`` (cluster_sim's own API, through the entry points) gives the scheduler of the
@@ -293,6 +308,7 @@ def test_every_shipped_folder_loads_through_the_python_api(folder: str) -> None:
         assert (SHIPPED.parents[1] / words[words.index("--config") + 1]).is_file(), f"{folder}: {rebuild}"
     sched = get_policy(f"marl:{SHIPPED / folder}")
     assert sched.name == f"marl:{SHIPPED / folder}"
+    assert get_policy(f"marl:{SHIPPED / folder}", name=folder).name == folder  # a name of one's own, as a keyword
     assert type(sched).__name__ in {
         "PriorityAgents",
         "RoundsAgents",

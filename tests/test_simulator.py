@@ -154,6 +154,15 @@ def test_a_scheduler_that_preempts_jobs_inside_their_restart_stall_again_and_aga
         sim.run(Script(flips(40.0)))  # each preemption after its 30 s stall: the job progressed every time
 
 
+def test_a_scheduler_that_starts_nothing_and_asks_for_no_wake_up_is_named_in_the_stall():
+    from cluster_sim.simulator import SimulationStalled
+
+    sim = Simulator(tiny_cluster().view, workload([0, 5], [8, 8], [100, 100]))
+    with pytest.raises(SimulationStalled, match=r"2 jobs would wait for ever \(first: job 0, queued\): script left "
+                       r"them queued .* call view.wake_at\(t\)"):  # fmt: skip
+        sim.run(Script({}))
+
+
 def test_resize_changes_speed_as_the_performance_model_says():
     c = tiny_cluster(servers=2)
     perf = PerformanceModel(c.view)

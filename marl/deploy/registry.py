@@ -198,7 +198,17 @@ def trained_on(meta: Mapping[str, Any]) -> TrainedOn | None:
         return None
     mode = trained_setting(meta, "interference")
     data = trained_setting(meta, "interference_data") if mode not in (None, "none") else None
-    return dataclasses.replace(cluster, interference=mode, interference_data=data)
+    return dataclasses.replace(cluster, interference=mode, interference_data=_from_anywhere(data))
+
+
+def _from_anywhere(spec: str | None) -> str | None:
+    """A recorded ``KIND:PATH`` whose relative PATH was read from the checkout that trained it (the repository's
+    root, ``../shared/...``) as an absolute path where it lies there: a notebook elsewhere can use it as said."""
+    kind, colon, path = (spec or "").rpartition(":")
+    if not spec or not colon or Path(path).is_absolute() or Path(path).exists():
+        return spec
+    there = SHIPPED_POLICIES.parents[1] / path
+    return f"{kind}:{there.resolve()}" if there.exists() else spec
 
 
 @functools.cache
