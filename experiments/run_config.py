@@ -532,6 +532,9 @@ def load_experiment_config(
         listed = set(map(str, data["schedulers"]))
         about = [key for key in ("scheduler_options", "published", "claims") if isinstance(data.get(key), Mapping)]
         data = {**data, **{key: {k: v for k, v in data[key].items() if str(k) in listed} for key in about}}
+        if ("baselines",) not in given and isinstance(data.get("baselines"), list):  # its baselines among them
+            kept = [b for b in data["baselines"] if str(b) in listed]
+            data = {k: v for k, v in data.items() if k != "baselines"} | ({"baselines": kept} if kept else {})
     if workloads and isinstance(data, Mapping):
         have = data.get("workloads")
         if not isinstance(have, Mapping):

@@ -872,13 +872,18 @@ def test_a_report_gives_each_tenants_average_jct_under_each_scheduler(tmp_path: 
 
 
 def test_fewer_schedulers_on_the_command_line_take_their_options_and_figures_with_them(monkeypatch) -> None:
-    """``--set schedulers=[pollux, gavel]`` on Sia's config: the options and published figures of the schedulers
-    left out go with them (no error, and not "a changed setup"); in the file, an entry of an unlisted one is named
-    with the fix."""
+    """``--set schedulers=[pollux, gavel]`` on Sia's config: the options, published figures and baselines of the
+    schedulers left out go with them (no error, and not "a changed setup"); in the file, an entry of an unlisted one
+    is named with the fix."""
     monkeypatch.chdir(REPO)
     cfg = load_experiment_config("experiments/configs/sia_sosp23.yaml", sets=["schedulers=[pollux, gavel]"])
     assert cfg.schedulers == ["pollux", "gavel"] and not cfg.scheduler_options
     assert set(cfg.published) == {"pollux", "gavel"} and "changed" not in (cfg.published_source or "")
+    assert cfg.baselines == ["pollux"]  # the file's baseline, among them
+    cfg = load_experiment_config("experiments/configs/sia_sosp23.yaml", sets=["schedulers=[sia, tiresias]"])
+    assert cfg.baselines == ["sia"]  # the file's baseline is not among them: the default (the first listed)
+    given = ["schedulers=[sia, tiresias]", "baselines=[tiresias]"]
+    assert load_experiment_config("experiments/configs/sia_sosp23.yaml", sets=given).baselines == ["tiresias"]
     raw = {**TINY, "scheduler_options": {"lazy": {"policy": "fifo"}}}
     with pytest.raises(ExperimentConfigError, match=r"scheduler_options.lazy: not among schedulers: fifo, sjf; list it "
                        "there, or remove its entry here"):  # fmt: skip
