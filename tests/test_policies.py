@@ -597,6 +597,10 @@ def test_a_misspelt_scheduler_name_is_refused_with_the_closest_name_and_the_form
     with pytest.raises(ValueError) as e:
         get_policy("zzzz")
     assert "did you mean" not in str(e.value)
+    with pytest.raises(ValueError, match=r"'mar' is not a policy-folder prefix; did you mean marl:/x/policy\? "):
+        get_policy("mar:/x/policy")
+    with pytest.raises(TypeError, match=r"not a class .*give your scheduler object to sim\.run"):
+        get_policy(type(get_policy("fifo")))  # a class, not its name
 
 
 def test_a_schedulers_options_ride_in_its_name_or_beside_it_name_among_them(tmp_path, monkeypatch) -> None:

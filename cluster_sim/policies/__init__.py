@@ -232,6 +232,12 @@ def get_policy(name: str, /, seed: int = 0, **options) -> PolicyScheduler:
     (:mod:`cluster_sim.scheduler_spec`)."""
     from cluster_sim.scheduler_spec import custom_spec_form, load_custom_scheduler
 
+    if not isinstance(name, str):  # a scheduler object is run as it is: get_policy makes one from a name
+        what = "class" if isinstance(name, type) else type(name).__name__
+        raise TypeError(
+            f"get_policy takes a scheduler's name, not a {what} ({name!r}); give your scheduler object to sim.run() "
+            "as it is (an instance: MyScheduler(...)), or name its class as 'FILE_OR_MODULE:Class'"
+        )
     head, *items = name.split(",")
     if items and not split_folder_name(head) and not custom_spec_form(name):  # those two read their own options
         from cluster_sim.plugins import spec_options
@@ -286,6 +292,12 @@ def get_policy(name: str, /, seed: int = 0, **options) -> PolicyScheduler:
         )
     if ":" not in name and (name.endswith(".py") or "/" in name):
         raise ValueError(f"scheduler {name!r}: a scheduler of your own is named FILE:Class (e.g. mysched.py:Mine)")
+    prefix, colon, rest = name.partition(":")
+    if colon and (near := difflib.get_close_matches(prefix, folder_prefixes(), n=1)):
+        raise ValueError(
+            f"scheduler {name!r}: {prefix!r} is not a policy-folder prefix; did you mean {near[0]}:{rest}? "
+            f"(prefixes: {', '.join(folder_prefixes())})"
+        )
     close = difflib.get_close_matches(name, list(POLICIES), n=1)
     raise ValueError(
         f"unknown scheduler {name!r}; {f'did you mean {close[0]!r}? ' if close else ''}choose one of: "
