@@ -91,7 +91,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         type_rank=default.type_rank if args.type_rank is None else args.type_rank,
         seed=args.seed,
     )
-    kinds = {"pairs": "measured", "gavel": "Gavel's"}
+    kinds = {"pairs": "measured", "gavel": "of Gavel's"}
     what = ", ".join(f"{s['samples'] // 2} {kinds.get(s['kind'], s['kind'])} pairs ({s['path']})" for s in sources)
     _say(f"training on {what} ({cfg.members} ensemble members)")
     # the structure, then the measured types' residual and their side of pairs with a new job

@@ -101,6 +101,18 @@ def novelty_std(residual: np.ndarray, novelty: np.ndarray, fallback: list[float]
     return out
 
 
+def floor_unmeasured(sigma: list[float], samples: list[int]) -> tuple[list[float], list[int]]:
+    """Doubt per novelty class where a class had no held-out sample (random folds of one's own pairs hold out no
+    job type): at least that of the class with fewer new types, so a pair of a type the data lacks is never
+    surer than a measured one. Returns the doubts and the classes floored."""
+    out, floored = list(sigma), []
+    for c in (1, 2):
+        if not samples[c]:
+            out[c] = max(out[c], out[c - 1])
+            floored.append(c)
+    return out, floored
+
+
 def job_keys(queries: list) -> np.ndarray:
     """The job (type on its GPU type) each sample's factor belongs to."""
     return np.array([f"{q.job.gpu_type}|{q.job.name}" for q in queries])
@@ -328,10 +340,20 @@ def calibrate_on_own_pairs(
         if log is not None:
             log(f"own pairs fold{k}: mae {np.abs(residual[-1]).mean():.4f}, n {held.sum()}")
     res, nov = np.concatenate(residual), np.concatenate(novelty)
-    sigma = novelty_std(res, nov, fallback=list(model.params.novelty_std) or None)
+    gavel = list(model.params.novelty_std)
+    sigma = novelty_std(res, nov, fallback=gavel or None)
+    samples = [int((nov == c).sum()) for c in range(3)]
+    sigma, floored = floor_unmeasured(sigma, samples) if not gavel else (sigma, [])
+    if floored and log is not None:
+        log(
+            "own pairs: no fold held out a job type, so the doubt for pairs with a type your data lacks is not "
+            f"measured; it is set to that of pairs with fewer new types ({sigma[floored[0]]:.3f}), a floor, not a "
+            "calibration (train with Gavel's pairs as well, --data gavel:PATH --data pairs:PATH, to calibrate it "
+            "on left-out job families)"
+        )
     info = {
         **model.meta.get("calibration", {}),
-        "own_pairs": {"novelty_std": sigma, "samples": [int((nov == c).sum()) for c in range(3)],
+        "own_pairs": {"novelty_std": sigma, "samples": samples, "floored": floored,
                       "folds": f"random ({RANDOM_FOLDS}) over the measured pairs", "members": small.members},
     }  # fmt: skip
     return model.with_novelty_std(sigma, info)

@@ -202,4 +202,34 @@ def read_measured(
             if not (np.isfinite(v) and 0.0 < v <= 1.5):
                 raise _bad(path, i + 2, c, r[c], "a measured normalised throughput in (0, 1.5]")
             out[k, i] = v
+    _warn_repeated(path, rows, out)
     return out[0], out[1]
+
+
+def _warn_repeated(path: Path, rows: list[dict[str, str]], measured: np.ndarray) -> None:
+    """Say where one pair (the same two jobs on one GPU type and level, in either order) was measured on several
+    lines with throughputs more than 0.1 apart: both are fitted, as repeated measurements, which may be a typo."""
+    import warnings
+
+    seen: dict[tuple, int] = {}
+    said = []
+    for i, r in enumerate(rows):
+        a, b = (tuple(r.get(f"{p}_{c}", "").strip() for c in (*JOB_COLUMNS, *PROFILE)) for p in "ab")
+        where = (r.get("gpu_type", "").strip(), r.get("level", "").strip().lower())
+        first = seen.get((a, b, *where))
+        swapped = first is None and (first := seen.get((b, a, *where))) is not None
+        if first is None:
+            seen[(a, b, *where)] = i
+            continue
+        then = measured[::-1, first] if swapped else measured[:, first]
+        if np.abs(then - measured[:, i]).max() > 0.1:
+            said.append(f"lines {first + 2} and {i + 2} ({then[0]:g}/{then[1]:g} against "
+                        f"{measured[0, i]:g}/{measured[1, i]:g})")  # fmt: skip
+    if said:
+        warnings.warn(
+            f"{path}: the same pair measured again with other throughputs, on {'; '.join(said[:3])}"
+            f"{f' and {len(said) - 3} more' if len(said) > 3 else ''}: both are fitted as repeated measurements; "
+            "if one is a typo, correct or remove it",
+            UserWarning,
+            stacklevel=3,
+        )

@@ -946,11 +946,11 @@ def test_out_of_range_is_never_worse_than_the_prior_on_a_held_out_gpu(pairs) -> 
     assert err.mean() <= np.abs(1.0 - ty).mean() and (err <= p.std).mean() >= 0.68
 
 
-def test_train_on_own_measured_pairs(profiled_model: Path, own_pairs, gavel_dir: Path, tmp_path: Path) -> None:
+def test_train_on_own_measured_pairs(profiled_model: Path, own_pairs, gavel_dir: Path, tmp_path: Path, capsys) -> None:
     """`train --data gavel:... --data pairs:FILE` fits the profile path on the user's pairs: the model uses the
     profile columns (a busier partner slows more), records both sources, and on other pairs of the same source
     beats the descriptor-only model fitted on the same Gavel tables (and the prior)."""
-    from interference.evaluation import evaluate_pairs_file
+    from interference.evaluation import evaluate_pairs_file, floor_unmeasured
 
     model = LearnedInterference.load(profiled_model)
     assert model.params.profile_fitted == ["gpu_util", "mem_util"]
@@ -974,6 +974,41 @@ def test_train_on_own_measured_pairs(profiled_model: Path, own_pairs, gavel_dir:
                      "100", "--out", str(alone)]) == 0  # fmt: skip
     solo = LearnedInterference.load(alone)
     assert solo.meta["calibration"]["own_pairs"]["samples"][0] > 0 and solo.params.novelty_std[0] > 0
+    # random folds hold out no job type: a type the pairs lack gets at least the measured types' doubt, said so
+    own = solo.meta["calibration"]["own_pairs"]
+    assert own["floored"] == [c for c in (1, 2) if own["samples"][c] == 0]  # these pairs' folds hold types out
+    # where no fold held a type out, a type the pairs lack is never surer than a measured one
+    assert floor_unmeasured([0.05, 0.0, 0.0], [40, 0, 0]) == ([0.05, 0.05, 0.05], [1, 2])
+    assert floor_unmeasured([0.05, 0.2, 0.0], [40, 6, 0]) == ([0.05, 0.2, 0.2], [2])
+    assert floor_unmeasured([0.05, 0.2, 0.3], [40, 6, 2]) == ([0.05, 0.2, 0.3], [])
+
+
+def test_a_pair_measured_again_with_other_throughputs_is_said_by_its_lines(tmp_path: Path, own_pairs) -> None:
+    """The same two jobs on one GPU type and level on two lines (in either order) with throughputs more than 0.1
+    apart: a warning names both lines and values; an equal repeat is quiet."""
+    import csv
+    import warnings
+
+    from interference.pairs_csv import JOB_COLUMNS, PROFILE, read_measured, read_pairs_csv
+
+    lines = own_pairs["few"].read_text().splitlines()
+    header = lines[0].split(",")
+    row = dict(zip(header, lines[1].split(","), strict=True))
+    swapped = {**row, **{f"{p}_{c}": row[f"{q}_{c}"] for p, q in ("ab", "ba") for c in (*JOB_COLUMNS, *PROFILE)
+                         if f"{q}_{c}" in row}}  # fmt: skip
+    swapped["norm_a"], swapped["norm_b"] = "0.2", "0.3"
+    path = tmp_path / "again.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, header)
+        writer.writeheader()
+        writer.writerows([row, row, swapped])
+    rows = read_pairs_csv(path)[0]  # line 2's values are said in line 4's order
+    with pytest.warns(UserWarning, match=rf"{path}: the same pair measured again with other throughputs, on lines 2 "
+                      rf"and 4 \({float(row['norm_b']):g}/{float(row['norm_a']):g} against 0.2/0.3\)"):  # fmt: skip
+        read_measured(path, rows, "training")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_measured(path, rows[:2], "training")  # line 3 repeats line 2 exactly
 
 
 def test_train_refuses_bad_pairs_files_by_file_line_and_column(tmp_path: Path, own_pairs, capsys) -> None:

@@ -10,7 +10,7 @@
 - ``train mean``: the training samples' mean factor (what knowing nothing gives).
 
 Each per family, then pooled, beside the learned model's published figure (README). Fits are plain
-gradient descent on the log-parameters (MAE loss), seeded, about a minute on 2 cores.
+gradient descent on the log-parameters (MAE loss), seeded, 10 to 20 s on 2 cores.
 
     python experiments/benchmarks/interference_ceiling.py [--data gavel:PATH/simulation_throughputs.json]
 """

@@ -22,7 +22,7 @@ Prints, on Gavel's measured tables (``--data``), with the default training confi
 
     python experiments/benchmarks/interference_trust.py [--data PATH] [--few 20,40,80] [--skip-lofo]
 
-About 4 minutes on 2 cores (leave-one-family-out alone about 2).
+About 4 to 6 minutes on 2 cores (leave-one-family-out alone about 2).
 """
 
 from __future__ import annotations
