@@ -136,7 +136,8 @@ def _warn_estimated(view: ClusterView, workload: Workload, by_type: dict[str, in
     if not by_type or key in _WARNED:
         return
     _WARNED.add(key)
-    counts = ", ".join(f"{n:,} on {t}" for t, n in by_type.items()) + f", of the workload's {len(workload):,} jobs"
+    counts = "jobs that may run there: " + ", ".join(f"{n:,} on {t}" for t, n in by_type.items())
+    counts += f", of the workload's {len(workload):,}"  # where the scheduler puts them decides how many do
     warnings.warn(
         f"on {view.name}, some jobs' {what} on {' or '.join(by_type)} ({counts}): {how}; see docs/guide/clusters.md, "
         "GPU types and their speeds",

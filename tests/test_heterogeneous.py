@@ -471,7 +471,7 @@ def test_gavel_model_rule_draws_only_models_measured_on_every_type(traces_dir: P
     assert (
         len(estimated) == 1 and "on small-hetero, some jobs' models were never measured on P100 or K80" in estimated[0]
     )
-    assert re.search(r"\(\d+ on P100, \d+ on K80, of the workload's 300 jobs\)", estimated[0])
+    assert re.search(r"\(jobs that may run there: \d+ on P100, \d+ on K80, of the workload's 300\)", estimated[0])
     # the agents' environment probes the cluster with a placeholder job: no warning of it, nor one it silences
     from marl.env.priority_env import PriorityEnv
 

@@ -1033,7 +1033,8 @@ def test_a_warning_that_each_workload_gives_with_its_own_figures_is_said_once() 
     with the first one's figures and how many more said the same; another warning stays its own line."""
     from experiments.report import _warnings, warning_key
 
-    said = "on small-hetero, some jobs' models were never measured on P100 ({} on P100, of the workload's {} jobs)"
+    said = "on small-hetero, some jobs' models were never measured on P100 (jobs that may run there: {} on P100, of "
+    said += "the workload's {})"
     rows = {"fifo": {(f"w{i}", 0): {"warnings": [said.format(10 + i, 1_000 + i)]} for i in range(8)}}
     rows["qssf"] = {("w0", 0): {"warnings": ["qssf: another warning"]}}
     lines = _warnings(rows)
