@@ -158,17 +158,28 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the command to run after --, e.g. -- marlsched run CONFIG --out DIR")
     if args.nodes < 1 or args.cpus_per_node < 1:
         parser.error("--nodes and --cpus-per-node must be >= 1")
-    print(f"starting {args.nodes} local Ray nodes of {args.cpus_per_node} CPU(s) each ...", flush=True)
-    with local_cluster(nodes=args.nodes, cpus_per_node=args.cpus_per_node) as (address, env):
-        print(f"cluster at {address}; running: {' '.join(command)}", flush=True)
-        try:
-            code = subprocess.run(command, env={**env, "RAY_ADDRESS": address}).returncode
-        except KeyboardInterrupt:
-            code = 130
-        except FileNotFoundError as err:
-            print(f"error: {err.filename}: no such command (activate the environment: . .venv/bin/activate)")
-            code = 127
-        print(f"stopping the {args.nodes} nodes", flush=True)
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:  # `timeout`, a batch scheduler, a closed terminal: as Ctrl-C
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        print(f"starting {args.nodes} local Ray nodes of {args.cpus_per_node} CPU(s) each ...", flush=True)
+        with local_cluster(nodes=args.nodes, cpus_per_node=args.cpus_per_node) as (address, env):
+            print(f"cluster at {address}; running: {' '.join(command)}", flush=True)
+            try:  # the command is killed on an interrupt (subprocess.run), then the nodes are stopped
+                code = subprocess.run(command, env={**env, "RAY_ADDRESS": address}).returncode
+            except KeyboardInterrupt:
+                code = 128 + (received[0] if received else signal.SIGINT)
+            except FileNotFoundError as err:
+                print(f"error: {err.filename}: no such command (activate the environment: . .venv/bin/activate)")
+                code = 127
+            print(f"stopping the {args.nodes} nodes", flush=True)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     return code
 
 

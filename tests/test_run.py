@@ -648,7 +648,8 @@ def pids_naming(address: str) -> list[int]:
 
 def test_a_command_runs_on_a_throwaway_local_cluster_that_stops_what_it_started(capfd) -> None:
     """``python -m experiments.local_cluster -- COMMAND``: the command runs with ``RAY_ADDRESS`` naming the new
-    cluster, its exit status is the helper's, and afterwards no process of that cluster is left."""
+    cluster, its exit status is the helper's, and afterwards no process of that cluster is left, also where the
+    helper is terminated (SIGTERM) while the command runs."""
     from experiments.local_cluster import main, ray_command
 
     if not ray_command().is_file():
@@ -660,6 +661,15 @@ def test_a_command_runs_on_a_throwaway_local_cluster_that_stops_what_it_started(
     assert main(["--nodes", "1", "--", sys.executable, "-c", probe]) == 3
     address = re.search(r"^at (127\.0\.0\.1:\d+)$", capfd.readouterr().out, re.M)[1]
     assert not pids_naming(address)
+    # terminated (`timeout`, a batch scheduler) as when interrupted: the command is killed, the nodes stopped
+    import signal
+
+    term = "import os, signal, time; print('at', os.environ['RAY_ADDRESS'], flush=True); "
+    term += "os.kill(os.getppid(), signal.SIGTERM); time.sleep(60)"
+    handler = signal.getsignal(signal.SIGTERM)
+    assert main(["--nodes", "1", "--", sys.executable, "-c", term]) == 128 + signal.SIGTERM
+    address = re.search(r"^at (127\.0\.0\.1:\d+)$", capfd.readouterr().out, re.M)[1]
+    assert not pids_naming(address) and signal.getsignal(signal.SIGTERM) is handler
 
 
 @pytest.mark.slow
