@@ -194,14 +194,19 @@ def test_interference_and_record_rounds_outputs_are_checked_before_the_work(tmp_
 
 
 def test_training_mistakes_say_what_to_do(tmp_path: Path, capsys) -> None:
-    """--resume where nothing can resume; a misspelt agent or algo key (which would train the default agent); a
-    Ray address where nothing listens (Ray itself retries it for minutes)."""
+    """--resume where nothing can resume, and a fresh start over a kept checkpoint; a misspelt agent or algo key
+    (which would train the default agent); a Ray address where nothing listens (Ray itself retries it for minutes)."""
     empty = tmp_path / "empty"
     ppo = str(REPO / "experiments" / "configs" / "default_small.yaml")
     assert f"--resume: {empty} holds no checkpoint" in _error(["train", "--config", ppo, "--out", str(empty),
                                                                "--resume"], capsys)  # fmt: skip
     assert "--resume: agent 'topdrl' with algo 'pg' keeps no checkpoint to go on from (ppo and appo do)" in _error(
         ["train", "--config", TOPDRL, "--out", str(empty), "--resume"], capsys
+    )
+    kept = tmp_path / "kept" / "checkpoint"  # a killed PPO training's: not trained over from the start
+    kept.mkdir(parents=True)
+    assert f"{kept.parent} holds the checkpoint of an unfinished training (checkpoint/): add --resume" in _error(
+        ["train", "--config", ppo, "--out", str(kept.parent)], capsys
     )
     for text, said in (("agnet: topdrl\n", "line 1: agnet: unknown key; did you mean 'agent'?"),
                        ("agent: topdrl\nalog: pg\n", "line 2: alog: unknown key; did you mean 'algo'?")):  # fmt: skip

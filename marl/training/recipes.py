@@ -203,6 +203,11 @@ def train(req: TrainRequest) -> dict[str, Any]:
         raise ValueError(  # --resume would train it all again over the finished run
             f"{req.out} holds a finished training (its policy, no checkpoint): nothing to resume; choose another --out"
         )
+    if not req.resume and (req.out / CHECKPOINT_DIR).is_dir():  # a fresh start would replace what it kept
+        raise ValueError(
+            f"{req.out} holds the checkpoint of an unfinished training ({CHECKPOINT_DIR}/): add --resume to go on "
+            "from it, or choose another --out to train from the start"
+        )
     if req.resume and not (req.out / CHECKPOINT_DIR).is_dir():
         raise ValueError(
             f"--resume: {req.out} holds no checkpoint ({CHECKPOINT_DIR}/, kept by a stopped PPO or APPO training): "
