@@ -217,6 +217,8 @@ def test_training_mistakes_say_what_to_do(tmp_path: Path, capsys) -> None:
 
     with pytest.raises(ValueError, match=r"Ray address 127.0.0.1:1: nothing answers there .*ray start --head"):
         check_reachable("127.0.0.1:1")
+    with pytest.raises(ValueError, match=r"http://127.0.0.1:8265: a dashboard URL .* not the cluster's address"):
+        check_reachable("http://127.0.0.1:8265")  # given by mistake: not read as a host named "http"
 
 
 def test_a_policy_refused_mid_simulate_leaves_the_finished_ones_shown_and_replaceable(

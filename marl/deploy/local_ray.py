@@ -129,6 +129,11 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     an address for minutes, printing only its own connection errors. ``auto`` is left to Ray."""
     import socket
 
+    if address.startswith(("http://", "https://")):
+        raise ValueError(
+            f"Ray address {address}: a dashboard URL (what `ray job submit` takes), not the cluster's address; give "
+            "the head's HOST:6379 (the address `ray start --head` printed), or auto on a node of the cluster"
+        )
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():
         return
@@ -158,7 +163,14 @@ def init_ray(address: str | None, num_cpus: int | None, object_store_bytes: int,
     if address:
         check_reachable(address)
         quiet_ray_output()  # num_cpus may not be passed when connecting
-        ctx = ray.init(address=address, log_to_driver=False, logging_level=QUIET_LEVEL)
+        try:
+            ctx = ray.init(address=address, log_to_driver=False, logging_level=QUIET_LEVEL)
+        except ConnectionError as err:  # a port that answers but is no Ray head, or auto without a cluster here
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"Ray address {address}: no Ray cluster answered ({first}); give the head's HOST:6379 (the address "
+                "`ray start --head` printed), or leave --address out to run Ray in-process"
+            ) from None
         where = f"cluster at {address}"
         dashboard = f"; dashboard {ctx.dashboard_url}" if ctx.dashboard_url else "; the cluster runs no dashboard"
     else:
