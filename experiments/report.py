@@ -6,6 +6,7 @@ all its runs, and improvements are computed run by run on the same workload and 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
@@ -106,6 +107,7 @@ def write_report(
         figures["scaling.png"] = "Agent-count scaling: throughput, latency, episode wall time, average JCT"
 
     lines = _header(cfg, specs, train_info)
+    lines[4:4] = [_computed_where(out), ""]  # after the title and the setup line
     lines += _training_verdict(cfg, rows, train_info)
     lines += _warnings(rows) + _left_out(stalled)
     lines += _metric_table(cfg, rows)
@@ -126,6 +128,25 @@ def write_report(
         if "Not held out" in line:
             log(f"note: {line}")
     return path
+
+
+def _computed_where(out: Path) -> str:
+    """The code version and the Ray this invocation ran on (``state.json`` keeps every invocation's in full)."""
+    from experiments.tasks import STATE_FILE
+
+    try:
+        ray = json.loads((out / STATE_FILE).read_text())["invocations"][-1].get("ray") or {}
+    except (OSError, ValueError, KeyError, IndexError):
+        ray = {}
+    where = ""
+    if ray.get("nodes"):
+        at = f"the cluster at {ray['address']}" if ray.get("address") else "Ray in-process"
+        cpus = f", {ray['CPU']:g} CPUs" if isinstance(ray.get("CPU"), int | float) else ""
+        where = f" on {at} ({ray['nodes']} node(s){cpus} when it ended)"
+    return (
+        f"Computed by marlsched at code version `{code_version()}`{where}; the command, the libraries' versions, "
+        "the digest of every file read and each invocation's Ray are in `state.json` (`invocations`)."
+    )
 
 
 TENANT_ROWS = 10  # the tenants with most jobs get a row each; the others share one
@@ -200,11 +221,6 @@ def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | 
         + ("; each application's own restart cost on every allocation (Sia's)" if cfg.app_restart_costs else "")
         + ("; Sia's calibration slowdowns" if cfg.calibration else "")
         + f"; {len(specs)} simulations, each a Ray task. Values are mean ± std over {over}.",
-        "",
-    ]
-    lines += [
-        f"Computed by marlsched at code version `{code_version()}`; the command, the libraries' versions and "
-        "the digest of every file read are in `state.json` (`provenance`).",
         "",
     ]
     lines += _policy_folders_held_out(cfg) + _overlapping_workloads(cfg)

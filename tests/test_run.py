@@ -591,7 +591,9 @@ def test_several_workloads_with_scheduler_options_and_published_figures(
     from marl.deploy.policy_files import code_version
 
     recorded = json.loads((out / "state.json").read_text())["invocations"][-1]["provenance"]["code_version"]
-    assert f"Computed by marlsched at code version `{recorded}`" in report and recorded == code_version()
+    assert f"Computed by marlsched at code version `{recorded}` on " in report and recorded == code_version()
+    ray = json.loads((out / "state.json").read_text())["invocations"][-1]["ray"]
+    assert f"({ray['nodes']} node(s), {ray['CPU']:g} CPUs when it ended)" in report
     assert f"{jct['tiresias', 'w2']:.0f} / 2000 ({jct['tiresias', 'w2'] / 2000:.2f})" in report
     pollux_mean = (jct["pollux", "w1"] + jct["pollux", "w2"]) / 2
     assert f"{pollux_mean:.0f} / 1500 ({pollux_mean / 1500:.2f})" in report
