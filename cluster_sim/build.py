@@ -8,6 +8,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from cluster_sim.perf_model import PerformanceModel
 from cluster_sim.protocol import SimulationWarning
 from cluster_sim.sim_presets import SIMULATE_DEFAULTS, resolve_settings
@@ -107,7 +109,44 @@ def assemble_simulator(
             _warn_estimated(view, workload, perf.estimated_apps_by_type(workload.model, workload.models), _APPS)
     elif perf is not None and warn_estimated:
         _warn_estimated(view, workload, perf.estimated_jobs_by_type(workload.model, workload.models), _MODELS)
+    if interference is not None and warn_estimated and hasattr(interference, "outside_fitted_range"):
+        _warn_outside_range(view, workload, perf, interference)
     return Simulator(view, workload, perf=perf, interference=interference, **options)
+
+
+class InterferenceRangeWarning(SimulationWarning):
+    """Jobs lie outside the range a learned interference model was fitted on: its answers there, which a
+    simulation in learned mode takes as the truth, lean on its safe prior."""
+
+
+def _warn_outside_range(view: ClusterView, workload: Workload, perf: Any, model: Any) -> None:
+    """Warn, once a process per cluster and models found outside, how many jobs lie outside the learned model's
+    fitted range on some GPU type of the cluster, and which models on which types."""
+    from cluster_sim.job_descriptors import DescriptorCache
+
+    cache = DescriptorCache(workload, view, perf)
+    first_gpu = [int(np.flatnonzero(view.server_gpu_type[view.gpu_server] == t)[0]) for t in range(len(view.gpu_types))]
+    outside = np.zeros(len(workload), dtype=bool)
+    where: dict[str, set[str]] = {}
+    for t, gpu in enumerate(first_gpu):
+        flags = model.outside_fitted_range([cache.get(j, gpu) for j in range(len(workload))])
+        outside |= flags
+        for m in sorted({workload.models[int(workload.model[j])] for j in np.flatnonzero(flags)}):
+            where.setdefault(m, set()).add(view.gpu_types[t])
+    key = ("range", view.name, tuple((m, tuple(sorted(t))) for m, t in sorted(where.items())))
+    if not outside.any() or key in _WARNED:
+        return
+    _WARNED.add(key)
+    said = "; ".join(f"{m} on {', '.join(sorted(t))}" for m, t in list(where.items())[:6])
+    more = f" and {len(where) - 6} more models" if len(where) > 6 else ""
+    warnings.warn(
+        f"on {view.name}, {int(outside.sum()):,} of the workload's {len(workload):,} jobs lie outside the range the "
+        f"learned interference model was fitted on ({said}{more}): its answers for them lean on its safe prior, and "
+        "a simulation in learned mode takes them as the truth (`marlsched interference predict` says which inputs; "
+        "compare with --interference oracle)",
+        InterferenceRangeWarning,
+        stacklevel=3,
+    )
 
 
 class EstimatedSpeedWarning(SimulationWarning):
@@ -126,7 +165,7 @@ _APPS = (
     "type, an estimate (a result's estimated_jobs counts the jobs that ran there); Pollux's traces measure T4 only, "
     "Sia's (apps= or profiles= ../shared/traces/sia-sosp23/traces) T4, RTX 2080 Ti, A100 and RTX 6000",
 )
-_WARNED: set[tuple[str, str, tuple[str, ...]]] = set()  # (what, cluster, types): once a process, not once a window
+_WARNED: set[tuple] = set()  # (what, cluster, types): once a process, not once a window
 
 
 def _warn_estimated(view: ClusterView, workload: Workload, by_type: dict[str, int], text: tuple[str, str]) -> None:

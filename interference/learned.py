@@ -84,7 +84,7 @@ from pathlib import Path
 
 import numpy as np
 
-from interference.base import CoLocation
+from interference.base import CoLocation, JobDescriptor
 from interference.composition import INFEASIBLE_GPU_FACTOR, HostScalars, compose
 from interference.features import (
     INTENSITY_FEATURES,
@@ -373,6 +373,11 @@ class LearnedInterference:
         f = 1.0 / (1.0 + slow)
         over = cols.mem_gb[job] + cols.mem_gb[other] > gpu["mem_gb"][job]  # NaN compares False: feasible
         return np.where(over[None, :], INFEASIBLE_GPU_FACTOR, f)
+
+    def outside_fitted_range(self, jobs: Sequence[JobDescriptor]) -> np.ndarray:
+        """Which of ``jobs`` have an input outside the range the model was fitted on, where its answers move
+        toward the safe prior (what a simulation in learned mode then takes as the truth)."""
+        return self.out_of_range(JobColumns.from_descriptors(jobs))
 
     def out_of_range(self, cols: JobColumns, raw: tuple | None = None) -> np.ndarray:
         """Rows with an input outside the range the model was fitted on."""

@@ -180,3 +180,27 @@ def test_packing_under_tiresias_preempts_hosts_with_their_guests(traces_dir: Pat
         GpuPacking(under="fifo")
     with pytest.raises(ValueError, match="pack-blind-tiresias shares GPUs: run the simulator with gpu_sharing"):
         sim(False).run(get_policy("pack-blind-tiresias"))
+
+
+def test_a_learned_model_used_beyond_its_fitted_range_is_said_before_the_run(monkeypatch) -> None:
+    """In learned mode the predictor is the simulation's truth: jobs whose inputs lie outside the range it was
+    fitted on are counted by model and GPU type, as the model's own range check finds them, once per cluster."""
+    import warnings
+
+    from cluster_sim.build import InterferenceRangeWarning, build_simulator
+    from interference.learned import LearnedInterference
+
+    monkeypatch.setattr("cluster_sim.build._WARNED", set())  # as in a new process (another test may have said it)
+    path = Path(__file__).resolve().parents[1] / "experiments" / "policies" / "interference-gavel" / "model.json"
+    with pytest.warns(InterferenceRangeWarning) as seen:
+        sim = build_simulator("small", "synthetic:150,load=0.9", seed=5, interference="learned",
+                              interference_data=str(path), gpu_sharing=True)  # fmt: skip
+    model, cache = LearnedInterference.load(path), DescriptorCache(sim.jobs, sim.topo, sim.perf)
+    outside = model.outside_fitted_range([cache.get(j, 0) for j in range(len(sim.jobs))])
+    names = sorted({sim.jobs.models[int(sim.jobs.model[j])] for j in np.flatnonzero(outside)})
+    said = str(seen[0].message)
+    assert 0 < outside.sum() < len(outside) and f"{int(outside.sum())} of the workload's 150 jobs lie outside" in said
+    assert all(f"{m} on V100" in said for m in names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InterferenceRangeWarning)  # said once a process for this cluster and model
+        build_simulator("small", "synthetic:150,load=0.9", seed=5, interference="learned", interference_data=str(path))
