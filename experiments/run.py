@@ -449,6 +449,8 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
 
             scaling = run_scaling(cfg, out, log)
         cluster_info = {"nodes": sum(1 for n in ray.nodes() if n.get("Alive")), **ray.cluster_resources()}
+        at = ray_address(cfg, address)
+        at = ray.get_runtime_context().gcs_address if at == "auto" else at  # the cluster auto found, by its address
     finally:
         if started:
             ray.shutdown()
@@ -457,7 +459,7 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
         "wall_s": time.perf_counter() - t0,
         "tasks_run": ran,
         "tasks_reused": len(specs) - ran,
-        "ray": {"address": ray_address(cfg, address), "nodes": cluster_info["nodes"], "CPU": cluster_info.get("CPU")},
+        "ray": {"address": at, "nodes": cluster_info["nodes"], "CPU": cluster_info.get("CPU")},
         "provenance": result_provenance(
             command, [cfg.policy_of(label)[0] for label in cfg.schedulers], cfg.plugins, cfg.workload_specs.values(),
             [cfg.interference_data or "", *(str(v) for n in cfg.schedulers for v in cfg.policy_of(n)[1].values())],

@@ -694,6 +694,15 @@ def test_run_on_a_two_node_local_cluster(two_node_cluster, tmp_path: Path) -> No
     assert len(tasks) == 8 and all(t["jobs_completed"] == 40 for t in tasks)
     assert len({t["node_id"] for t in tasks}) == 2  # both nodes ran simulations
     assert (out / "report.md").is_file() and (out / "plots" / "jct_cdf.png").stat().st_size > 1000
+    # --address auto (RAY_ADDRESS, as inside `ray job submit`): the cluster it found is said and recorded by address
+    proc = subprocess.run(
+        [str(VENV_BIN / "marlsched"), "run", str(config), "--address", "auto", "--set", "seeds=[5]", "--out", str(out)],
+        env={**env, "RAY_ADDRESS": address}, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads((out / "state.json").read_text())["invocations"][-1]["ray"]["address"]
+    assert found.endswith(f":{address.rsplit(':', 1)[1]}")  # the same cluster, by the address Ray reports
+    assert f"ray: cluster at {found} (auto), 2 node(s)" in proc.stdout
 
 
 @pytest.mark.slow

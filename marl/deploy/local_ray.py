@@ -171,7 +171,8 @@ def init_ray(address: str | None, num_cpus: int | None, object_store_bytes: int,
                 f"Ray address {address}: no Ray cluster answered ({first}); give the head's HOST:6379 (the address "
                 "`ray start --head` printed), or leave --address out to run Ray in-process"
             ) from None
-        where = f"cluster at {address}"
+        found = ray.get_runtime_context().gcs_address if address == "auto" else address  # the one auto found
+        where = f"cluster at {found}" + (" (auto)" if found != address else "")
         dashboard = f"; dashboard {ctx.dashboard_url}" if ctx.dashboard_url else "; the cluster runs no dashboard"
     else:
         num_cpus = num_cpus or os.cpu_count() or 1
