@@ -52,9 +52,14 @@ geometric mean over 26 job types); T4 0.621 (Gavel's V100 over Pollux's T4 times
 which converts Pollux's compute constants); A100 2.56 (NVIDIA's ResNet-50 training benchmark); A10,
 H100, H200 from datasheet ratios to the A100.
 
-A trace gives a duration at the ideal placement, so the simulator's unit of work is one second at
-:meth:`PerformanceModel.speed` 1.0, which is exactly what the reference placement on the reference GPU
-returns (both sides go through the same arithmetic on the same floats).
+A trace gives a duration at the reference placement, so the simulator's unit of work is one second at
+:meth:`PerformanceModel.speed` 1.0, which is exactly what the reference placement returns (both sides go
+through the same arithmetic on the same floats). The reference placement is fixed, whatever the cluster:
+V100s in DGX-class servers (``nvswitch-8``: one NVSwitch domain of 8, 4 x 100 Gb/s NICs), as few servers as
+the job needs, on a fabric that does not slow it (:data:`REFERENCE_SERVER`). A job's work is therefore the
+same on every cluster, and editing one rack's servers changes only the jobs that run on them; on a cluster
+with slower links than the reference (PCIe V100 servers, oversubscribed uplinks) a job placed as well as
+that cluster allows runs below speed 1.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ import numpy as np
 
 from cluster_sim.model_zoo import MODEL_NAMES
 from cluster_sim.perf_fit import REFERENCE_GPU
+from topology.servers import SERVER_PRESETS
 from topology.view import ClusterView, Level
 
 DEFAULT_CONSTANTS = Path(__file__).resolve().parent / "data" / "perf_constants.json"
@@ -91,17 +97,40 @@ class PerfParams:
 
 @dataclass(frozen=True)
 class _Shape:
-    """The best place in this cluster for a job on one GPU type: what the ideal placement sees."""
+    """The best place for a job on one GPU type (in a cluster, or the reference placement's): what the ideal
+    placement sees."""
 
     server_gpus: int
     socket_gpus: int
     intra_bw: float
     local_bw: float
     nic_bw: float
-    rack_servers: int
-    pod_servers: int
+    rack_servers: float  # servers of the type in one rack; inf for the reference placement
+    pod_servers: float
     rack_uplink_bw: float
     pod_uplink_bw: float
+
+
+#: The server of the reference placement, with the reference GPU in it.
+REFERENCE_SERVER = "nvswitch-8"
+
+
+def _reference_shape(gpu_type: str) -> _Shape:
+    """The reference placement's shape: :data:`REFERENCE_SERVER` with ``gpu_type``, servers without limit in a
+    rack and a pod, each uplink as fast as a server's NIC (the fabric never the bottleneck)."""
+    server = SERVER_PRESETS[REFERENCE_SERVER]
+    links = server.links(gpu_type)
+    return _Shape(
+        server_gpus=server.gpus,
+        socket_gpus=server.gpus_per_socket,
+        intra_bw=links.intra_bw,
+        local_bw=min(links.intra_bw, links.cross_socket_bw),
+        nic_bw=links.nic_bw,
+        rack_servers=math.inf,
+        pod_servers=math.inf,
+        rack_uplink_bw=links.nic_bw,
+        pod_uplink_bw=links.nic_bw,
+    )
 
 
 def load_constants(path: Path = DEFAULT_CONSTANTS) -> dict:
@@ -234,6 +263,8 @@ class PerformanceModel:
         )
         self._shapes: dict[str, _Shape] = {}
         self._ideal: dict[tuple[int, int, int, str], float] = {}
+        self._reference = _reference_shape(self.reference_gpu)
+        self._reference_times: dict[tuple[int, int, int], float] = {}
 
     # ---------------------------------------------------------------- public API
 
@@ -275,17 +306,31 @@ class PerformanceModel:
         return self._time(model, b, k, speed, self._ref_intra / local, self._ref_nic / net)
 
     def ideal_iteration_time(self, model: int, global_batch: int, num_gpus: int, gpu_type: str = "V100") -> float:
-        """Iteration time at the reference placement: ``num_gpus`` GPUs of ``gpu_type`` on as few
-        servers and as low a topology level as this cluster's servers of that type allow (the
-        cluster's largest server if it has none of that type), no uplink contention."""
+        """Iteration time at this cluster's best placement for ``gpu_type``: ``num_gpus`` GPUs of the type on as
+        few servers and as low a topology level as this cluster's servers of that type allow (the cluster's
+        largest server if it has none of that type), no uplink contention."""
         model, global_batch, num_gpus = int(model), int(global_batch), int(num_gpus)
         key = (model, global_batch, num_gpus, gpu_type)
         t = self._ideal.get(key)
-        if t is not None:
-            return t
-        self._check(model, global_batch, num_gpus)
+        if t is None:
+            self._check(model, global_batch, num_gpus)
+            t = self._ideal[key] = self._shaped_time(model, global_batch, num_gpus, gpu_type, self._shape(gpu_type))
+        return t
+
+    def reference_iteration_time(self, model: int, global_batch: int, num_gpus: int) -> float:
+        """Iteration time at the reference placement (:data:`REFERENCE_SERVER` with the reference GPU, the same on
+        every cluster), at which a trace's duration is read."""
+        model, global_batch, num_gpus = int(model), int(global_batch), int(num_gpus)
+        key = (model, global_batch, num_gpus)
+        t = self._reference_times.get(key)
+        if t is None:
+            self._check(model, global_batch, num_gpus)
+            shaped = self._shaped_time(model, global_batch, num_gpus, self.reference_gpu, self._reference)
+            t = self._reference_times[key] = shaped
+        return t
+
+    def _shaped_time(self, model: int, global_batch: int, num_gpus: int, gpu_type: str, s: _Shape) -> float:
         speed = self.model_gpu_speed(model, gpu_type)
-        s = self._shape(gpu_type)
         n = num_gpus
         b = -(-global_batch // n)
         if n == 1:
@@ -302,13 +347,13 @@ class PerformanceModel:
                 if servers > s.pod_servers:
                     net = min(net, s.pod_uplink_bw)
             t = self._time(model, b, n, speed, self._ref_intra / s.local_bw, self._ref_nic / net)
-        self._ideal[key] = t
         return t
 
     def speed(self, model: int, global_batch: int, gpus: np.ndarray, uplink_sharers: int = 1) -> float:
-        """Progress per second relative to the ideal placement on the reference GPU: exactly 1.0
-        there, below 1 when spread or contended, above 1 on a faster GPU generation."""
-        ideal = self.ideal_iteration_time(model, global_batch, len(gpus), self.reference_gpu)
+        """Progress per second relative to the reference placement: exactly 1.0 there (and on a cluster of its
+        servers placed as well as they allow), below 1 when spread, contended or on slower links, above 1 on a
+        faster GPU generation."""
+        ideal = self.reference_iteration_time(model, global_batch, len(gpus))
         return ideal / self.iteration_time(model, global_batch, gpus, uplink_sharers)
 
     def gpu_speed(self, gpu_type: str) -> float:

@@ -238,6 +238,11 @@ class FreePool:
         gpus = np.asarray(gpus)
         ids = gpus.tolist()
         held = self.gpu_job
+        if ids and (gpus.dtype.kind not in "iu" or min(ids) < 0 or max(ids) >= len(held)):
+            raise ValueError(
+                f"cannot give GPUs {ids[:8]}{'...' * (len(ids) > 8)} to job {job}: GPU ids are integers from 0 to "
+                f"{len(held) - 1} on this cluster"
+            )
         free = all(held[g] < 0 for g in ids) if len(ids) <= FEW_GPUS else self.is_free(gpus)
         if not free or len(set(ids)) != len(ids):
             raise ValueError(f"cannot give GPUs {ids} to job {job}: some are taken or repeated")

@@ -255,7 +255,7 @@ class SchedulerView(Protocol):
         ...
 
     def remaining_time(self, job: int) -> float:
-        """Oracle: seconds the job still needs under its ideal placement."""
+        """Oracle: seconds the job still needs at the reference placement (its trace's run time left)."""
         ...
 
     def remaining_times(self, jobs: np.ndarray) -> np.ndarray:
@@ -263,7 +263,7 @@ class SchedulerView(Protocol):
         ...
 
     def estimated_speed(self, job: int, gpus: np.ndarray) -> float:
-        """Performance-model speed of ``job`` on ``gpus`` relative to its ideal placement (no interference)."""
+        """Performance-model speed of ``job`` on ``gpus`` relative to the reference placement (no interference)."""
         ...
 
     def wake_at(self, time: float) -> None:

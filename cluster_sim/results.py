@@ -194,7 +194,7 @@ class SimResult:
             "preemptions": self.preemptions, "model": [w.models[int(m)] for m in w.model],
             "tenant": [w.tenants[int(t)] for t in w.tenant], "first_start_delay": self.first_start_delay,
             "executed": self.executed, "gpus_held": self.gpus_held, "resizes": self.resizes,
-            "goodput": self.goodput, "restarts": self.restarts,
+            "goodput": self.goodput, "restarts": self.restarts, "interference_slowdown": self.interference_slowdown,
         }  # fmt: skip
         for i, t in enumerate(self.gpu_types):
             cols[f"gpu_hours_{t}"] = self.attained_by_type[:, i] / 3600.0
@@ -212,7 +212,8 @@ class SimResult:
         """``jobs.csv``'s header and rows: times to the millisecond, slowdown to 6 decimals, goodput and GPU-hours
         to 4."""
         cols = self.job_columns()
-        digits = {"slowdown": 6, "goodput": 4, **{k: 4 for k in cols if k.startswith("gpu_hours_")}}
+        digits = {"slowdown": 6, "goodput": 4, "interference_slowdown": 4}
+        digits |= {k: 4 for k in cols if k.startswith("gpu_hours_")}
         ints = ("id", "gpus", "preemptions", "resizes", "restarts")
         out: list[list] = [list(cols)]
         for j in range(len(self.workload)):

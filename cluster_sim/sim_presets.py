@@ -48,8 +48,8 @@ class SimPreset:
 SIM_PRESETS: dict[str, SimPreset] = {
     "sia": SimPreset(
         name="sia",
-        about="Sia (SOSP'23): 30 s start and restart, each application's own restart cost, Sia's calibration "
-        "slowdowns, no interference",
+        about="Sia (SOSP'23): each application's own restart cost on every allocation, the first start included "
+        "(30 s start and restart for jobs of other applications), Sia's calibration slowdowns, no interference",
         interference="none",
         costs={"restart_cost": 30.0, "start_cost": 30.0, "app_restart_costs": True, "calibration": True},
         marker="sia-sosp23",
@@ -67,10 +67,13 @@ SIM_PRESETS: dict[str, SimPreset] = {
 def restart_phrase(restart_cost: float, app_restart_costs: bool, start_cost: float = 0.0) -> str:
     """The restart cost as a results title states it: Sia's per-application costs replace the flat one; a start
     cost (Pollux's and Sia's 30 s on every first start) is named where there is one, since figures move with it."""
-    if app_restart_costs:
-        phrase = f"restart cost each application's own (Sia's; {restart_cost:g} s for others)"
-    else:
-        phrase = f"restart cost {restart_cost:g} s"
+    if app_restart_costs:  # the application's cost on every allocation, the first start included
+        from cluster_sim.gpu_profiles import RESTART_COST
+
+        own = ", ".join(f"{app} {cost:g} s" for app, cost in RESTART_COST.items())
+        others = f"{restart_cost:g} s restart" + (f", {start_cost:g} s start" if start_cost else "")
+        return f"start and restart cost each application's own on every allocation ({own}; Sia's), {others} for others"
+    phrase = f"restart cost {restart_cost:g} s"
     return f"{phrase}, start cost {start_cost:g} s" if start_cost else phrase
 
 

@@ -8,8 +8,9 @@ with a per-job version number, so a superseded completion is skipped rather than
 The simulator is also the :class:`~cluster_sim.protocol.SchedulerView` that schedulers read: arrays are
 exposed as read-only numpy views, nothing is copied per scheduling point.
 
-Work is measured in seconds at speed 1, the speed of the job's ideal placement on the reference GPU, so a
-job placed ideally with no interference runs exactly as long as its trace duration. A job of a measured
+Work is measured in seconds at speed 1, the speed of the job at the performance model's reference placement
+(V100s in DGX-class servers, the same on every cluster), so a job placed so with no interference runs exactly as
+long as its trace duration. A job of a measured
 application (Pollux's, :mod:`cluster_sim.pollux_apps`) counts its work in statistical progress instead:
 it runs at ``gain(batch, epoch) / iteration time(placement, batch)`` progress per second, a rate that
 changes at each epoch boundary (an event) and with its batch size, so it can grow, shrink and change its

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cluster_sim.leak_check import DEFAULT_CLUSTER, DEFAULT_WORKLOAD, check_length_leak
+from experiments.simulate import MorePolicies
 
 
 def add_check_leak_command(subparsers) -> None:
@@ -21,7 +22,10 @@ def add_check_leak_command(subparsers) -> None:
         ),
     )
     p.add_argument(
-        "--policy", required=True, help="schedulers, comma-separated, as simulate takes them (marl:DIR, FILE:Class)"
+        "--policy",
+        required=True,
+        action=MorePolicies,
+        help="schedulers, comma-separated, as simulate takes them (marl:DIR, FILE:Class); or give --policy again",
     )
     p.add_argument("--cluster", default=DEFAULT_CLUSTER, help=f"cluster preset or YAML (default {DEFAULT_CLUSTER})")
     p.add_argument(

@@ -208,17 +208,19 @@ def _count(n: int, noun: str) -> str:
 def _header(cfg: ExperimentConfig, specs: list, train_info: Mapping[str, Any] | None) -> list[str]:
     cluster = cfg.cluster if isinstance(cfg.cluster, str) else cfg.cluster.get("name", "inline cluster")
     work = cfg.workload_specs
-    what = (
-        f"Workload `{cfg.workload}`" if len(work) == 1 and "" in work else f"{len(work)} workloads ({', '.join(work)})"
-    )
+    if len(work) == 1 and "" in work:
+        what = f"Workload `{cfg.workload}`"
+    elif len(work) <= 3:  # each spec said, so that one changed by --set reads as what ran
+        what = f"{_count(len(work), 'workload')}: " + "; ".join(f"{label} `{spec}`" for label, spec in work.items())
+    else:
+        what = f"{len(work)} workloads ({', '.join(work)})"
     over = "seeds" if len(work) == 1 else "workloads and seeds"
     lines = [
         f"# {cfg.name}: {_count(len(cfg.schedulers), 'scheduler')} x {_count(len(work), 'workload')} x "
         f"{_count(len(cfg.seeds), 'seed')} on {cluster}",
         "",
-        f"{what} (seeds {cfg.seeds}), interference `{cfg.interference}`, restart cost {cfg.restart_cost:g} s, "
-        f"start cost {cfg.start_cost:g} s"
-        + ("; each application's own restart cost on every allocation (Sia's)" if cfg.app_restart_costs else "")
+        f"{what} (seeds {cfg.seeds}), interference `{cfg.interference}`, "
+        f"{restart_phrase(cfg.restart_cost, cfg.app_restart_costs, cfg.start_cost or 0.0)}"
         + ("; Sia's calibration slowdowns" if cfg.calibration else "")
         + f"; {len(specs)} simulations, each a Ray task. Values are mean ± std over {over}.",
         "",
@@ -513,10 +515,10 @@ def _metric_table(cfg: ExperimentConfig, rows: Runs) -> list[str]:
         "",
         "Time waiting: queued seconds per job (before its start and after preemptions). GPU util: busy GPU-seconds "
         "over (GPUs × makespan); it is low when a few long jobs run on alone long after the last arrival, which "
-        "`plots/timeline.png` shows. Slowdown: JCT over the run time the workload gives the job, placed ideally and "
-        "alone on the GPUs it asked for, on the type its times are given for (V100 for Philly-like traces, T4 for "
-        "Pollux's and Sia's workloads); below 1 where jobs ran on a faster type or an elastic scheduler (Pollux, "
-        "Sia) gave them more GPUs or a larger batch. "
+        "`plots/timeline.png` shows. Slowdown: JCT over the run time the workload gives the job, alone on the GPUs "
+        "it asked for at the reference placement, on the type its times are given for (V100 for Philly-like "
+        "traces, T4 for Pollux's and Sia's workloads); below 1 where jobs ran on a faster type or an elastic "
+        "scheduler (Pollux, Sia) gave them more GPUs or a larger batch. "
         "Schedulers that decide in rounds (gavel and gavel-las every 360 s, sia and pollux every 60 s) start a "
         "new job at the next round, so short jobs' slowdown is high under them even where the average JCT is low "
         "(each job's wait for its first start: `first_start_delay` in a run's `jobs.csv`).",

@@ -63,7 +63,10 @@ def add_simulate_command(subparsers) -> None:
     p.add_argument("--cluster", default="small", help="preset name or YAML file (default: small)")
     p.add_argument("--workload", default="synthetic:2000", help="workload spec (default: synthetic:2000)")
     p.add_argument(
-        "--policy", default="fifo", help="scheduler name; comma-separate several to compare them (default: fifo)"
+        "--policy",
+        default="fifo",
+        action=MorePolicies,
+        help="scheduler name; comma-separate several to compare them, or give --policy again (default: fifo)",
     )
     p.add_argument(
         "--seed",
@@ -230,6 +233,10 @@ def _replace_earlier_results(out: Path) -> None:
 
 
 def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
+    from topology.datacenter import CLUSTER_PRESETS, build_cluster
+
+    if args.cluster not in CLUSTER_PRESETS:  # a file of the user's: how it was read, links in GB/s
+        print(build_cluster(args.cluster).describe())
     results: list[SimResult] = []
     settings = simulator_settings(args)  # the title says them: `marlsched run`'s defaults differ (interference)
     title = f"{sim.jobs.source} jobs on {sim.topo.name}, interference {settings['interference']}"
@@ -316,6 +323,17 @@ def _refuse_shared_names(given: list[str], names: list[str]) -> None:
                 f"folder and one row; name one apart (FILE:Class,...,name=OTHER or marl:DIR,name=OTHER), or drop one"
             )
         first[name] = i
+
+
+class MorePolicies(argparse.Action):
+    """``--policy`` given again adds its schedulers to those given before (``--policy a --policy b`` is
+    ``--policy a,b``) instead of silently replacing them."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = f"_{self.dest}_given"  # the first --policy replaces the default, each later one adds
+        more = f"{getattr(namespace, self.dest)},{values}" if hasattr(namespace, given) else values
+        setattr(namespace, self.dest, more)
+        setattr(namespace, given, True)
 
 
 def split_policies(text: str) -> list[str]:

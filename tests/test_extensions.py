@@ -46,11 +46,13 @@ def _jcts(folder: Path) -> list[float]:
     return [float(r.split(",")[5]) for r in rows]
 
 
-def test_example_scheduler_runs_from_the_cli_with_the_hand_computed_result(tiny, tmp_path: Path) -> None:
+def test_example_scheduler_runs_from_the_cli_with_the_hand_computed_result(tiny, tmp_path: Path, capsys) -> None:
     cluster, jobs = tiny
     out = tmp_path / "out"
     args = ["simulate", "--cluster", str(cluster), "--workload", f"philly:{jobs}", "--no-perf-model", "--quiet"]
-    assert main([*args, "--policy", f"{SMALLEST_FIRST},fifo", "--out", str(out)]) == 0
+    # --policy given twice: both run (the second adds to the first); the cluster file is said as it was read
+    assert main([*args, "--policy", f"{SMALLEST_FIRST}", "--policy", "fifo", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("tiny: 2 servers, ")
     summary = {m["scheduler"]: m for m in json.loads((out / "summary.json").read_text())}
     assert summary["smallest-first"]["avg_jct"] == pytest.approx(72.0)
     assert summary["fifo"]["avg_jct"] == pytest.approx(118.5)

@@ -414,6 +414,11 @@ def test_pool_refuses_double_allocation():
         pool.take(np.append(many, 1), 1)
     with pytest.raises(ValueError, match="does not hold them all"):
         pool.release(np.append(many, 0), 0)
+    # ids outside the cluster (a plugin's placement): named with the range, not an IndexError or a wrap-around
+    top = view.num_gpus - 1
+    for bad in ([top + 1], [-1], [2.0, 3.0], list(range(top - 20, top + 2))):
+        with pytest.raises(ValueError, match=rf"GPU ids are integers from 0 to {top} on this cluster"):
+            pool.take(np.array(bad), 1)
     assert pool.num_free == view.num_gpus - 2 and (pool.gpu_job[2:] == -1).all()  # refusals change nothing
 
 

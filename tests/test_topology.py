@@ -174,6 +174,8 @@ def test_yaml_spec_good(tmp_path: Path) -> None:
     np.testing.assert_array_equal(v.rack_uplink_bw, [4 * 50 / 4, 4 * 3.125 / 4] * 3)
     np.testing.assert_allclose(v.pod_uplink_bw, [(50 + 3.125 + 50) / 3, (3.125 + 50 + 3.125) / 3])
     assert "my-dc: 24 servers, 168 GPUs" in cluster.describe()
+    assert "racks in order: V100, K80, V100, K80, V100, K80" in cluster.describe()  # as server_rack reads them
+    assert [v.gpu_types[t] for t in v.server_gpu_type[:: v.num_servers // v.num_racks]] == ["V100", "K80"] * 3
     # a GPU type in any case is the datasheets' name
     lower = build_cluster(write_yaml(tmp_path, CUSTOM_YAML.replace("V100", "v100").replace("K80", "k80"), "lower.yaml"))
     assert lower.view.gpu_types == ("V100", "K80") and lower.spec.groups == cluster.spec.groups

@@ -202,7 +202,7 @@ class Cluster:
     def describe(self) -> str:
         s, v = self.spec, self.view
         lines = [
-            f"{s.name}: {v.num_servers:,} servers, {v.num_gpus:,} GPUs in {s.pods} pods x "
+            f"{s.name}: {v.num_servers:,} servers, {v.num_gpus:,} GPUs in {s.pods} pod{'s' * (s.pods != 1)} x "
             f"{s.racks_per_pod} racks x {s.servers_per_rack} servers"
         ]
         for group, racks in zip(s.groups, s.rack_counts().tolist(), strict=True):
@@ -213,6 +213,9 @@ class Cluster:
                 f"{servers * group.server.gpus:,} GPUs; GPU links {ln.intra_bw:g} GB/s "
                 f"(cross-socket {ln.cross_socket_bw:g}), NIC {ln.nic_bw:g} GB/s"
             )
+        if len(s.groups) > 1:  # interleaved (ClusterSpec.rack_groups), so that every pod sees the same mix
+            order = [s.groups[g].gpu_type for g in s.rack_groups().tolist()]
+            lines.append(f"  racks in order: {', '.join(order[:24])}{', ...' * (len(order) > 24)}")
         lines.append(
             f"  rack uplink {_span(v.rack_uplink_bw)} GB/s ({s.rack_oversubscription:g}:1), "
             f"pod uplink {_span(v.pod_uplink_bw)} GB/s ({s.pod_oversubscription:g}:1)"
