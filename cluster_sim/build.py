@@ -155,7 +155,8 @@ class EstimatedSpeedWarning(SimulationWarning):
 
 _MODELS = (
     "models were never measured",
-    "there they run at the type's single speed, an estimate (a result's estimated_jobs counts the jobs that did); "
+    "there they run at an estimate, the type's single speed or (A10, H100, H200) its datasheet ratio to the model's "
+    "A100 speed (a result's estimated_jobs counts the jobs that did); "
     "measured are Gavel's job types on K80, P100 and V100 (model_rule=gavel) and Sia's applications on T4, RTX 2080 "
     "Ti, A100 and RTX 6000 (pollux: with profiles=)",
 )

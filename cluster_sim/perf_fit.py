@@ -64,6 +64,9 @@ PUBLIC_SPEEDS: dict[str, float] = {
     # H200: same SMs and clocks as the H100, more and faster memory; counted as an H100.
     "H200": 2.0 * A100_SPEED,
 }
+# Types whose speed is a datasheet ratio to another type: a model measured on that type runs on these at its
+# measured speed there times the ratio, so that the ratio holds per model (an H100 is never slower than an A100).
+DERIVED_FROM: dict[str, str] = {"A10": "A100", "H100": "A100", "H200": "A100"}
 # GPU types that only Sia's profiles measured: their fallback speed is the mean over Sia's applications.
 SIA_ONLY_TYPES = ("RTX2080Ti", "RTX6000")
 PUBLIC_SPEED_NOTES: dict[str, str] = {

@@ -72,7 +72,7 @@ from pathlib import Path
 import numpy as np
 
 from cluster_sim.model_zoo import MODEL_NAMES
-from cluster_sim.perf_fit import REFERENCE_GPU
+from cluster_sim.perf_fit import DERIVED_FROM, REFERENCE_GPU
 from topology.servers import SERVER_PRESETS
 from topology.view import ClusterView, Level
 
@@ -363,10 +363,17 @@ class PerformanceModel:
 
     def model_gpu_speed(self, model: int, gpu_type: str, view: ClusterView | None = None) -> float:
         """Compute speed of ``model`` (index in MODEL_NAMES) on ``gpu_type`` relative to the reference GPU:
-        measured (Gavel's or Sia's tables, see :func:`cluster_sim.perf_fit.model_gpu_speeds`) where it was,
-        else :meth:`gpu_speed`."""
-        speed = self.model_gpu_speeds.get(MODEL_NAMES[int(model)], {}).get(gpu_type)
-        return speed if speed is not None else self._gpu_speed(gpu_type, view)
+        measured (Gavel's or Sia's tables, see :func:`cluster_sim.perf_fit.model_gpu_speeds`) where it was; on
+        a type rated by its datasheet ratio to a measured one (:data:`~cluster_sim.perf_fit.DERIVED_FROM`), the
+        model's speed there times that ratio; else :meth:`gpu_speed`."""
+        measured = self.model_gpu_speeds.get(MODEL_NAMES[int(model)], {})
+        speed = measured.get(gpu_type)
+        if speed is not None:
+            return speed
+        base = DERIVED_FROM.get(gpu_type)
+        if base is not None and base in measured:
+            return measured[base] * self._gpu_speed(gpu_type, view) / self._gpu_speed(base, view)
+        return self._gpu_speed(gpu_type, view)
 
     def estimated_jobs_by_type(self, models: np.ndarray, model_names: tuple[str, ...]) -> dict[str, int]:
         """Per GPU type of this cluster, how many jobs of a workload (``models``: indices into ``model_names``)

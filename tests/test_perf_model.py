@@ -409,3 +409,13 @@ def test_model_gpu_speeds_are_the_measured_ratios():
     assert ("resnet18-cifar10", "K80") not in perf.fallbacks
     doc = json.loads((Path(perf.constants_path)).read_text())
     assert "K80" in doc["model_gpu_speed"]["resnet18-cifar10"]
+    # an H100 (2 A100s by its datasheet) is twice the model's measured A100, never slower than it; a model measured
+    # on no A100 falls back to the H100's single speed. Both are estimates, listed as such.
+    h100 = PerformanceModel(make_view(gpu_types=("A100", "H100"), server_type=np.repeat([0, 1], 4)))
+    for name in MODEL_NAMES:
+        m = model_index(name)
+        on_a100 = name in perf.model_gpu_speeds and "A100" in perf.model_gpu_speeds[name]
+        want = 2.0 * perf.model_gpu_speed(m, "A100") if on_a100 else perf.gpu_speed("H100")
+        assert h100.model_gpu_speed(m, "H100") == pytest.approx(want, rel=1e-12), name
+        assert (name, "H100") in h100.fallbacks
+    assert h100.model_gpu_speed(bert, "H100") > h100.model_gpu_speed(bert, "A100") > h100.gpu_speed("H100")
