@@ -6,12 +6,16 @@ nothing else stops it. :func:`check_length_leak` runs a scheduler twice on the s
 once seeing every job's length (and remaining time) multiplied by a seeded random factor, while the simulation
 itself runs on the true lengths. A scheduler that never reads a length makes the same decisions, so every job
 finishes at the same second, bit for bit; one that reads them decides otherwise somewhere. The run also notes
-where the scheduler's code called ``remaining_time(s)``. It covers the code the workload exercises: an elastic
-scheduler's resizing needs jobs that can resize (a ``pollux:`` workload), a learned policy its own cluster.
+where the scheduler's code called ``remaining_time(s)``. The simulator's private state (``view._remaining`` and
+the like) and a copy of the simulator (to play the future ahead, as ``lookahead-oracle`` does) hold the true
+lengths where hiding cannot reach; a scheduler that reads either is counted as reading lengths, with where. It covers
+the code the workload exercises: an elastic scheduler's resizing needs jobs that can resize (a ``pollux:``
+workload), a learned policy its own cluster.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import sys
@@ -41,10 +45,12 @@ class LeakReport:
     jct: tuple[float, float] | None  # that job's JCT with true and with hidden lengths
     oracle_calls: tuple[str, ...]  # where the scheduler's code called remaining_time(s): "file:line"
     most_waiting: int = 0  # the most jobs waiting at once where the scheduler was consulted
+    # where it read the simulator's private state or copied the simulator: "file:line (what)"
+    private_reads: tuple[str, ...] = ()
 
     @property
     def reads_lengths(self) -> bool:
-        return self.differing > 0
+        return self.differing > 0 or bool(self.private_reads)
 
     @property
     def inconclusive(self) -> bool:
@@ -58,6 +64,12 @@ class LeakReport:
                 f"{head}: NOT CHECKED: at most {self.most_waiting} job waited at once, so the scheduler never chose an "
                 "order; use a workload on which jobs wait (a higher load=, window_load= or more jobs)"
             )
+        private = (
+            f"it read the simulator's private state, which holds every job's true length and remaining work "
+            f"({', '.join(self.private_reads)}): a scheduler reads the SchedulerView protocol only"
+        )
+        if not self.differing and self.private_reads:
+            return f"{head}: READS JOB LENGTHS: {private}"
         if not self.reads_lengths:
             return (
                 f"{head}: reads no job's length (every job finished at the same time with lengths hidden; up to "
@@ -72,14 +84,17 @@ class LeakReport:
         return (
             f"{head}: READS JOB LENGTHS: with every length hidden behind a random factor, {self.differing} jobs "
             f"finished at other times (first: job {self.first_job}, JCT {a:.1f} s against {b:.1f} s); {where}"
+            + (f"; {private}" if self.private_reads else "")
         )
 
 
 class _HiddenLengths:
     """The simulator as a scheduler sees it, with every job's length and remaining time scaled by ``factor``."""
 
-    def __init__(self, view: Any, jobs: Any, factor: np.ndarray, calls: dict[str, None]) -> None:
-        self._view, self._jobs, self._factor, self._calls = view, jobs, factor, calls
+    def __init__(
+        self, view: Any, jobs: Any, factor: np.ndarray, calls: dict[str, None], private: dict[str, None]
+    ) -> None:
+        self._view, self._jobs, self._factor, self._calls, self._private = view, jobs, factor, calls, private
 
     @property
     def jobs(self) -> Any:
@@ -95,13 +110,27 @@ class _HiddenLengths:
         return np.asarray(self._view.remaining_times(jobs), dtype=np.float64) * self._factor[jobs]
 
     def _note(self) -> None:
-        frame = sys._getframe(2)  # the scheduler's code that asked (a file under the working directory: relative)
-        path = os.path.relpath(frame.f_code.co_filename)
-        path = frame.f_code.co_filename if path.startswith("..") else path
-        self._calls.setdefault(f"{path}:{frame.f_lineno}", None)
+        self._calls.setdefault(_caller(sys._getframe(2)), None)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") and not name.startswith("__"):  # the simulator's own state, true lengths and all
+            self._private.setdefault(f"{_caller(sys._getframe(1))} ({name})", None)
         return getattr(self._view, name)
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        """A copy of the simulator, to play ahead: it runs on the true lengths, so the copy counts as reading them."""
+        frame = sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename == copy.__file__:
+            frame = frame.f_back
+        self._private.setdefault(f"{_caller(frame)} (a copy of the simulator)", None)
+        return copy.deepcopy(self._view, memo)
+
+
+def _caller(frame: Any) -> str:
+    """``file:line`` of ``frame``, relative to the working directory for a file under it."""
+    path = os.path.relpath(frame.f_code.co_filename)
+    path = frame.f_code.co_filename if path.startswith("..") else path
+    return f"{path}:{frame.f_lineno}"
 
 
 class _Hiding:
@@ -109,13 +138,14 @@ class _Hiding:
 
     def __init__(self, scheduler: Scheduler, factor: np.ndarray, calls: dict[str, None]) -> None:
         self._inner, self._factor, self._calls = scheduler, factor, calls
+        self.private: dict[str, None] = {}
         self._seen: _HiddenLengths | None = None
         self.most_waiting = 0
 
     def _view(self, view: Any) -> _HiddenLengths:
         if self._seen is None or self._seen._view is not view:
             jobs = dataclasses.replace(view.jobs, duration=np.asarray(view.jobs.duration) * self._factor)
-            self._seen = _HiddenLengths(view, jobs, self._factor, self._calls)
+            self._seen = _HiddenLengths(view, jobs, self._factor, self._calls, self.private)
         return self._seen
 
     def reset(self, view: Any) -> None:
@@ -167,4 +197,5 @@ def check_length_leak(
         jct=None if first is None else (float(a[first]), float(b[first])),
         oracle_calls=tuple(calls),
         most_waiting=hiding.most_waiting,
+        private_reads=tuple(hiding.private),
     )
