@@ -227,6 +227,8 @@ def test_every_training_config_in_the_repository_passes_the_checker(monkeypatch)
         ("agent: topdrl\nenv:\n  validation:\n    start: 2017-11-02\n",
          "line 4: env.validation.start: the span 2017-11-02..2017-11-04 reaches into the report period"),
         ("agent: rounds\nalgo: es\ntrain_last: tomorrow\n", "line 3: train_last: 'tomorrow' is not a date; write YYYY"),
+        ("agent: priority\nselect:\n  start: 2017-10-25\n  end: 2017-11-08\n",
+         "line 2: select: the span 2017-10-25..2017-11-08 reaches into the report period (2017-11-01..2017-"),
     ],
 )  # fmt: skip
 def test_a_bad_config_names_its_line_and_key_and_writes_nothing(tmp_path: Path, capsys, text: str, where: str) -> None:

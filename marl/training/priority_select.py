@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from cluster_sim.traces.periods import PERIODS, on_philly_calendar, span_windows, trace_seconds
+from cluster_sim.traces.periods import PERIODS, on_philly_calendar, refuse_report_period, span_windows, trace_seconds
 from marl.deploy.policy_files import METADATA, atomic_folder
 from marl.env.priority_env import PriorityEnvConfig
 from marl.training.priority_tune import run_window, window_table
@@ -67,6 +67,7 @@ def select_windows(
     if start is None or end is None:
         raise ValueError("select: give both start and end (dates like 2017-10-15 or seconds from the trace's start)")
     first, last = trace_seconds(start, trace), trace_seconds(end, trace)
+    refuse_report_period("select", first, last, trace)  # an iterate chosen there would make its figures selection ones
     return span_windows(trace, first, last, days, stride, load, f"select: the span {start}..{end}")
 
 
