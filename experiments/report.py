@@ -459,6 +459,9 @@ def _policy_folders_held_out(cfg: ExperimentConfig) -> list[str]:
             continue
         if (meta.get("selected") or {}).get("windows"):
             spans["its select windows"] = _span_of(meta["selected"]["windows"])
+        for chosen in meta.get("chosen_on") or []:  # choices made by hand, after figures a person saw
+            span = (_seconds(chosen["start"], trace), _seconds(chosen["end"], trace))
+            spans[f"the windows chosen on by hand ({chosen['what']})"] = span
         sentence = _outside(cfg, trace, spans)
         if sentence:
             lines.append(f"`{label}` ({folder}): {sentence}")

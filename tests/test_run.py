@@ -806,7 +806,7 @@ def test_a_killed_run_leaves_nothing_behind_and_ctrl_c_stops_the_next_one_cleanl
     assert done < _finished_tasks(out) < 12
 
 
-def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_workloads(monkeypatch) -> None:
+def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_workloads(monkeypatch, tmp_path) -> None:
     """``marl:DIR`` among the schedulers: its metadata's training span and select windows are read, and a workload
     inside either is named in the report's header (default-hetero: trained before 2017-10-15, selected on
     2017-10-15..31)."""
@@ -822,6 +822,21 @@ def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_worklo
         "workloads": {"oct20": f"{philly},start=2017-10-20,end=2017-10-22",
                       "nov05": f"{philly},start=2017-11-05,end=2017-11-07"},
     }  # fmt: skip
+    # a choice made by hand on the report windows (its metadata's chosen_on) holds them in too
+    assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml")) == [
+        f"`mine` ({folder}): Not held out: oct20 overlaps its select windows; nov05 overlaps the windows chosen on by "
+        "hand (its decision layer and budget, after report figures).",
+        "",
+    ]
+    # the same folder without that record: held out by what the loops recorded alone
+    import shutil
+
+    folder = str(tmp_path / "default-hetero")
+    shutil.copytree(REPO / "experiments/policies/default-hetero", folder)
+    meta = json.loads((Path(folder) / "metadata.json").read_text())
+    del meta["chosen_on"]
+    (Path(folder) / "metadata.json").write_text(json.dumps(meta))
+    raw["scheduler_options"]["mine"]["policy"] = f"marl:{folder}"
     assert _policy_folders_held_out(parse_experiment_config(raw, "x.yaml")) == [
         f"`mine` ({folder}): Not held out: oct20 overlaps its select windows. nov05 lies outside its training span "
         "and its select windows: held out.",
