@@ -798,7 +798,10 @@ def _improvement_tables(cfg: ExperimentConfig, rows: Runs) -> list[str]:
     claims = cfg.claims or {}
     for k, (key, label) in enumerate(IMPROVEMENT_METRICS):
         claim_col = bool(claims) and k == 0  # the papers' claims are about average JCT
-        heads = [f"vs {b}" for b in cfg.baselines] + (["the paper's claim"] if claim_col else [])
+        # the claims keep their papers' sign (a JCT change: -44% is 44% lower), the opposite of this table's
+        heads = [f"vs {b}" for b in cfg.baselines] + (
+            ["the paper's claim (its sign: -X% = X% lower)"] if claim_col else []
+        )
         lines += [
             f"### {label}",
             "",

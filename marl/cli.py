@@ -173,26 +173,40 @@ def simulate_hint(folder: Path) -> str:
         interference = f" --interference {trained.interference}"
         if trained.interference_data:
             interference += f" --interference-model {shlex.quote(trained.interference_data)}"
+    costs = ""  # the stalls it trained with, where they are not simulate's defaults (30 s restart, no start cost)
+    env = _recorded_env(meta)[1]
+    for key, default in (("restart_cost", 30.0), ("start_cost", 0.0)):
+        value = env.get(key)
+        if isinstance(value, int | float) and float(value) != default:
+            costs += f" --{key.replace('_', '-')} {float(value):g}"
     return (
         f"marlsched simulate{f' --cluster {shlex.quote(cluster)}' if cluster else ''}"
-        f"{f' --workload {shlex.quote(workload)}' if workload else ''}{interference} --policy marl:{folder}"
+        f"{f' --workload {shlex.quote(workload)}' if workload else ''}{interference}{costs} --policy marl:{folder}"
     )
 
 
+def _recorded_env(meta: dict) -> tuple[dict, dict]:
+    """The config a folder records and its ``env`` section (the config itself where it has none)."""
+    trained = meta.get("trained") or {}
+    config = trained.get("config") or meta.get("config") or (meta.get("provenance") or {}).get("config") or {}
+    env = config.get("env", config) if isinstance(config, dict) else {}
+    return (config if isinstance(config, dict) else {}), (env if isinstance(env, dict) else {})
+
+
 def _held_out_workload(meta: dict) -> str | None:
-    """A window of the recorded training trace that neither trained nor selected the policy, or None."""
+    """A window of the recorded training trace that neither trained nor selected the policy, at the load it
+    trained at (0.9 where it records none), or None."""
     from cluster_sim.traces.periods import PERIODS, on_philly_calendar, trace_date
 
-    trained = meta.get("trained") or {}
-    config = trained.get("config") or meta.get("config") or {}
-    env = config.get("env", config) if isinstance(config, dict) else {}
+    config, env = _recorded_env(meta)
     trace, end = env.get("trace"), env.get("train_end")
     if not isinstance(trace, str):
         return None
     select = config.get("select") or {}
+    load = env.get("load") if isinstance(env.get("load"), int | float) else 0.9
     if on_philly_calendar(trace):
         report = PERIODS["report"]
-        return f"{trace},start={report.first},end={report.end},load=0.9"
+        return f"{trace},start={report.first},end={report.end},load={load:g}"
     if not isinstance(end, int | float):
         return None
     after = max(float(end), float(select.get("end") or 0.0))

@@ -422,6 +422,9 @@ def test_a_policy_on_another_cluster_than_its_own_is_warned_about(capsys, traces
     assert simulate_hint(SHIPPED / "default-small").endswith(
         f"--interference oracle --interference-model {gavel} --policy marl:{SHIPPED / 'default-small'}"
     )
+    # a folder trained at other stalls and load than simulate's defaults: the hint runs it at its own
+    dl2 = simulate_hint(SHIPPED / "dl2-pollux")
+    assert ",load=1 --start-cost 30 --policy marl:" in dl2 and "--restart-cost" not in dl2
     with pytest.warns(PolicyClusterWarning, match=fix):
         build_simulator("small", "synthetic:200,load=1", seed=0).start(default)
     with warnings.catch_warnings():

@@ -1,5 +1,5 @@
-"""DL2 (Peng et al., 2019): a policy network sizes elastic jobs in repeated small steps, warm-started from
-an existing scheduler's decisions.
+"""DL2 (Peng et al., IEEE TPDS 2021; a preprint in 2019): a policy network sizes elastic jobs in repeated small
+steps, warm-started from an existing scheduler's decisions.
 
 Every round (60 s, as the other elastic policies) the allocation starts from nothing and grows one step
 at a time, as in the paper's inference loop: at each step the network looks at every active job and
