@@ -239,7 +239,7 @@ def _simulate(args: argparse.Namespace, sim, schedulers: list) -> int:
         print(build_cluster(args.cluster).describe())
     results: list[SimResult] = []
     settings = simulator_settings(args)  # the title says them: `marlsched run`'s defaults differ (interference)
-    title = f"{sim.jobs.source} jobs on {sim.topo.name}, interference {settings['interference']}"
+    title = f"jobs of a {sim.jobs.source}: workload on {sim.topo.name}, interference {settings['interference']}"
     title += ", GPU sharing" if args.gpu_sharing else ""
     title = (
         f"{title}, {restart_phrase(settings['restart_cost'], settings['app_restart_costs'], settings['start_cost'])}"

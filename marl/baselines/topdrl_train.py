@@ -454,7 +454,7 @@ def train_topdrl(
     net.load_state_dict(best["state"])
     save_topdrl_policy(net, out / "policy", meta)
     log(
-        f"selected iteration {best['iteration']} (validation avg JCT {best['validation_avg_jct']:.0f} s); "
+        f"selected iteration {best['iteration']} (validation avg JCT {round(best['validation_avg_jct'], 1):.0f} s); "
         f"policy in {out / 'policy'}"
     )
     summary: dict[str, Any] = {"out": str(out), "iterations": rows[-1]["iteration"], "selected": best["iteration"]}
