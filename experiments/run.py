@@ -436,11 +436,19 @@ def _run_experiment(cfg: ExperimentConfig, out: Path, *, address: str | None, lo
     try:
         train_info = train_if_asked(cfg, out, log)
         specs = task_specs(cfg, out)
+        before = sum(finished(out, s) for s in specs)
         try:
             ran = run_tasks(cfg, out, specs, log)
         except RunsStalled as err:  # kept, so that the report of the config without them can say so
             state["invocations"].append({"started_at": time.time() - (time.perf_counter() - t0),
                                          "wall_s": time.perf_counter() - t0, "stalled": err.runs})  # fmt: skip
+            write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
+            raise
+        except KeyboardInterrupt:  # what it finished is kept: say so, so that the folder's history has it
+            state["invocations"].append({
+                "started_at": time.time() - (time.perf_counter() - t0), "wall_s": time.perf_counter() - t0,
+                "interrupted": True, "tasks_run": sum(finished(out, s) for s in specs) - before,
+            })  # fmt: skip
             write_atomic(out / STATE_FILE, json.dumps(state, indent=2) + "\n")
             raise
         scaling = None

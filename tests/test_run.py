@@ -804,6 +804,8 @@ def test_a_killed_run_leaves_nothing_behind_and_ctrl_c_stops_the_next_one_cleanl
     assert proc.returncode == 130, err[-3000:]  # what ended it otherwise
     assert "Traceback" not in err and "marlsched run: interrupted. What finished is kept in" in err, err
     assert done < _finished_tasks(out) < 12
+    last = json.loads((out / "state.json").read_text())["invocations"][-1]  # the interrupted one, in the history
+    assert last["interrupted"] and last["tasks_run"] == _finished_tasks(out) - done
 
 
 def test_a_report_says_whether_a_policy_folders_own_windows_are_among_the_workloads(monkeypatch, tmp_path) -> None:
